@@ -1,0 +1,33 @@
+"""`dg-lsp` command line: with no subcommand it serves LSP on stdio, as editors expect."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Each module adds its subcommand with `register(subparsers)` and sets `func` on the parser.
+SUBCOMMAND_MODULES = [
+    "dg_lsp.server",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dg-lsp", description=__doc__)
+    sub = parser.add_subparsers(dest="command")
+    for name in SUBCOMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    if not argv or argv[0].startswith("--"):
+        argv = ["serve", *argv]
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

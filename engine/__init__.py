@@ -1,0 +1,15 @@
+"""dg-engine: loads diffusion code models and denoises holes in code."""
+
+from engine.config import CheckpointError, ModelConfig
+from engine.types import Draft, InfillResult, SamplerSettings
+
+__all__ = ["CheckpointError", "Draft", "Engine", "InfillResult", "ModelConfig", "SamplerSettings"]
+
+
+def __getattr__(name: str):
+    # Imported lazily so `import engine` stays cheap for tools that only need the types.
+    if name == "Engine":
+        from engine.engine import Engine
+
+        return Engine
+    raise AttributeError(name)

@@ -1,0 +1,42 @@
+"""Plain data passed between the engine's parts and its users."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SamplerSettings:
+    """How a hole is denoised. Defaults are the interactive ones."""
+
+    sampler: str = "threshold"  # "topk" (LLaDA baseline), "threshold" (Fast-dLLM), "entropy" (EB)
+    k: int = 1  # topk: positions committed per step
+    threshold: float = 0.9  # threshold: commit every position with confidence >= this
+    gamma: float = 0.1  # entropy: commit lowest-entropy positions while sum - max <= gamma
+    temperature: float = 0.0  # 0 = greedy
+    eos_penalty: float = 0.0  # subtracted from EOS/pad logits (fights EOS flooding)
+    seed: int = 0
+    max_steps: int | None = None  # None: at most one step per hole token
+    cache_refresh: int = 1  # recompute context keys/values every R steps (1 = exact, no reuse)
+
+
+@dataclass
+class Draft:
+    """The hole after one denoising step."""
+
+    step: int  # forward passes so far
+    token_ids: list[int]  # hole tokens; uncommitted positions hold the mask/noise id
+    committed: int  # hole positions committed so far
+    text: str  # the committed text up to the first gap or stop token
+    done: bool = False
+
+
+@dataclass
+class InfillResult:
+    text: str
+    token_ids: list[int]  # the completion's tokens, stop tokens excluded
+    steps: int  # forward passes of the model
+    tokens: int  # tokens of the completion
+    tokens_per_step: float
+    finish_reason: str  # "stop" (model ended the hole), "length" (hole full), "cancelled"
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
