@@ -1,0 +1,278 @@
+"""What the model reads around the cursor: prefix/suffix windows, the hole kind, other files.
+
+Windows are cut on whole lines that start (prefix) or end (suffix) a statement or definition,
+so the model never sees half a construct at the edge of its canvas. Budgets are in characters;
+the pipeline converts the canvas's token budget into characters.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import tree_sitter as ts
+
+from dg_lsp.languages import LanguageSpec
+
+REST_OF_LINE = "rest_of_line"
+BLOCK = "block"
+BRACKETS = "brackets"
+COMMENT = "comment"
+HOLE_KINDS = (REST_OF_LINE, BLOCK, BRACKETS, COMMENT)
+
+CLOSERS = {"(": ")", "[": "]", "{": "}"}
+
+# Only this much text around the cursor is parsed, so a 10 MB file costs what a small one does.
+PARSE_SPAN_FACTOR = 4
+SNIPPET_LINES = 60  # other-file windows, as Copilot's neighbouring tabs use
+MAX_SNIPPETS = 4
+MAX_OTHER_DOCUMENT_CHARS = 500_000
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass
+class Context:
+    prefix: str  # what the model reads before the hole: other-file snippets, then prefix window
+    suffix: str  # what the model reads after the hole
+    kind: str  # one of HOLE_KINDS
+    line_prefix: str  # the cursor line up to the cursor
+    line_suffix: str  # the cursor line after the cursor
+    base_indent: str  # indentation the hole's lines are relative to (the opener's, for blocks)
+    indent_unit: str  # the file's indentation step: a tab or N spaces
+    closer: str | None  # the bracket that already closes the hole (brackets kind)
+    prefix_window: str  # the prefix without other-file snippets
+    previous_line: str  # the last non-blank line before the cursor line
+    language: LanguageSpec | None
+
+
+@dataclass
+class OtherDocument:
+    path: str  # shown to the model, e.g. a workspace-relative path
+    text: str
+
+
+def build_context(
+    text: str,
+    offset: int,
+    language: LanguageSpec | None,
+    budget_chars: int = 700,
+    suffix_fraction: float = 0.25,
+    other_documents: Iterable[OtherDocument] = (),
+) -> Context:
+    """Context for a hole at character `offset` of `text`."""
+    offset = max(0, min(offset, len(text)))
+    suffix_budget = max(1, int(budget_chars * suffix_fraction))
+    prefix_budget = max(1, budget_chars - suffix_budget)
+
+    line_start = text.rfind("\n", 0, offset) + 1
+    line_end = _line_end(text, offset)
+    line_prefix, line_suffix = text[line_start:offset], text[offset:line_end]
+
+    # The parsed region: whole lines around the cursor, a few budgets wide.
+    span = PARSE_SPAN_FACTOR * budget_chars
+    region_start = 0 if offset <= span else text.find("\n", offset - span, line_start) + 1
+    region_end = len(text) if len(text) - offset <= span else _line_end(text, offset + span)
+    head, tail = text[region_start:offset], text[offset:region_end]
+
+    tree = language.parser().parse((head + tail).encode()) if language else None
+    units = _captures(tree, language, "unit") if tree else []
+    unit_start_rows = {n.start_point.row for n in units}
+    unit_end_rows = {n.end_point.row for n in units}
+
+    head_lines = head.split("\n")
+    tail_lines = tail.split("\n")
+    cursor_row = len(head_lines) - 1
+
+    prefix_window = _cut_prefix(head_lines, prefix_budget, unit_start_rows)
+    suffix_window = _cut_suffix(tail_lines, suffix_budget,
+                                {r - cursor_row for r in unit_end_rows if r >= cursor_row})
+
+    previous_line = next((ln for ln in reversed(head_lines[:-1]) if ln.strip()), "")
+    kind, closer, base_indent = _hole_kind(tree, language, head, line_prefix, line_suffix,
+                                           previous_line)
+
+    prefix = prefix_window
+    remaining = prefix_budget - len(prefix_window)
+    if language and remaining > 0 and len(prefix_window) == len(text[:offset]):
+        snippets = _other_file_snippets(head[-SNIPPET_LINES * 80:], other_documents, language,
+                                        remaining)
+        prefix = snippets + prefix_window
+
+    return Context(
+        prefix=prefix,
+        suffix=suffix_window,
+        kind=kind,
+        line_prefix=line_prefix,
+        line_suffix=line_suffix,
+        base_indent=base_indent,
+        indent_unit=detect_indent_unit(head + tail, language),
+        closer=closer,
+        prefix_window=prefix_window,
+        previous_line=previous_line,
+        language=language,
+    )
+
+
+def _line_end(text: str, offset: int) -> int:
+    end = text.find("\n", offset)
+    return len(text) if end < 0 else end
+
+
+def _captures(tree: ts.Tree, language: LanguageSpec, name: str) -> list[ts.Node]:
+    return ts.QueryCursor(language.query("context")).captures(tree.root_node).get(name, [])
+
+
+def _cut_prefix(lines: list[str], budget: int, unit_rows: set[int]) -> str:
+    """The longest tail of `lines` within budget that starts on a unit's first line.
+
+    Falls back to any line start, then to a raw character cut when one line exceeds the budget.
+    """
+    whole = "\n".join(lines)
+    if len(whole) <= budget:
+        return whole
+    cursor_row = len(lines) - 1
+    size = len(lines[cursor_row])
+    fits = [cursor_row] if size <= budget else []
+    for row in range(cursor_row - 1, -1, -1):
+        size += len(lines[row]) + 1
+        if size > budget:
+            break
+        fits.append(row)
+    if not fits:
+        return whole[-budget:]
+    at_unit = [row for row in fits if row in unit_rows]
+    return "\n".join(lines[(at_unit or fits)[-1]:])
+
+
+def _cut_suffix(lines: list[str], budget: int, unit_end_rows: set[int]) -> str:
+    """The longest head of `lines` within budget that ends on a unit's last line."""
+    whole = "\n".join(lines)
+    if len(whole) <= budget:
+        return whole
+    size = len(lines[0])
+    fits = [0] if size <= budget else []
+    for row in range(1, len(lines)):
+        size += len(lines[row]) + 1
+        if size > budget:
+            break
+        fits.append(row)
+    if not fits:
+        return whole[:budget]
+    at_unit = [row for row in fits if row in unit_end_rows]
+    return "\n".join(lines[: (at_unit or fits)[-1] + 1])
+
+
+def _hole_kind(
+    tree: ts.Tree | None,
+    language: LanguageSpec | None,
+    head: str,
+    line_prefix: str,
+    line_suffix: str,
+    previous_line: str,
+) -> tuple[str, str | None, str]:
+    """(kind, closing bracket already in the buffer, base indentation) for the cursor."""
+    indent = _indent_of(line_prefix) if line_prefix.strip() else _indent_of(previous_line)
+    if tree is None:
+        return REST_OF_LINE, None, _indent_of(line_prefix)
+    row = head.count("\n")
+    point = (row, len(line_prefix.encode()))
+
+    for node in _captures(tree, language, "comment"):
+        if node.start_point < point <= node.end_point and node.start_point.row == row:
+            return COMMENT, None, _indent_of(line_prefix)
+
+    # The last token before the cursor: a block opener ending its line opens a body.
+    before = head.rstrip()
+    if before and not line_suffix.strip():
+        last = _leaf_before(tree, before)
+        if last is not None and last.type in language.block_openers:
+            return BLOCK, None, _indent_of(before[before.rfind("\n") + 1:])
+
+    bodies = {(n.start_byte, n.end_byte) for n in _captures(tree, language, "body")}
+    node = tree.root_node.descendant_for_point_range(point, point)
+    while node is not None:
+        first, last = node.children[:1], node.children[-1:]
+        first, last = (first[0], last[0]) if first else (None, None)
+        if (first is not None and first.type in CLOSERS and node.child_count > 1
+                and first.end_point <= point <= last.start_point
+                and last.type == CLOSERS[first.type] and not last.is_missing):
+            if (node.start_byte, node.end_byte) in bodies:
+                break  # inside a function/class body: statements, not arguments
+            return BRACKETS, last.type, indent
+        node = node.parent
+    return REST_OF_LINE, None, _indent_of(line_prefix)
+
+
+def _leaf_before(tree: ts.Tree, before: str) -> ts.Node | None:
+    row = before.count("\n")
+    col = len(before[before.rfind("\n") + 1:].encode())
+    point = (row, max(0, col - 1))
+    return tree.root_node.descendant_for_point_range(point, point)
+
+
+def _indent_of(line: str) -> str:
+    return line[: len(line) - len(line.lstrip(" \t"))]
+
+
+def detect_indent_unit(text: str, language: LanguageSpec | None = None) -> str:
+    """The file's indentation step: a tab, or the most common increase in leading spaces."""
+    tabs = spaces = 0
+    steps: Counter[int] = Counter()
+    previous = 0
+    for line in text.split("\n")[:2000]:
+        if not line.strip():
+            continue
+        if line.startswith("\t"):
+            tabs += 1
+            continue
+        width = len(line) - len(line.lstrip(" "))
+        if width:
+            spaces += 1
+        if width > previous:
+            steps[width - previous] += 1
+        previous = width
+    if tabs > spaces or (not spaces and language is not None and language.name == "go"):
+        return "\t"
+    if steps:
+        return " " * steps.most_common(1)[0][0]
+    return "  " if language is not None and language.name != "python" else "    "
+
+
+def _other_file_snippets(
+    near_cursor: str,
+    documents: Iterable[OtherDocument],
+    language: LanguageSpec,
+    budget: int,
+) -> str:
+    """The other files' windows most like the code at the cursor, written as comments."""
+    wanted = set(_IDENTIFIER.findall(near_cursor))
+    if not wanted:
+        return ""
+    scored: list[tuple[float, str, str]] = []
+    for doc in documents:
+        if len(doc.text) > MAX_OTHER_DOCUMENT_CHARS:
+            continue
+        lines = doc.text.split("\n")
+        best = (0.0, "")
+        for start in range(0, max(1, len(lines) - SNIPPET_LINES // 2), SNIPPET_LINES // 2):
+            window = "\n".join(lines[start:start + SNIPPET_LINES])
+            words = set(_IDENTIFIER.findall(window))
+            score = len(words & wanted) / len(words | wanted) if words else 0.0
+            if score > best[0]:
+                best = (score, window)
+        if best[0] > 0:
+            scored.append((best[0], doc.path, best[1]))
+    scored.sort(key=lambda item: -item[0])
+
+    comment = language.line_comment
+    chosen: list[str] = []
+    for _, path, window in scored[:MAX_SNIPPETS]:
+        body = "\n".join(f"{comment} {line}".rstrip() for line in window.strip("\n").split("\n"))
+        snippet = f"{comment} Compare this snippet from {path}:\n{body}\n"
+        if len(snippet) <= budget:
+            chosen.append(snippet)
+            budget -= len(snippet)
+    return "".join(chosen)

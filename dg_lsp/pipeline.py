@@ -1,0 +1,146 @@
+"""The one completion path: context → engine → post-processing → (text, range).
+
+inlineCompletion, completion and `dg-lsp complete` all call `Pipeline`; they differ only in
+how they wait for the engine (`complete` blocks, `complete_async` awaits every denoising step
+so a cancelled request stops at the next step boundary).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from dg_lsp.cache import CompletionCache
+from dg_lsp.context import Context, OtherDocument, build_context
+from dg_lsp.languages import LanguageSpec
+from dg_lsp.postprocess import Suggestion, postprocess
+from dg_lsp.settings import Settings
+from engine.types import Draft, SamplerSettings
+
+# Converts the canvas's token budget into the characters context windows are measured in;
+# code averages a little over 3 characters per token, so the windows rarely overflow.
+CHARS_PER_TOKEN = 3
+
+
+class CompletionBackend(Protocol):
+    """What the pipeline needs from an engine: in-process `Engine` or a resident-engine client."""
+
+    def infill_stream(
+        self,
+        prefix: str,
+        suffix: str,
+        max_tokens: int = 32,
+        *,
+        settings: SamplerSettings | None = None,
+        canvas_length: int = 256,
+        cancel: Callable[[], bool] | None = None,
+    ) -> Iterator[Draft]: ...
+
+
+@dataclass
+class CompletionRequest:
+    text: str  # the whole document
+    offset: int  # cursor, in characters (code points) of `text`
+    language: LanguageSpec | None
+    uri: str = ""
+    other_documents: Sequence[OtherDocument] = field(default_factory=tuple)
+
+
+@dataclass
+class Completion:
+    text: str  # replaces text[start:end]
+    start: int
+    end: int
+    kind: str  # the hole kind, or "cached"
+    steps: int = 0  # denoising forward passes (0 when served from the cache)
+
+
+class Pipeline:
+    def __init__(
+        self,
+        backend: CompletionBackend,
+        settings: Settings | None = None,
+        cache: CompletionCache | None = None,
+    ) -> None:
+        self.backend = backend
+        self.settings = settings or Settings()
+        self.cache = cache if cache is not None else CompletionCache()
+
+    def context(self, request: CompletionRequest) -> Context:
+        hole = max(self.settings.hole_size.values())
+        budget = max(64, (self.settings.canvas_length - hole) * CHARS_PER_TOKEN)
+        others = request.other_documents if self.settings.extra_context else ()
+        return build_context(request.text, request.offset, request.language, budget,
+                             self.settings.suffix_fraction, others)
+
+    def cached(self, request: CompletionRequest) -> Completion | None:
+        hit = self.cache.get(request.uri, request.text, request.offset)
+        if hit is None:
+            return None
+        return Completion(hit.text, request.offset, request.offset + hit.replace, "cached")
+
+    def start(
+        self, request: CompletionRequest, cancel: Callable[[], bool] | None = None
+    ) -> tuple[Context, Iterator[Draft]]:
+        """The context, and the engine's drafts (lazy: nothing runs until iterated)."""
+        ctx = self.context(request)
+        drafts = self.backend.infill_stream(
+            ctx.prefix, ctx.suffix, self.settings.hole_size[ctx.kind],
+            settings=self.settings.sampler, canvas_length=self.settings.canvas_length,
+            cancel=cancel)
+        return ctx, drafts
+
+    def finish(
+        self, request: CompletionRequest, ctx: Context, last: Draft | None
+    ) -> Completion | None:
+        if last is None or getattr(last, "finish_reason", "") == "cancelled":
+            return None
+        suggestion = postprocess(last.text, ctx)
+        if suggestion is None:
+            return None
+        self.cache.put(request.uri, request.text, request.offset, suggestion)
+        return _completion(request, suggestion, ctx.kind, last.step)
+
+    def complete(
+        self, request: CompletionRequest, cancel: Callable[[], bool] | None = None
+    ) -> Completion | None:
+        """Blocking: for the command line and tests."""
+        hit = self.cached(request)
+        if hit is not None:
+            return hit
+        ctx, drafts = self.start(request, cancel)
+        last = None
+        for draft in drafts:
+            last = draft
+        return self.finish(request, ctx, last)
+
+    async def complete_async(
+        self, request: CompletionRequest, executor: Executor
+    ) -> Completion | None:
+        """Runs each denoising step on `executor` (one worker) and awaits it.
+
+        A cancelled task gets CancelledError at the await; the engine is told to stop and
+        the generator is closed on the worker after the step in flight.
+        """
+        hit = self.cached(request)
+        if hit is not None:
+            return hit
+        stop = threading.Event()
+        ctx, drafts = self.start(request, stop.is_set)
+        loop = asyncio.get_running_loop()
+        last = None
+        try:
+            while (draft := await loop.run_in_executor(executor, next, drafts, None)) is not None:
+                last = draft
+        finally:
+            stop.set()
+            executor.submit(drafts.close)
+        return self.finish(request, ctx, last)
+
+
+def _completion(request: CompletionRequest, s: Suggestion, kind: str, steps: int) -> Completion:
+    return Completion(s.text, request.offset, request.offset + s.replace, kind, steps)

@@ -1,0 +1,198 @@
+"""Turns the model's raw hole text into a suggestion an editor can show, or rejects it.
+
+The steps run in order: cut at stop tokens, trim to the hole kind's syntactic unit, re-indent
+to the file's style, drop what repeats the suffix, reuse closing brackets already after the
+cursor, reject junk, and check that the insertion does not add parse errors.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import tree_sitter as ts
+
+from dg_lsp.context import BLOCK, BRACKETS, CLOSERS, COMMENT, Context
+
+# Special tokens of the common checkpoints (`<|endoftext|>`, `<|dlm_pad|>`, `<eos>`, `</s>` ...).
+_STOP = re.compile(r"<\|[A-Za-z0-9_]+\|>|</s>|<eos>|<pad>|<mask>")
+_OPENERS = {v: k for k, v in CLOSERS.items()}
+# Characters that may follow the cursor and that a completion may re-type (extend over them).
+_TRAILING = set(")]}\"'`;,:")
+
+
+@dataclass
+class Suggestion:
+    text: str  # inserted at the cursor
+    replace: int  # characters after the cursor, on its line, that `text` replaces
+
+
+def postprocess(raw: str, ctx: Context) -> Suggestion | None:
+    text = cut_at_stop(raw)
+    text = _trim_to_unit(text, ctx)
+    text = _reindent(text, ctx)
+    text = _drop_suffix_overlap(text, ctx.suffix)
+    text = text.rstrip()
+    if _is_junk(text, ctx):
+        return None
+    suggestion = _reuse_closers(text, ctx.line_suffix)
+    return _check_syntax(suggestion, ctx)
+
+
+def cut_at_stop(text: str) -> str:
+    match = _STOP.search(text)
+    return text if match is None else text[: match.start()]
+
+
+def _trim_to_unit(text: str, ctx: Context) -> str:
+    if ctx.kind == BLOCK:
+        return _trim_block(text, ctx)
+    if ctx.kind == BRACKETS:
+        return _cut_at_unmatched_closer(text)
+    # rest of line / comment: one line; a leading newline means the model wanted a new line
+    line = text.split("\n", 1)[0]
+    if ctx.kind != COMMENT and _opens_unclosed(line):
+        return ""  # a line that leaves a bracket open is half a statement
+    return line
+
+
+def _trim_block(text: str, ctx: Context) -> str:
+    """Keep the body's lines; stop at the first line dedented to the opener's level or less."""
+    lines = text.split("\n")
+    at_opener_line = ctx.line_prefix.strip() != ""  # cursor right after `def f():` / `{`
+    if at_opener_line and lines[0].strip():
+        return ""  # text on the opener's own line is not a body
+    base = _width(ctx.base_indent)
+    kept: list[str] = []
+    for i, line in enumerate(lines):
+        if line.strip():
+            if _width((ctx.line_prefix if i == 0 else "") + _leading(line)) <= base:
+                break
+        kept.append(line)
+    return "\n".join(kept)
+
+
+def _cut_at_unmatched_closer(text: str) -> str:
+    depth: list[str] = []
+    for i, ch in enumerate(text):
+        if ch in CLOSERS:
+            depth.append(ch)
+        elif ch in _OPENERS:
+            if not depth or depth[-1] != _OPENERS[ch]:
+                return text[:i]
+            depth.pop()
+    return text
+
+
+def _opens_unclosed(text: str) -> bool:
+    depth = 0
+    for ch in text:
+        depth += ch in CLOSERS
+        depth -= ch in _OPENERS and depth > 0
+    return depth > 0
+
+
+def _reindent(text: str, ctx: Context) -> str:
+    """Indent with the file's character (tab or spaces); a block body one step in."""
+    lines = text.split("\n")
+    shift = 0
+    first = next((i for i, line in enumerate(lines) if line.strip()), None)
+    if ctx.kind == BLOCK and first is not None:
+        cursor_width = _width(ctx.line_prefix) if first == 0 else 0
+        actual = cursor_width + _width(_leading(lines[first]))
+        target = max(_width(ctx.base_indent + ctx.indent_unit), cursor_width)
+        shift = target - actual
+    for i, line in enumerate(lines):
+        if i == 0 and (ctx.kind != BLOCK or ctx.line_prefix.strip()):
+            continue  # continues the cursor's line: its leading text is content
+        lead = _leading(line)
+        if not line.strip():
+            lines[i] = ""
+            continue
+        if i == 0:  # after the cursor line's own indentation
+            width = _width(ctx.line_prefix + lead) + shift - _width(ctx.line_prefix)
+        else:
+            width = _width(lead) + shift
+        lines[i] = _indent(max(0, width), ctx.indent_unit) + line[len(lead):]
+    return "\n".join(lines)
+
+
+def _drop_suffix_overlap(text: str, suffix: str) -> str:
+    """Remove trailing lines of `text` that the suffix already starts with."""
+    suffix_lines = [ln.strip() for ln in suffix.split("\n") if ln.strip()]
+    lines = text.split("\n")
+    for k in range(min(len(lines), len(suffix_lines)), 0, -1):
+        tail = [ln.strip() for ln in lines[-k:]]
+        if tail == suffix_lines[:k] and any(tail):
+            return "\n".join(lines[:-k])
+    return text
+
+
+def _is_junk(text: str, ctx: Context) -> bool:
+    if not text.strip():
+        return True
+    first = text.split("\n", 1)[0]
+    if ctx.kind == COMMENT:
+        return False
+    # repeating the line above is the commonest failure of small models
+    return (ctx.line_prefix + first).strip() == ctx.previous_line.strip() or (
+        text.strip() == ctx.line_suffix.strip()
+    )
+
+
+def _reuse_closers(text: str, line_suffix: str) -> Suggestion:
+    """Extend the range over closing brackets after the cursor that the text types again."""
+    trailing = line_suffix.rstrip()
+    if trailing and set(trailing) <= _TRAILING:
+        last_line = text.rsplit("\n", 1)[-1]
+        for n in range(len(trailing), 0, -1):
+            if last_line.endswith(trailing[:n]):
+                return Suggestion(text, n)
+    return Suggestion(text, 0)
+
+
+def _check_syntax(suggestion: Suggestion, ctx: Context) -> Suggestion | None:
+    """Keep the suggestion if inserting it adds no ERROR/MISSING nodes; else try shorter ones."""
+    if ctx.language is None:
+        return suggestion
+    parser = ctx.language.parser()
+    before = ctx.prefix_window + ctx.suffix
+    baseline = count_errors(parser.parse(before.encode()))
+    candidate = suggestion
+    while True:
+        after = (ctx.prefix_window + candidate.text
+                 + ctx.suffix[candidate.replace:])
+        if count_errors(parser.parse(after.encode())) <= baseline:
+            return candidate
+        shorter = candidate.text.rsplit("\n", 1)[0] if "\n" in candidate.text else ""
+        if not shorter.strip():
+            return None
+        candidate = _reuse_closers(shorter.rstrip(), ctx.line_suffix)
+
+
+def count_errors(tree: ts.Tree) -> int:
+    """ERROR and MISSING nodes, visiting only subtrees that contain one."""
+    count, stack = 0, [tree.root_node]
+    while stack:
+        node = stack.pop()
+        if node.is_error or node.is_missing:
+            count += 1
+        stack.extend(child for child in node.children if child.has_error or child.is_missing)
+    return count
+
+
+TAB_WIDTH = 4
+
+
+def _width(indent: str) -> int:
+    return len(indent.expandtabs(TAB_WIDTH))
+
+
+def _indent(width: int, unit: str) -> str:
+    if unit == "\t":
+        return "\t" * (width // TAB_WIDTH) + " " * (width % TAB_WIDTH)
+    return " " * width
+
+
+def _leading(line: str) -> str:
+    return line[: len(line) - len(line.lstrip(" \t"))]
