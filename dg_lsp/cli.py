@@ -9,6 +9,8 @@ import sys
 # Each module adds its subcommand with `register(subparsers)` and sets `func` on the parser.
 SUBCOMMAND_MODULES = [
     "dg_lsp.server",
+    "dg_lsp.complete",
+    "dg_lsp.eval.cli",
 ]
 
 

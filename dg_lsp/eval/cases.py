@@ -1,0 +1,152 @@
+"""Infill cases: one hole in one piece of code, and how to cut them from a folder of sources.
+
+Cutting is deterministic: the same folder and seed always give the same cases, in the same order.
+Kinds of hole (the single-line shape matches HumanEval-Infilling's, see `scoring`):
+
+- single-line: one whole non-blank line, indentation and newline included.
+- multi-line: 2 to 8 whole consecutive lines starting at a non-blank line.
+- random-span: 8 to 200 characters starting anywhere, possibly mid-token and mid-line.
+
+Each case carries a bounded window of context (whole lines, at most `prefix_chars` before and
+`suffix_chars` after the hole), so a case is self-contained and files of any size are fine.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+KINDS = ("single-line", "multi-line", "random-span")
+
+SOURCE_SUFFIXES = {
+    ".py", ".pyi", ".js", ".jsx", ".ts", ".tsx", ".rs", ".go", ".c", ".h", ".cc", ".cpp", ".hpp",
+    ".java", ".kt", ".rb", ".php", ".cs", ".swift", ".scala", ".lua", ".sh", ".sql",
+}
+MAX_FILE_BYTES = 1_000_000
+ATTEMPTS_PER_CASE = 50
+
+
+@dataclass(frozen=True)
+class Case:
+    """One hole: the model sees `prefix` and `suffix` and should produce `middle`."""
+
+    id: str
+    kind: str  # one of KINDS
+    prefix: str
+    middle: str
+    suffix: str
+    # Execution-based cases (HumanEval) carry their test; cut cases are scored by text only.
+    test: str | None = None
+    entry_point: str | None = None
+
+
+def source_files(folder: Path) -> list[Path]:
+    """Source files under `folder` (hidden folders such as .git or .venv skipped), sorted so that
+    cutting does not depend on the order the file system lists them in."""
+    found = []
+    for path in sorted(folder.rglob("*")):
+        hidden = any(part.startswith(".") for part in path.relative_to(folder).parts)
+        if hidden or path.suffix not in SOURCE_SUFFIXES or not path.is_file():
+            continue
+        if path.stat().st_size > MAX_FILE_BYTES:
+            continue
+        found.append(path)
+    return found
+
+
+def cut_cases(
+    folder: Path,
+    count: int,
+    seed: int = 0,
+    kinds: tuple[str, ...] = KINDS,
+    prefix_chars: int = 2000,
+    suffix_chars: int = 1000,
+) -> list[Case]:
+    """Cut `count` cases from the sources under `folder`, cycling through `kinds` in order."""
+    texts = []
+    for path in source_files(folder):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        if text.strip():
+            texts.append((path.relative_to(folder).as_posix(), text))
+    if not texts:
+        raise ValueError(f"no readable source files under {folder}")
+
+    rng = random.Random(seed)
+    cases: list[Case] = []
+    for index in range(count):
+        kind = kinds[index % len(kinds)]
+        for _ in range(ATTEMPTS_PER_CASE):
+            name, text = rng.choice(texts)
+            span = _pick_span(kind, text, rng)
+            if span is not None:
+                break
+        else:
+            raise ValueError(f"could not cut a {kind} hole from the sources under {folder}")
+        start, end = span
+        line = text.count("\n", 0, start) + 1
+        cases.append(
+            Case(
+                id=f"{kind}/{name}:{line}:{index}",
+                kind=kind,
+                prefix=_tail_lines(text[:start], prefix_chars),
+                middle=text[start:end],
+                suffix=_head_lines(text[end:], suffix_chars),
+            )
+        )
+    return cases
+
+
+def _pick_span(kind: str, text: str, rng: random.Random) -> tuple[int, int] | None:
+    """Character offsets [start, end) of a hole of `kind` in `text`, or None if this try failed."""
+    lines = text.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    if kind == "single-line":
+        candidates = [i for i, line in enumerate(lines) if line.strip() and line.endswith("\n")]
+        if not candidates:
+            return None
+        i = rng.choice(candidates)
+        return starts[i], starts[i + 1]
+    if kind == "multi-line":
+        size = rng.randint(2, 8)
+        candidates = [
+            i for i in range(len(lines) - size + 1)
+            if lines[i].strip() and lines[i + size - 1].endswith("\n")
+            and sum(1 for line in lines[i:i + size] if line.strip()) >= 2
+        ]
+        if not candidates:
+            return None
+        i = rng.choice(candidates)
+        return starts[i], starts[i + size]
+    if kind == "random-span":
+        length = rng.randint(8, 200)
+        if len(text) <= length:
+            return None
+        start = rng.randrange(0, len(text) - length)
+        if not text[start:start + length].strip():
+            return None
+        return start, start + length
+    raise ValueError(f"unknown hole kind {kind!r} (known: {', '.join(KINDS)})")
+
+
+def _tail_lines(text: str, limit: int) -> str:
+    """The end of `text`, at most `limit` characters, starting at a line start where possible."""
+    if len(text) <= limit:
+        return text
+    tail = text[-limit:]
+    newline = tail.find("\n")
+    return tail[newline + 1:] if newline != -1 else tail
+
+
+def _head_lines(text: str, limit: int) -> str:
+    """The start of `text`, at most `limit` characters, ending at a line end where possible."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit]
+    newline = head.rfind("\n")
+    return head[:newline + 1] if newline != -1 else head

@@ -1,0 +1,167 @@
+"""`dg-lsp eval`: how well models fill holes, side by side with trivial baselines."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from dg_lsp.eval.cases import KINDS, Case, cut_cases
+from dg_lsp.eval.humaneval import SUITES, load_suite
+from dg_lsp.eval.runner import (
+    BUNDLED,
+    DEFAULT_CANVAS_LENGTH,
+    DEFAULT_HOLE_TOKENS,
+    PROTOCOLS,
+    CaseResult,
+    Summary,
+    evaluate,
+    load_predictor,
+)
+
+DEFAULT_MODELS = ["empty", "copy-prev-line", BUNDLED]
+DEFAULT_CUT_CASES = 100
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "eval",
+        help="measure infill quality and speed of models and baselines",
+        description=__doc__,
+    )
+    p.add_argument("--suite", choices=[*SUITES, "cases"], default="humaneval-single")
+    p.add_argument("--cases-from", type=Path, metavar="DIR",
+                   help="folder of source files to cut cases from (suite 'cases')")
+    p.add_argument("--kinds", default=",".join(KINDS),
+                   help="hole kinds cut by --cases-from, comma-separated (default: all)")
+    p.add_argument("--model", action="append", dest="models", metavar="MODEL",
+                   help="checkpoint folder, hub id, 'bundled', 'empty' or 'copy-prev-line'; "
+                        f"repeat to compare (default: {' '.join(DEFAULT_MODELS)})")
+    p.add_argument("--protocol", choices=[*PROTOCOLS, "both"], default="both",
+                   help="hole length: the true middle's (oracle) or a fixed size per kind")
+    p.add_argument("--hole-tokens", action="append", default=[], metavar="KIND=N",
+                   help="fixed-protocol hole size for a kind (default: "
+                        + ", ".join(f"{k}={n}" for k, n in DEFAULT_HOLE_TOKENS.items()) + ")")
+    p.add_argument("--limit", type=int, help="number of cases (HumanEval: a seeded sample; "
+                   f"cut cases: default {DEFAULT_CUT_CASES})")
+    p.add_argument("--seed", type=int, default=0, help="chooses the sample and the cut cases")
+    p.add_argument("--data-dir", type=Path,
+                   help="HumanEval-Infilling folder (default: $DG_EVAL_DATA or "
+                        "../shared/eval/human-eval-infilling)")
+    p.add_argument("--sampler", default="threshold", choices=["threshold", "entropy", "topk"])
+    p.add_argument("--threshold", type=float, default=0.9)
+    p.add_argument("--eos-penalty", type=float, default=0.0)
+    p.add_argument("--canvas-length", type=int, default=DEFAULT_CANVAS_LENGTH,
+                   help="tokens of context + hole the model sees (default: %(default)s)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--exec-timeout", type=float, default=5.0,
+                   help="seconds one HumanEval program may run")
+    p.add_argument("--samples", type=Path, metavar="FILE",
+                   help="also write every case's completion and scores as JSON lines")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine import SamplerSettings
+
+    hole_tokens = parse_hole_tokens(args.hole_tokens)
+    cases = select_cases(args)
+    protocols = list(PROTOCOLS) if args.protocol == "both" else [args.protocol]
+    settings = SamplerSettings(sampler=args.sampler, threshold=args.threshold,
+                               eos_penalty=args.eos_penalty, seed=args.seed)
+    models = args.models or DEFAULT_MODELS
+    # A generator, so only one model is held in memory at a time.
+    predictors = (load_predictor(m, settings, hole_tokens, args.device, args.dtype,
+                                 args.canvas_length) for m in models)
+
+    samples = open(args.samples, "w", encoding="utf-8") if args.samples else None
+    try:
+        def write_sample(model: str, result: CaseResult) -> None:
+            if samples is not None:
+                samples.write(json.dumps({"model": model, **vars(result)}) + "\n")
+
+        summaries = evaluate(predictors, cases, protocols, args.exec_timeout, write_sample)
+    finally:
+        if samples is not None:
+            samples.close()
+
+    if args.json:
+        report = {
+            "suite": args.suite,
+            "seed": args.seed,
+            "cases": len(cases),
+            "kinds": dict(sorted(count_kinds(cases).items())),
+            "hole_tokens": hole_tokens,
+            "canvas_length": args.canvas_length,
+            "sampler": vars(settings),
+            "results": [s.to_dict() for s in summaries],
+        }
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(f"suite {args.suite}: {len(cases)} cases, seed {args.seed}")
+        print(format_table(summaries))
+    return 0
+
+
+def select_cases(args: argparse.Namespace) -> list[Case]:
+    if args.suite == "cases":
+        if args.cases_from is None:
+            raise SystemExit("dg-lsp eval: --suite cases needs --cases-from DIR")
+        kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+        unknown = set(kinds) - set(KINDS)
+        if unknown:
+            raise SystemExit(f"dg-lsp eval: unknown hole kinds {sorted(unknown)}")
+        count = args.limit if args.limit is not None else DEFAULT_CUT_CASES
+        return cut_cases(args.cases_from, count, seed=args.seed, kinds=kinds)
+    return load_suite(args.suite, args.data_dir, args.limit, args.seed)
+
+
+def parse_hole_tokens(overrides: list[str]) -> dict[str, int]:
+    sizes = dict(DEFAULT_HOLE_TOKENS)
+    for item in overrides:
+        kind, _, number = item.partition("=")
+        if kind not in sizes or not number.isdigit() or int(number) < 1:
+            raise SystemExit(f"dg-lsp eval: --hole-tokens expects KIND=N with KIND in "
+                             f"{', '.join(sizes)} and N >= 1, got {item!r}")
+        sizes[kind] = int(number)
+    return sizes
+
+
+def count_kinds(cases: list[Case]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for case in cases:
+        counts[case.kind] = counts.get(case.kind, 0) + 1
+    return counts
+
+
+COLUMNS = [
+    ("model", lambda s: s.model),
+    ("protocol", lambda s: s.protocol),
+    ("cases", lambda s: str(s.cases)),
+    ("pass@1", lambda s: _percent(s.pass_at_1)),
+    ("EM", lambda s: _percent(s.exact_match)),
+    ("edit sim", lambda s: f"{s.edit_similarity:.3f}"),
+    ("fwd/case", lambda s: f"{s.forward_passes_per_case:.1f}"),
+    ("tok/fwd", lambda s: "-" if s.tokens_per_forward is None else f"{s.tokens_per_forward:.2f}"),
+    ("p50 ms", lambda s: f"{s.latency_ms_p50:.1f}"),
+    ("p95 ms", lambda s: f"{s.latency_ms_p95:.1f}"),
+]
+
+
+def format_table(summaries: list[Summary]) -> str:
+    rows = [[name for name, _ in COLUMNS]]
+    rows += [[cell(s) for _, cell in COLUMNS] for s in summaries]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+    lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w)
+                       for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+             for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
