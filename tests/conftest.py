@@ -1,0 +1,31 @@
+"""Session-wide fixtures: tiny random checkpoints in each layout the engine loads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.tiny_checkpoints import (
+    write_dream_checkpoint,
+    write_llada_checkpoint,
+    write_qwen2_ar_checkpoint,
+)
+
+
+@pytest.fixture(scope="session")
+def dream_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Dream layout (masked family, shifted logits), untied head, GQA 4/2."""
+    return write_dream_checkpoint(tmp_path_factory.mktemp("dream"))
+
+
+@pytest.fixture(scope="session")
+def llada_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """LLaDA layout (masked family, unshifted logits), untied head, GQA 4/2."""
+    return write_llada_checkpoint(tmp_path_factory.mktemp("llada"))
+
+
+@pytest.fixture(scope="session")
+def ar_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Qwen2ForCausalLM layout: the autoregressive baseline."""
+    return write_qwen2_ar_checkpoint(tmp_path_factory.mktemp("ar"))
