@@ -1,0 +1,127 @@
+"""Parallel unmasking: which hole positions to commit this step, and to which tokens.
+
+Pure functions on the logits of the hole positions ([n, V], one row per hole position).
+A step first draws a candidate token for every position (`propose`: greedy at temperature 0,
+else a seeded draw) with its confidence (probability of the drawn token) and the entropy of
+the position's distribution, then a rule picks the still-masked positions to commit:
+
+    topk       the k most confident (LLaDA's low-confidence remasking baseline)
+    threshold  every position with confidence >= tau (Fast-dLLM)
+    entropy    the lowest-entropy positions while sum(entropy) - max(entropy) <= gamma (EB)
+
+Every rule commits at least `min_commit` positions (at least one), so a hole of n tokens
+takes at most n steps. Ties go to the earlier position, so results never depend on the
+order a kernel happens to sort in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import Tensor
+
+from engine.types import SamplerSettings
+
+SAMPLERS = ("topk", "threshold", "entropy")
+
+
+def adjust_logits(
+    logits: Tensor,
+    penalized: Iterable[int] = (),
+    penalty: float = 0.0,
+    banned: Iterable[int] = (),
+) -> Tensor:
+    """Subtract `penalty` from the `penalized` tokens' logits and forbid the `banned` ones."""
+    logits = logits.clone()
+    penalized, banned = list(penalized), list(banned)
+    if penalty and penalized:
+        logits[:, penalized] -= penalty
+    if banned:
+        logits[:, banned] = float("-inf")
+    return logits
+
+
+def propose(
+    logits: Tensor, temperature: float, generator: torch.Generator | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(tokens, confidence, entropy), each [n], from float logits [n, V]."""
+    logits = logits.float()
+    if temperature > 0:
+        logits = logits / temperature
+    probs = torch.softmax(logits, dim=-1)
+    if temperature > 0:
+        tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    else:
+        tokens = probs.argmax(dim=-1)
+    confidence = probs.gather(-1, tokens[:, None]).squeeze(-1)
+    logp = torch.log(probs.clamp_min(torch.finfo(probs.dtype).tiny))
+    entropy = -(probs * logp).sum(-1)
+    return tokens, confidence, entropy
+
+
+def _rank(score: Tensor, masked: Tensor, descending: bool) -> Tensor:
+    """Masked positions ordered by score; ties keep position order (stable sort)."""
+    idx = masked.nonzero().squeeze(-1)
+    order = torch.sort(score[idx], descending=descending, stable=True).indices
+    return idx[order]
+
+
+def _commit(ranked: Tensor, count: int, n: int) -> Tensor:
+    mask = torch.zeros(n, dtype=torch.bool, device=ranked.device)
+    mask[ranked[:count]] = True
+    return mask
+
+
+def select_topk(confidence: Tensor, masked: Tensor, k: int) -> Tensor:
+    """Commit the k most confident masked positions."""
+    ranked = _rank(confidence, masked, descending=True)
+    return _commit(ranked, max(1, k), confidence.shape[0])
+
+
+def select_threshold(
+    confidence: Tensor, masked: Tensor, threshold: float, min_commit: int = 1
+) -> Tensor:
+    """Commit every masked position with confidence >= threshold, at least `min_commit`."""
+    ranked = _rank(confidence, masked, descending=True)
+    above = int((confidence[ranked] >= threshold).sum())
+    return _commit(ranked, max(above, min_commit, 1), confidence.shape[0])
+
+
+def select_entropy(entropy: Tensor, masked: Tensor, gamma: float, min_commit: int = 1) -> Tensor:
+    """EB-sampler: the lowest-entropy masked positions while sum - max <= gamma."""
+    ranked = _rank(entropy, masked, descending=False)
+    sorted_h = entropy[ranked]
+    # Ascending order: the largest accepted entropy is the last one accepted.
+    excess = torch.cumsum(sorted_h, 0) - sorted_h
+    accepted = int((excess <= gamma).sum())
+    return _commit(ranked, max(accepted, min_commit, 1), entropy.shape[0])
+
+
+def select(
+    settings: SamplerSettings,
+    confidence: Tensor,
+    entropy: Tensor,
+    masked: Tensor,
+    min_commit: int = 1,
+) -> Tensor:
+    """The positions `settings.sampler` commits: bool [n], a subset of `masked`."""
+    if settings.sampler == "topk":
+        return select_topk(confidence, masked, max(settings.k, min_commit))
+    if settings.sampler == "threshold":
+        return select_threshold(confidence, masked, settings.threshold, min_commit)
+    if settings.sampler == "entropy":
+        return select_entropy(entropy, masked, settings.gamma, min_commit)
+    raise ValueError(f"unknown sampler '{settings.sampler}' (choose from {', '.join(SAMPLERS)})")
+
+
+def step(
+    logits: Tensor,
+    masked: Tensor,
+    settings: SamplerSettings,
+    generator: torch.Generator | None = None,
+    min_commit: int = 1,
+) -> tuple[Tensor, Tensor]:
+    """One denoising step on adjusted hole logits: (commit mask [n], proposed tokens [n])."""
+    tokens, confidence, entropy = propose(logits, settings.temperature, generator)
+    return select(settings, confidence, entropy, masked, min_commit), tokens
