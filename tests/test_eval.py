@@ -107,7 +107,7 @@ def test_sandbox_infinite_loop_times_out_promptly() -> None:
                               timeout=1.0)
     elapsed = time.monotonic() - started
     assert (result.passed, result.reason) == (False, "timeout")
-    assert elapsed < 1.0 + 4.0  # the margin covers process start-up on a loaded machine
+    assert elapsed < 1.0 + 5.0  # the margin covers process start-up on a loaded machine
 
 
 def test_sandbox_has_no_network_and_empty_environment() -> None:
