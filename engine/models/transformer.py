@@ -68,7 +68,8 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(h * hd, d, bias=False)
 
     def forward(
-        self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, past: LayerKV | None
+        self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, past: LayerKV | None,
+        is_causal: bool = False,
     ) -> tuple[Tensor, LayerKV]:
         b, s, _ = x.shape
         cfg = self.cfg
@@ -82,7 +83,7 @@ class Attention(nn.Module):
         if cfg.num_kv_heads != cfg.num_heads:
             rep = cfg.num_heads // cfg.num_kv_heads
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
         return self.o_proj(out.transpose(1, 2).reshape(b, s, -1)), new
 
 
@@ -106,9 +107,10 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
 
     def forward(
-        self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, past: LayerKV | None
+        self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, past: LayerKV | None,
+        is_causal: bool = False,
     ) -> tuple[Tensor, LayerKV]:
-        h, kv = self.self_attn(self.input_layernorm(x), cos, sin, mask, past)
+        h, kv = self.self_attn(self.input_layernorm(x), cos, sin, mask, past, is_causal)
         x = x + h
         return x + self.mlp(self.post_attention_layernorm(x)), kv
 
@@ -167,11 +169,15 @@ class Transformer(nn.Module):
             positions = torch.arange(s, device=input_ids.device).expand(b, s)
         x = self.model.embed_tokens(input_ids)
         cos, sin = rope_tables(self.cfg, positions, x.dtype)
-        k_pos = positions if past_positions is None else torch.cat([past_positions, positions], 1)
-        mask = attention_mask(self.cfg, positions, k_pos, key_valid)
+        # A plain causal pass (training, AR prefill) takes SDPA's fused causal path.
+        plain_causal = self.cfg.causal and past is None and key_valid is None
+        mask = None
+        if not plain_causal:
+            k_pos = positions if past is None else torch.cat([past_positions, positions], 1)
+            mask = attention_mask(self.cfg, positions, k_pos, key_valid)
         new_kv = []
         for i, layer in enumerate(self.model.layers):
-            x, kv = layer(x, cos, sin, mask, None if past is None else past[i])
+            x, kv = layer(x, cos, sin, mask, None if past is None else past[i], plain_causal)
             new_kv.append(kv)
         return self.lm_head(self.model.norm(x)), new_kv
 

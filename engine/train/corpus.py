@@ -1,0 +1,222 @@
+"""`dg-engine corpus`: gather, deduplicate, split and tokenize the training code.
+
+The default recipe uses only code every install has: the running Python's standard library
+(without its tests) and the Python sources of the installed dependencies. Evaluation data is
+never read. Output folder:
+
+    files.txt      training files, one path per line
+    heldout.txt    held-out files (never trained on; `dg-lsp eval --cases-from DIR/heldout`)
+    heldout/       copies of the held-out files
+    tokenizer.json the BPE vocabulary trained on the training files
+    train.bin      uint16 token ids, files joined by <|file_sep|>
+    val.bin        the same for a few validation files (loss only)
+    meta.json      counts, sources, vocabulary size
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import shutil
+import sys
+import sysconfig
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from engine.tokenizer import FILE_SEP, save_tokenizer, train_bpe
+
+# Folders that hold tests, fixtures or vendored copies rather than the code users write.
+SKIP_PARTS = {
+    "test", "tests", "testing", "idle_test", "__pycache__", "site-packages", "_vendor",
+    "vendor", "benchmarks", "examples", "docs", "fixtures", "testdata",
+}
+# Anything that might hold evaluation data is refused outright.
+FORBIDDEN = re.compile(r"human[-_]?eval|shared/eval", re.IGNORECASE)
+MAX_FILE_BYTES = 400_000
+HELDOUT_EVERY = 40  # one file in 40 (by a hash of its relative path) is held out
+VAL_EVERY = 97
+
+
+def default_sources() -> list[Path]:
+    """The standard library and the site-packages of the running interpreter."""
+    paths = sysconfig.get_paths()
+    return [Path(paths["stdlib"]), Path(paths["purelib"])]
+
+
+def iter_source_files(roots: Iterable[Path], pattern: str = "*.py") -> Iterator[tuple[Path, str]]:
+    """(path, path relative to its root) for every candidate file, in a stable order."""
+    for root in roots:
+        for path in sorted(root.rglob(pattern)):
+            rel = path.relative_to(root)
+            # site-packages is itself a source root; skip it only when nested in another root.
+            parts = set(rel.parts[:-1])
+            if parts & SKIP_PARTS or rel.name.startswith("test_") or FORBIDDEN.search(str(path)):
+                continue
+            if path.is_file() and path.stat().st_size <= MAX_FILE_BYTES:
+                yield path, str(rel)
+
+
+def read_code(path: Path) -> str | None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError):
+        return None
+    # Minified or generated files teach nothing about code people write.
+    if not text.strip() or max(map(len, text.splitlines() or [""])) > 400:
+        return None
+    return text.replace("\r\n", "\n")
+
+
+def minhash(text: str, seeds: int = 16) -> tuple[int, ...]:
+    """Min-hash signature over the file's distinct stripped lines (near-duplicate detection)."""
+    lines = {ln.strip() for ln in text.splitlines() if len(ln.strip()) > 3}
+    if not lines:
+        return (0,) * seeds
+    hashes = np.array([int.from_bytes(hashlib.blake2b(ln.encode(), digest_size=8).digest(),
+                                      "little") for ln in lines], dtype=np.uint64)
+    rng = np.random.default_rng(0)
+    a = rng.integers(1, 2**61, size=seeds, dtype=np.uint64) | np.uint64(1)
+    b = rng.integers(0, 2**61, size=seeds, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        mixed = hashes[None, :] * a[:, None] + b[:, None]
+    return tuple(int(x) for x in mixed.min(axis=1))
+
+
+def deduplicate(files: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Drop exact duplicates and near-duplicates (4 of 4 min-hashes in any band of 4 equal)."""
+    seen_exact: set[bytes] = set()
+    bands: set[tuple[int, tuple[int, ...]]] = set()
+    kept = []
+    for rel, text in files:
+        digest = hashlib.sha1(re.sub(r"\s+", " ", text).encode()).digest()
+        if digest in seen_exact:
+            continue
+        seen_exact.add(digest)
+        sig = minhash(text)
+        keys = [(i, sig[i:i + 4]) for i in range(0, len(sig), 4)]
+        if any(k in bands for k in keys):
+            continue
+        bands.update(keys)
+        kept.append((rel, text))
+    return kept
+
+
+def split_of(rel: str) -> str:
+    h = int(hashlib.sha1(rel.encode()).hexdigest(), 16)
+    if h % HELDOUT_EVERY == 0:
+        return "heldout"
+    return "val" if h % VAL_EVERY == 1 else "train"
+
+
+def _sample(files: list[tuple[str, str]], limit: int | None) -> Iterator[str]:
+    """Texts for the BPE trainer: all of them, or a hash-ordered sample up to `limit` bytes."""
+    total = 0
+    for _, text in sorted(files, key=lambda f: hashlib.sha1(f[0].encode()).digest()):
+        if limit is not None and total >= limit:
+            return
+        total += len(text)
+        yield text
+
+
+def tokenize_files(tok, texts: list[str]) -> np.ndarray:
+    sep = tok.token_to_id(FILE_SEP)
+    out: list[np.ndarray] = []
+    for i in range(0, len(texts), 256):
+        for enc in tok.encode_batch(texts[i:i + 256], add_special_tokens=False):
+            out.append(np.asarray(enc.ids, dtype=np.uint16))
+            out.append(np.asarray([sep], dtype=np.uint16))
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.uint16)
+
+
+def build_corpus(
+    out: Path,
+    sources: list[Path],
+    vocab_size: int = 8192,
+    max_train_bytes: int | None = None,
+    pattern: str = "*.py",
+    tokenizer_sample_bytes: int | None = None,
+) -> dict:
+    """Gather, deduplicate, split, train the tokenizer and tokenize; returns meta.json's dict."""
+    out.mkdir(parents=True, exist_ok=True)
+    raw = []
+    seen_rel: set[str] = set()
+    for path, rel in iter_source_files(sources, pattern):
+        text = read_code(path)
+        if text is not None and rel not in seen_rel:
+            seen_rel.add(rel)
+            raw.append((rel, text))
+    files = deduplicate(raw)
+    splits: dict[str, list[tuple[str, str]]] = {"train": [], "val": [], "heldout": []}
+    for rel, text in files:
+        splits[split_of(rel)].append((rel, text))
+    if max_train_bytes is not None:
+        kept, total = [], 0
+        # A stable hash order keeps a capped corpus a fair sample of every package.
+        for rel, text in sorted(splits["train"], key=lambda f: hashlib.sha1(f[0].encode()).digest()):
+            if total + len(text) > max_train_bytes:
+                continue
+            kept.append((rel, text))
+            total += len(text)
+        splits["train"] = kept
+
+    heldout_dir = out / "heldout"
+    shutil.rmtree(heldout_dir, ignore_errors=True)
+    for rel, text in splits["heldout"]:
+        dest = heldout_dir / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(text, encoding="utf-8")
+    (out / "files.txt").write_text("".join(rel + "\n" for rel, _ in splits["train"]))
+    (out / "heldout.txt").write_text("".join(rel + "\n" for rel, _ in splits["heldout"]))
+
+    tok = train_bpe(_sample(splits["train"], tokenizer_sample_bytes), vocab_size)
+    save_tokenizer(tok, out)
+    train = tokenize_files(tok, [t for _, t in splits["train"]])
+    val = tokenize_files(tok, [t for _, t in splits["val"]])
+    train.tofile(out / "train.bin")
+    val.tofile(out / "val.bin")
+    train_bytes = sum(len(t) for _, t in splits["train"])
+    meta = {
+        "sources": [str(s) for s in sources],
+        "files_seen": len(raw),
+        "files_after_dedup": len(files),
+        "train_files": len(splits["train"]),
+        "val_files": len(splits["val"]),
+        "heldout_files": len(splits["heldout"]),
+        "train_bytes": train_bytes,
+        "train_tokens": int(train.size),
+        "val_tokens": int(val.size),
+        "bytes_per_token": round(train_bytes / max(1, train.size), 3),
+        "vocab_size": tok.get_vocab_size(),
+    }
+    (out / "meta.json").write_text(json.dumps(meta, indent=2))
+    return meta
+
+
+def run(args: argparse.Namespace) -> int:
+    sources = [Path(s) for s in args.source] or default_sources()
+    for s in sources:
+        if not s.is_dir():
+            print(f"dg-engine corpus: source folder {s} does not exist", file=sys.stderr)
+            return 2
+    meta = build_corpus(Path(args.out), sources, args.vocab_size,
+                        int(args.max_mb * 1e6) if args.max_mb else None, args.glob,
+                        int(args.tokenizer_mb * 1e6) if args.tokenizer_mb else None)
+    print(json.dumps(meta, indent=2))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("corpus", help="gather, deduplicate and tokenize training code")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--source", action="append", default=[],
+                   help="source folder (repeatable); default: stdlib + site-packages")
+    p.add_argument("--glob", default="*.py", help="file pattern inside each source")
+    p.add_argument("--vocab-size", type=int, default=8192)
+    p.add_argument("--max-mb", type=float, default=None, help="cap on training text, in MB")
+    p.add_argument("--tokenizer-mb", type=float, default=None,
+                   help="train the vocabulary on a sample of this many MB (default: all)")
+    p.set_defaults(func=run)

@@ -1,0 +1,120 @@
+"""Training examples cut from the token stream, shaped like the holes an editor asks to fill.
+
+An infill example is a window of code with one span taken out: prefix, the span followed by
+EOS and pad up to a hole size the model does not know in advance, then the suffix. The masked
+objective hides a random fraction of the hole; the AR baseline sees the same split as a PSM
+fill-in-the-middle sequence. Spans follow the editor's hole kinds (rest of line, next line,
+a few lines, random spans) and line boundaries are token boundaries by construction of the
+tokenizer (a newline and its indentation are one pre-token).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+
+import numpy as np
+
+# Hole sizes the engine uses; a model trained on these learns to end early inside them.
+HOLE_BUCKETS = (8, 16, 24, 32, 48, 64, 96, 128)
+MAX_SPAN = 120
+KINDS = ("rest_of_line", "next_line", "lines", "span")
+KIND_WEIGHTS = (0.35, 0.2, 0.25, 0.2)
+
+
+@dataclass
+class SpecialIds:
+    eos: int
+    pad: int
+    mask: int
+    fim_prefix: int
+    fim_suffix: int
+    fim_middle: int
+
+
+class ExampleMaker:
+    """Cuts batches from a uint16 token stream; `newline` marks tokens that start a line."""
+
+    def __init__(self, tokens: np.ndarray, newline: np.ndarray, ids: SpecialIds,
+                 seq_len: int, uniform_fraction: float = 0.2) -> None:
+        if tokens.size < 3 * seq_len + 1:
+            raise ValueError(f"corpus of {tokens.size} tokens is too small for seq_len {seq_len}")
+        self.tokens = tokens.astype(np.int64)
+        self.nl_pos = np.flatnonzero(newline[self.tokens])
+        self.ids = ids
+        self.seq_len = seq_len
+        self.uniform_fraction = uniform_fraction
+
+    def _next_newline(self, pos: int, skip: int = 0) -> int:
+        k = int(np.searchsorted(self.nl_pos, pos)) + skip
+        return int(self.nl_pos[k]) if k < self.nl_pos.size else pos
+
+    def split(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """(prefix, middle, suffix, hole size) with len(prefix) + hole + len(suffix) == seq_len."""
+        L = self.seq_len
+        start = int(rng.integers(0, self.tokens.size - 3 * L))
+        cursor = start + int(rng.integers(1, L * 3 // 4))
+        kind = KINDS[rng.choice(len(KINDS), p=KIND_WEIGHTS)]
+        if kind == "rest_of_line":
+            i = cursor
+            j = self._next_newline(i)
+        elif kind == "next_line":
+            i = self._next_newline(cursor) + 1
+            j = self._next_newline(i)
+        elif kind == "lines":
+            i = self._next_newline(cursor) + 1
+            j = self._next_newline(i, skip=int(rng.integers(1, 12)))
+        else:
+            i = cursor
+            j = i + int(rng.integers(1, 64))
+        max_hole = min(HOLE_BUCKETS[-1], L // 2)
+        j = min(max(j, i), i + min(MAX_SPAN, max_hole - 1))
+        span = j - i
+        b = min(bisect_left(HOLE_BUCKETS, span + 1) + int(rng.integers(0, 2)), len(HOLE_BUCKETS) - 1)
+        n = min(max(HOLE_BUCKETS[b], span + 1), max_hole)
+        p_len = min(i - start, L - n - 8)
+        s_len = L - p_len - n
+        return self.tokens[i - p_len:i], self.tokens[i:j], self.tokens[j:j + s_len], n
+
+    def masked_batch(self, rng: np.random.Generator, batch: int) -> tuple[np.ndarray, np.ndarray]:
+        """(targets, masked) of shape [batch, seq_len]; the model sees targets with masked → MASK."""
+        L, ids = self.seq_len, self.ids
+        targets = np.empty((batch, L), dtype=np.int64)
+        maskable = np.zeros((batch, L), dtype=bool)
+        for r in range(batch):
+            if rng.random() < self.uniform_fraction:
+                start = int(rng.integers(0, self.tokens.size - L))
+                targets[r] = self.tokens[start:start + L]
+                maskable[r, 1:] = True
+                continue
+            prefix, middle, suffix, n = self.split(rng)
+            hole = np.full(n, ids.pad, dtype=np.int64)
+            hole[:middle.size] = middle
+            hole[middle.size] = ids.eos
+            targets[r] = np.concatenate([prefix, hole, suffix])
+            maskable[r, prefix.size:prefix.size + n] = True
+        # Noise level t ~ U(0, 1] per row; every row hides at least one maskable position.
+        t = rng.random((batch, 1))
+        masked = maskable & (rng.random((batch, L)) < t)
+        for r in np.flatnonzero(~masked.any(axis=1)):
+            masked[r, rng.choice(np.flatnonzero(maskable[r]))] = True
+        return targets, masked
+
+    def ar_batch(self, rng: np.random.Generator, batch: int,
+                 fim_rate: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
+        """(tokens, loss_mask) of shape [batch, seq_len] for next-token prediction (PSM FIM)."""
+        L, ids = self.seq_len, self.ids
+        tokens = np.full((batch, L), ids.pad, dtype=np.int64)
+        for r in range(batch):
+            if rng.random() >= fim_rate:
+                start = int(rng.integers(0, self.tokens.size - L))
+                tokens[r] = self.tokens[start:start + L]
+                continue
+            prefix, middle, suffix, _ = self.split(rng)
+            room = L - 4 - middle.size
+            suffix = suffix[:max(0, room - prefix.size)]
+            prefix = prefix[prefix.size - min(prefix.size, room - suffix.size):]
+            seq = np.concatenate([[ids.fim_prefix], prefix, [ids.fim_suffix], suffix,
+                                  [ids.fim_middle], middle, [ids.eos]])
+            tokens[r, :seq.size] = seq
+        return tokens, tokens != ids.pad

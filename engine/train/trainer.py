@@ -1,0 +1,405 @@
+"""`dg-engine train`: train the bundled masked-diffusion model or its autoregressive baseline.
+
+One script for the CPU placeholder, the toy run the tests use and the GPU run: the time budget
+(`--minutes`) drives the learning-rate schedule, so the same command works whatever the
+throughput. The result is a Hugging Face-layout checkpoint the engine loads like any other:
+Dream layout (Qwen2 tensor names, shifted logits) for `--objective masked`, Qwen2 causal-LM
+layout for `--objective ar`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import queue
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+
+from engine.config import ModelConfig
+from engine.models.transformer import Transformer
+from engine.tokenizer import EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, MASK, PAD, Tokenizer
+from engine.train.examples import ExampleMaker, SpecialIds
+
+STATE_FILE = "trainer_state.pt"
+
+
+@dataclass
+class TrainConfig:
+    data: str
+    out: str
+    objective: str = "masked"  # "masked" or "ar"
+    minutes: float = 10.0
+    max_steps: int | None = None
+    hidden: int = 256
+    layers: int = 6
+    heads: int = 4
+    kv_heads: int = 2
+    ffn: int = 768
+    seq_len: int = 256
+    batch: int = 32
+    lr: float = 2e-3
+    weight_decay: float = 0.1
+    warmup_steps: int = 100
+    device: str = "auto"
+    precision: str = "auto"  # "bf16" autocast on CUDA, "fp32" on CPU
+    compile: bool = False
+    seed: int = 0
+    shard_mb: float = 15.0
+    save_dtype: str = "float16"
+    save_every_minutes: float = 5.0
+    threads: int = 0
+
+
+def special_ids(tok: Tokenizer) -> SpecialIds:
+    def tid(t: str) -> int:
+        i = tok.token_id(t)
+        if i is None:
+            raise ValueError(f"tokenizer has no {t} token")
+        return i
+
+    return SpecialIds(tid(EOS), tid(PAD), tid(MASK), tid(FIM_PREFIX), tid(FIM_SUFFIX),
+                      tid(FIM_MIDDLE))
+
+
+def newline_table(tok: Tokenizer) -> np.ndarray:
+    """True for tokens whose text starts a new line (a newline plus its indentation)."""
+    return np.array([tok.token_text(i).startswith("\n") for i in range(tok.vocab_size)])
+
+
+def model_config(cfg: TrainConfig, tok: Tokenizer, ids: SpecialIds) -> ModelConfig:
+    masked = cfg.objective == "masked"
+    return ModelConfig(
+        family="masked" if masked else "ar",
+        layout="dream" if masked else "qwen2",
+        vocab_size=tok.vocab_size,
+        hidden_size=cfg.hidden,
+        intermediate_size=cfg.ffn,
+        num_layers=cfg.layers,
+        num_heads=cfg.heads,
+        num_kv_heads=cfg.kv_heads,
+        head_dim=cfg.hidden // cfg.heads,
+        rope_theta=10000.0,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=max(1024, cfg.seq_len),
+        tie_word_embeddings=True,
+        qkv_bias=True,
+        shift_logits=masked,
+        causal=not masked,
+        mask_token_id=ids.mask,
+        eos_token_id=ids.eos,
+        pad_token_id=ids.pad,
+    )
+
+
+def init_weights(model: Transformer, layers: int) -> None:
+    for name, p in model.named_parameters():
+        if p.dim() < 2:
+            torch.nn.init.zeros_(p) if name.endswith("bias") else torch.nn.init.ones_(p)
+            continue
+        std = 0.02
+        # Residual-branch outputs start small so deep stacks train stably (GPT-2's rule).
+        if name.endswith(("o_proj.weight", "down_proj.weight")):
+            std /= math.sqrt(2 * layers)
+        torch.nn.init.normal_(p, std=std)
+
+
+def hf_config_dict(mc: ModelConfig, train_info: dict) -> dict:
+    common = {
+        "vocab_size": mc.vocab_size,
+        "hidden_size": mc.hidden_size,
+        "intermediate_size": mc.intermediate_size,
+        "num_hidden_layers": mc.num_layers,
+        "num_attention_heads": mc.num_heads,
+        "num_key_value_heads": mc.num_kv_heads,
+        "head_dim": mc.head_dim,
+        "hidden_act": "silu",
+        "rope_theta": mc.rope_theta,
+        "rms_norm_eps": mc.rms_norm_eps,
+        "max_position_embeddings": mc.max_position_embeddings,
+        "tie_word_embeddings": mc.tie_word_embeddings,
+        "use_sliding_window": False,
+        "eos_token_id": mc.eos_token_id,
+        "pad_token_id": mc.pad_token_id,
+        "bos_token_id": None,
+        "dg_lsp_training": train_info,
+    }
+    if mc.family == "masked":
+        return {"architectures": ["DreamModel"], "model_type": "Dream",
+                "mask_token_id": mc.mask_token_id, **common}
+    return {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", **common}
+
+
+def save_checkpoint(model: Transformer, mc: ModelConfig, out: Path, tokenizer_dir: Path,
+                    train_info: dict, shard_mb: float, dtype: torch.dtype) -> list[Path]:
+    """Write an HF-layout folder; weights in safetensors shards of at most `shard_mb` MB."""
+    out.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()}
+    if mc.tie_word_embeddings:
+        state.pop("lm_head.weight")  # tied: stored once, as HF does
+    limit = int(shard_mb * 1e6)
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name, t in state.items():
+        nbytes = t.numel() * t.element_size()
+        if shards[-1] and size + nbytes > limit:
+            shards.append({})
+            size = 0
+        shards[-1][name] = t
+        size += nbytes
+    for old in out.glob("model*.safetensors*"):
+        old.unlink()
+    written = []
+    if len(shards) == 1:
+        save_file(shards[0], out / "model.safetensors", metadata={"format": "pt"})
+        written.append(out / "model.safetensors")
+    else:
+        weight_map = {}
+        for i, shard in enumerate(shards, 1):
+            name = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+            save_file(shard, out / name, metadata={"format": "pt"})
+            weight_map.update(dict.fromkeys(shard, name))
+            written.append(out / name)
+        total = sum(t.numel() * t.element_size() for t in state.values())
+        (out / "model.safetensors.index.json").write_text(json.dumps(
+            {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+    (out / "config.json").write_text(json.dumps(hf_config_dict(mc, train_info), indent=2))
+    gen = {"eos_token_id": mc.eos_token_id, "pad_token_id": mc.pad_token_id}
+    if mc.family == "masked":
+        gen["mask_token_id"] = mc.mask_token_id
+    (out / "generation_config.json").write_text(json.dumps(gen, indent=2))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        if (tokenizer_dir / name).exists() and tokenizer_dir.resolve() != out.resolve():
+            (out / name).write_bytes((tokenizer_dir / name).read_bytes())
+    return written
+
+
+class BatchStream:
+    """Cuts batches on a background thread so the accelerator never waits on numpy."""
+
+    def __init__(self, maker: ExampleMaker, objective: str, batch: int, seed: int) -> None:
+        self.q: queue.Queue = queue.Queue(maxsize=8)
+        self.maker, self.objective, self.batch = maker, objective, batch
+        self.rng = np.random.default_rng(seed)
+        threading.Thread(target=self._fill, daemon=True).start()
+
+    def _fill(self) -> None:
+        while True:
+            if self.objective == "masked":
+                self.q.put(self.maker.masked_batch(self.rng, self.batch))
+            else:
+                self.q.put(self.maker.ar_batch(self.rng, self.batch))
+
+    def next(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.q.get()
+
+
+def masked_loss(model: torch.nn.Module, targets: torch.Tensor, masked: torch.Tensor,
+                mask_id: int) -> torch.Tensor:
+    """Cross-entropy on hidden positions; Dream's shift: the logit at p-1 predicts p."""
+    inputs = torch.where(masked, torch.full_like(targets, mask_id), targets)
+    logits, _ = model(inputs)
+    sel = masked[:, 1:]
+    return F.cross_entropy(logits[:, :-1][sel].float(), targets[:, 1:][sel])
+
+
+def ar_loss(model: torch.nn.Module, tokens: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    logits, _ = model(tokens[:, :-1])
+    sel = keep[:, 1:]
+    return F.cross_entropy(logits[sel].float(), tokens[:, 1:][sel])
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.cfg = cfg
+        data = Path(cfg.data)
+        self.tok = Tokenizer.from_file(data / "tokenizer.json")
+        self.ids = special_ids(self.tok)
+        newline = newline_table(self.tok)
+        train = np.fromfile(data / "train.bin", dtype=np.uint16)
+        val = np.fromfile(data / "val.bin", dtype=np.uint16)
+        if val.size < 3 * cfg.seq_len + 1:
+            val = train[-(8 * cfg.seq_len):]  # toy corpora: borrow the tail for a loss reading
+        self.maker = ExampleMaker(train, newline, self.ids, cfg.seq_len)
+        self.val_maker = ExampleMaker(val, newline, self.ids, cfg.seq_len)
+        self.device = resolve_device(cfg.device)
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        torch.manual_seed(cfg.seed)
+        self.mc = model_config(cfg, self.tok, self.ids)
+        self.model = Transformer(self.mc).to(self.device)
+        init_weights(self.model, cfg.layers)
+        decay = [p for n, p in self.model.named_parameters() if p.dim() >= 2]
+        no_decay = [p for n, p in self.model.named_parameters() if p.dim() < 2]
+        self.opt = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": cfg.weight_decay},
+             {"params": no_decay, "weight_decay": 0.0}],
+            lr=cfg.lr, betas=(0.9, 0.95), fused=self.device.type == "cuda")
+        self.bf16 = cfg.precision == "bf16" or (cfg.precision == "auto"
+                                                and self.device.type == "cuda")
+        self.forward = self.model
+        self.step, self.elapsed, self.tokens_seen = 0, 0.0, 0
+        self.out = Path(cfg.out)
+        self._resume()
+
+    def _resume(self) -> None:
+        path = self.out / STATE_FILE
+        if not path.exists():
+            return
+        state = torch.load(path, map_location=self.device, weights_only=True)
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["opt"])
+        self.step, self.elapsed, self.tokens_seen = (state["step"], state["elapsed"],
+                                                     state["tokens_seen"])
+        print(f"resumed at step {self.step} ({self.elapsed / 60:.1f} min)", file=sys.stderr)
+
+    def _save_state(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(),
+                    "step": self.step, "elapsed": self.elapsed, "tokens_seen": self.tokens_seen,
+                    "config": asdict(self.cfg)}, self.out / STATE_FILE)
+
+    def progress(self) -> float:
+        frac = self.elapsed / (self.cfg.minutes * 60)
+        if self.cfg.max_steps:
+            frac = max(frac, self.step / self.cfg.max_steps)
+        return min(frac, 1.0)
+
+    def lr_now(self) -> float:
+        warm = min(1.0, (self.step + 1) / self.cfg.warmup_steps)
+        # Cosine from the peak to a tenth of it over the time budget.
+        cos = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * self.progress()))
+        return self.cfg.lr * warm * cos
+
+    def loss_on(self, batch: tuple[np.ndarray, np.ndarray],
+                model: torch.nn.Module | None = None) -> torch.Tensor:
+        model = model or self.forward
+        a, b = (torch.from_numpy(x).to(self.device, non_blocking=True) for x in batch)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            if self.cfg.objective == "masked":
+                return masked_loss(model, a, b, self.ids.mask)
+            return ar_loss(model, a, b)
+
+    @torch.no_grad()
+    def heldout_loss(self, batches: int = 8) -> float:
+        """Loss on validation files with a fixed seed, comparable between runs."""
+        rng = np.random.default_rng(1234)
+        self.model.eval()
+        losses = []
+        for _ in range(batches):
+            if self.cfg.objective == "masked":
+                batch = self.val_maker.masked_batch(rng, self.cfg.batch)
+            else:
+                batch = self.val_maker.ar_batch(rng, self.cfg.batch)
+            # Eager: a compiled forward would recompile for inference mode.
+            losses.append(self.loss_on(batch, self.model).item())
+        self.model.train()
+        return float(np.mean(losses))
+
+    def _maybe_compile(self) -> None:
+        if not self.cfg.compile:
+            return
+        try:
+            compiled = torch.compile(self.model)
+            probe = self.maker.masked_batch(np.random.default_rng(0), 2) \
+                if self.cfg.objective == "masked" else self.maker.ar_batch(
+                    np.random.default_rng(0), 2)
+            self.forward = compiled
+            self.loss_on(probe).backward()
+            self.opt.zero_grad(set_to_none=True)
+        except Exception as exc:  # compilation is an optimization; eager always works
+            print(f"torch.compile failed, training eagerly: {exc!r:.300}", file=sys.stderr)
+            self.forward = self.model
+
+    def train(self) -> dict:
+        cfg = self.cfg
+        self._maybe_compile()
+        stream = BatchStream(self.maker, cfg.objective, cfg.batch, cfg.seed + self.step)
+        self.model.train()
+        tty = sys.stderr.isatty()
+        last_save = time.time()
+        t0 = time.time() - self.elapsed
+        window_loss, window_tokens, window_t = [], 0, time.time()
+        while self.progress() < 1.0:
+            for g in self.opt.param_groups:
+                g["lr"] = self.lr_now()
+            loss = self.loss_on(stream.next())
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            self.opt.step()
+            self.opt.zero_grad(set_to_none=True)
+            self.step += 1
+            self.tokens_seen += cfg.batch * cfg.seq_len
+            window_tokens += cfg.batch * cfg.seq_len
+            window_loss.append(loss.detach())
+            if self.step % 25 == 0 or self.progress() >= 1.0:
+                now = time.time()
+                self.elapsed = now - t0
+                mean = torch.stack(window_loss).mean().item()
+                tps = window_tokens / max(now - window_t, 1e-9)
+                eta = max(0.0, cfg.minutes * 60 - self.elapsed)
+                line = (f"step {self.step} loss {mean:.3f} lr {self.lr_now():.2e} "
+                        f"{tps:,.0f} tok/s seen {self.tokens_seen / 1e6:.1f}M "
+                        f"{100 * self.progress():.0f}% eta {eta / 60:.1f} min")
+                print(("\r" + line) if tty else line, end="" if tty else "\n",
+                      file=sys.stderr, flush=True)
+                window_loss, window_tokens, window_t = [], 0, now
+                if now - last_save > cfg.save_every_minutes * 60:
+                    self._save_state()
+                    last_save = now
+            else:
+                self.elapsed = time.time() - t0
+        if tty:
+            print(file=sys.stderr)
+        heldout = self.heldout_loss()
+        info = {
+            "objective": cfg.objective, "steps": self.step, "tokens_seen": self.tokens_seen,
+            "minutes": round(self.elapsed / 60, 2), "heldout_loss": round(heldout, 4),
+            "device": torch.cuda.get_device_name() if self.device.type == "cuda" else "cpu",
+            "params": sum(p.numel() for p in self.model.parameters()),
+            "config": {k: v for k, v in asdict(cfg).items() if k not in ("data", "out")},
+        }
+        self._save_state()
+        save_checkpoint(self.model, self.mc, self.out, Path(cfg.data), info, cfg.shard_mb,
+                        getattr(torch, cfg.save_dtype))
+        print(json.dumps(info), flush=True)
+        return info
+
+
+def run(args: argparse.Namespace) -> int:
+    fields = {k: v for k, v in vars(args).items() if k in TrainConfig.__dataclass_fields__}
+    Trainer(TrainConfig(**fields)).train()
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train the bundled model or the AR baseline")
+    d = TrainConfig("", "")
+    p.add_argument("--data", required=True, help="folder written by `dg-engine corpus`")
+    p.add_argument("--out", required=True, help="checkpoint folder (resumes if it has state)")
+    p.add_argument("--objective", choices=["masked", "ar"], default=d.objective)
+    for name in ("minutes", "lr", "weight_decay", "shard_mb", "save_every_minutes"):
+        p.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(d, name))
+    for name in ("max_steps", "hidden", "layers", "heads", "kv_heads", "ffn", "seq_len",
+                 "batch", "warmup_steps", "seed", "threads"):
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name))
+    p.add_argument("--device", default=d.device)
+    p.add_argument("--precision", choices=["auto", "bf16", "fp32"], default=d.precision)
+    p.add_argument("--save-dtype", choices=["float16", "bfloat16", "float32"],
+                   default=d.save_dtype)
+    p.add_argument("--compile", action="store_true")
+    p.set_defaults(func=run)
