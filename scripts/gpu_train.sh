@@ -17,6 +17,7 @@ OUT=${OUT:?set OUT to the folder whose files come back}
 WORK=${WORK:-/tmp/dg-train}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT" "$WORK"
+T0=$(date +%s)
 STDLIB=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['stdlib'])")
 
 if [ "${TOY:-0}" = 1 ]; then
@@ -41,6 +42,13 @@ if [ -z "$CORPUS" ]; then
     || { tail -n 30 "$WORK/corpus.log"; exit 1; }
   echo "corpus built in $(( $(date +%s) - start )) s"; tail -n 14 "$WORK/corpus.log"
 fi
+
+# Within BUDGET_S seconds in all (the device's per-command limit), training gets what the
+# corpus left, minus RESERVE_S for start-up, compilation, the held-out loss and saving.
+if [ -n "${BUDGET_S:-}" ]; then
+  MINUTES=$("$PY" -c "print(round(max(0.5, min($MINUTES, ($BUDGET_S - ($(date +%s) - $T0) - ${RESERVE_S:-110}) / 60)), 2))")
+fi
+echo "training for $MINUTES minutes"
 
 for objective in masked ar; do
   rm -rf "${WORK:?}/$objective"
