@@ -1,0 +1,392 @@
+"""The block family: DiffusionGemma behind the engine's interface.
+
+DiffusionGemma is an encoder-decoder over one set of weights. The encoder runs causally over
+the prompt and writes a KV cache; the decoder reads that cache and denoises a canvas of
+`config.canvas_length` tokens bidirectionally. There is no mask token: the canvas starts as
+uniform random tokens, and every step re-randomizes the positions the sampler did not accept.
+
+The model itself is transformers' `DiffusionGemmaForBlockDiffusion` (the reference, loaded
+from safetensors, never with remote code). The denoising loop is ours and written out below,
+so the engine can stream a draft per step, cancel between steps and pin tokens for "rewrite
+selection". With pinning off it reproduces `DiffusionGemmaForBlockDiffusion.generate` token
+for token under the same seed: it draws random numbers in the same order (canvas noise, then
+per step one multinomial draw over the canvas and one renoising draw).
+
+Infill. Nothing after the canvas conditions it, so prefix and suffix both go into the prompt
+as a fill-in-the-middle request and the canvas holds the middle. The request is a template
+string with `{prefix}` and `{suffix}`, chosen in this order:
+
+1. the `template` argument of `denoise_block`;
+2. `"fim_template"` in the checkpoint's generation_config.json (per-model configuration);
+3. the tokenizer's Gemma 4 chat turns (`<|turn>` / `<turn|>`), as the instruction-tuned
+   DiffusionGemma checkpoints expect: a user turn asking for the missing code, then the
+   opening of the model turn, so the canvas is the model's answer (GEMMA_CHAT_TEMPLATE);
+4. the tokenizer's FIM tokens in prefix-suffix-middle order (FIM_TEMPLATE);
+5. a plain instruction (PLAIN_TEMPLATE).
+
+Special tokens written in a template are recognized; prefix and suffix arrive as token ids
+and are spliced in as they are, so code that happens to contain `<|turn>` stays text.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from engine.config import CheckpointError
+from engine.types import Draft, SamplerSettings
+
+if TYPE_CHECKING:
+    from engine.checkpoint import Checkpoint
+
+HF_HINT = 'the block family (DiffusionGemma) runs on transformers: pip install "dg-lsp[hf]"'
+
+GEMMA_CHAT_TEMPLATE = (
+    "<bos><|turn>user\n"
+    "Fill in the code at <MISSING>. Reply with the missing code only, exactly as it "
+    "belongs at that spot, without the code around it and without markdown.\n\n"
+    "{prefix}<MISSING>{suffix}<turn|>\n"
+    "<|turn>model\n"
+)
+FIM_TEMPLATE = "<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>"
+PLAIN_TEMPLATE = (
+    "Fill in the code at <MISSING>. Reply with the missing code only.\n\n"
+    "{prefix}<MISSING>{suffix}\n\nMissing code:\n"
+)
+
+# generate()'s global defaults (DiffusionGemmaGenerationConfig._get_default_generation_params),
+# used where the checkpoint's generation_config.json is silent.
+DEFAULT_MAX_STEPS = 48
+DEFAULT_ENTROPY_BOUND = 0.1
+DEFAULT_T_MIN = 0.4
+DEFAULT_T_MAX = 0.8
+DEFAULT_STABILITY = 1
+DEFAULT_CONFIDENCE = 0.005
+
+
+def _transformers() -> Any:
+    try:
+        import transformers
+    except ImportError as e:
+        raise ImportError(HF_HINT) from e
+    if not hasattr(transformers, "DiffusionGemmaForBlockDiffusion"):
+        raise ImportError(f"transformers {transformers.__version__} has no DiffusionGemma "
+                          f"(it arrived in 5.12); {HF_HINT}")
+    return transformers
+
+
+def load_block_model(ckpt: Checkpoint, device: str = "auto", dtype: str = "auto") -> Any:
+    """`DiffusionGemmaForBlockDiffusion` from the checkpoint folder, on device/dtype, in eval mode.
+
+    Safetensors only, local files only, no remote code.
+    """
+    from engine.checkpoint import resolve_device, resolve_dtype, weight_files
+
+    tf = _transformers()
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    weight_files(ckpt.path)  # refuses pickle-only folders with the reason, before transformers
+    try:
+        model = tf.DiffusionGemmaForBlockDiffusion.from_pretrained(
+            str(ckpt.path), dtype=dt, device_map=str(dev), use_safetensors=True,
+            local_files_only=True, trust_remote_code=False,
+        )
+    except (OSError, ValueError, RuntimeError) as e:
+        raise CheckpointError(f"{ckpt.path}: cannot load DiffusionGemma weights ({e})") from e
+    return model.eval()
+
+
+# ---------------------------------------------------------------------------------------------
+# The prompt
+
+
+def fim_template(ckpt: Checkpoint, template: str | None = None) -> str:
+    """The FIM request template for this checkpoint (see the module docstring for the order)."""
+    if template is not None:
+        return template
+    configured = (ckpt.generation_config or {}).get("fim_template")
+    if isinstance(configured, str):
+        return configured
+    tok = ckpt.tokenizer
+    if tok.token_id("<|turn>") is not None and tok.token_id("<turn|>") is not None:
+        return GEMMA_CHAT_TEMPLATE
+    if all(tok.token_id(t) is not None for t in ("<|fim_prefix|>", "<|fim_suffix|>",
+                                                   "<|fim_middle|>")):
+        return FIM_TEMPLATE
+    return PLAIN_TEMPLATE
+
+
+def fim_prompt_ids(
+    ckpt: Checkpoint, prefix_ids: Sequence[int], suffix_ids: Sequence[int],
+    template: str | None = None,
+) -> list[int]:
+    """Prompt token ids: the template's text encoded, prefix and suffix ids spliced in."""
+    text = fim_template(ckpt, template)
+    if text.count("{prefix}") != 1 or text.count("{suffix}") != 1:
+        raise ValueError("a FIM template holds {prefix} and {suffix} exactly once each")
+    ids: list[int] = []
+    rest = text
+    while rest:
+        cut = min((i for i in (rest.find("{prefix}"), rest.find("{suffix}")) if i >= 0),
+                  default=len(rest))
+        ids += ckpt.tokenizer.encode(rest[:cut]) if cut else []
+        if cut == len(rest):
+            break
+        slot = rest[cut:cut + 8]
+        ids += list(prefix_ids if slot == "{prefix}" else suffix_ids)
+        rest = rest[cut + 8:]
+    return ids
+
+
+# ---------------------------------------------------------------------------------------------
+# Sampler settings
+
+
+@dataclass
+class BlockSettings:
+    max_steps: int
+    entropy_bound: float
+    t_min: float
+    t_max: float
+    stability: int  # steps the argmax canvas must stay unchanged to stop early
+    confidence: float  # ... while the mean entropy is below this
+    eos_ids: list[int]
+    pad_id: int | None
+    eos_penalty: float
+    seed: int
+
+
+def _ids(value: Any) -> list[int]:
+    if value is None:
+        return []
+    return [int(v) for v in value] if isinstance(value, list) else [int(value)]
+
+
+def block_settings(ckpt: Checkpoint, settings: SamplerSettings) -> BlockSettings:
+    """The checkpoint's generation config, overridden where `settings` says so.
+
+    The family has one sampler (entropy bound) and one temperature schedule (linear from t_max
+    to t_min). `settings.gamma` replaces the bound when `settings.sampler == "entropy"`,
+    `settings.max_steps` the step limit; `settings.temperature` and `threshold`/`k` do not
+    apply.
+    """
+    gen = ckpt.generation_config or {}
+    text_config = ckpt.raw_config.get("text_config") or {}
+    sampler_config = gen.get("sampler_config") or {}
+    bound = float(sampler_config.get("entropy_bound", DEFAULT_ENTROPY_BOUND))
+    if settings.sampler == "entropy":
+        bound = settings.gamma
+    eos = gen.get("eos_token_id", text_config.get("eos_token_id", ckpt.config.eos_token_id))
+    pad = gen.get("pad_token_id", text_config.get("pad_token_id", ckpt.config.pad_token_id))
+    return BlockSettings(
+        max_steps=settings.max_steps or int(gen.get("max_denoising_steps") or DEFAULT_MAX_STEPS),
+        entropy_bound=bound,
+        t_min=float(gen.get("t_min", DEFAULT_T_MIN)),
+        t_max=float(gen.get("t_max", DEFAULT_T_MAX)),
+        stability=int(gen.get("stability_threshold", DEFAULT_STABILITY)),
+        confidence=float(gen.get("confidence_threshold", DEFAULT_CONFIDENCE)),
+        eos_ids=_ids(eos),
+        pad_id=None if pad is None else int(pad),
+        eos_penalty=settings.eos_penalty,
+        seed=settings.seed,
+    )
+
+
+def temperature(remaining: int, s: BlockSettings, device: torch.device | str = "cpu") -> Tensor:
+    """Linear schedule; `remaining` counts down from max_steps (first step) to 1 (last).
+
+    Computed in float32 on a tensor step, as the reference does, so the scaled logits agree
+    to the last bit.
+    """
+    step = torch.tensor(remaining, dtype=torch.int32, device=device)
+    return s.t_min + (s.t_max - s.t_min) * (step / s.max_steps)
+
+
+def entropy_bound_accept(entropy: Tensor, bound: float) -> Tensor:
+    """EB-sampler (arXiv 2505.24857): accept the k lowest-entropy positions while
+    sum(entropy) - max(entropy) <= bound. Bool mask shaped like `entropy` [B, L].
+
+    Written as the reference writes it (unstable sort included), so ties break the same way.
+    """
+    sorted_h, order = torch.sort(entropy, dim=-1, descending=False)
+    # Ascending order: the largest accepted entropy is the current one.
+    within = torch.cumsum(sorted_h, dim=-1) - sorted_h <= bound
+    return torch.scatter(torch.zeros_like(within), dim=-1, index=order, src=within)
+
+
+# ---------------------------------------------------------------------------------------------
+# The denoising loop
+
+
+def _text(ckpt: Checkpoint, ids: list[int], stop: set[int]) -> str:
+    cut = next((i for i, t in enumerate(ids) if t in stop), len(ids))
+    return ckpt.tokenizer.decode(ids[:cut])
+
+
+def _eos_to_pad(ids: list[int], s: BlockSettings) -> tuple[list[int], bool]:
+    """Tokens after the first EOS become pad (the EOS stays); True when there was an EOS."""
+    first = next((i for i, t in enumerate(ids) if t in s.eos_ids), None)
+    if first is None:
+        return ids, False
+    if s.pad_id is None:
+        return ids, True
+    return ids[:first + 1] + [s.pad_id] * (len(ids) - first - 1), True
+
+
+def denoise_block(
+    model: Any,
+    ckpt: Checkpoint,
+    prefix_ids: Sequence[int],
+    suffix_ids: Sequence[int],
+    max_tokens: int,
+    settings: SamplerSettings,
+    cancel: Callable[[], bool] | None = None,
+    start_ids: Sequence[int] | None = None,
+    pinned: Sequence[bool] | None = None,
+    template: str | None = None,
+) -> Iterator[Draft]:
+    """Fill the hole between prefix and suffix; one Draft per denoising step, then a final one.
+
+    A draft's `token_ids` are the hole so far: finished canvases, then the current canvas's
+    argmax (what it would commit now). `committed` counts finished tokens plus the positions
+    the sampler accepted this step. The final Draft (done=True) holds what `generate` returns
+    after the prompt, cut to `max_tokens`: tokens after the first EOS are pad, and
+    `committed / step` is generate's `tokens_per_forward` (non-pad tokens per decoder pass).
+
+    `start_ids` starts the canvas from existing text (rewrite); canvases are
+    `config.canvas_length` long and positions past `start_ids` start as noise. With `pinned`
+    (one flag per start token) only pinned positions keep their start token, now and at every
+    step; the others start as noise and are denoised (edit strength = share not pinned).
+    `cancel()` is checked before every step; a cancelled run ends with a done Draft whose
+    finish_reason is "cancelled".
+    """
+    tf = _transformers()
+    s = block_settings(ckpt, settings)
+    prompt = fim_prompt_ids(ckpt, prefix_ids, suffix_ids, template)
+    if not prompt:
+        raise ValueError("the prompt is empty")
+    if pinned is not None and (start_ids is None or len(pinned) != len(start_ids)):
+        raise ValueError("pinned needs start_ids and one flag per start token")
+
+    device = next(model.parameters()).device
+    canvas_len = int(model.config.canvas_length)
+    vocab = int(model.config.text_config.vocab_size)
+    embed_dtype = model.model.decoder.embed_tokens.weight.dtype
+    generator = torch.Generator(device=device).manual_seed(s.seed)
+    stop = set(s.eos_ids) | ({s.pad_id} if s.pad_id is not None else set())
+    start = list(start_ids or [])
+    flags = list(pinned) if pinned is not None else None
+
+    # The encoder's cache holds the prompt, then each finished canvas in turn.
+    cache = tf.DynamicCache(config=model.config.get_text_config(decoder=True))
+    to_encode = torch.tensor([prompt], dtype=torch.long, device=device)
+    seq_len = len(prompt)  # tokens in the cache once `to_encode` is in
+    done_ids: list[int] = []
+    forwards = 0
+
+    def draft(ids: list[int], committed: int, done: bool = False, reason: str = "") -> Draft:
+        ids = ids[:max_tokens]
+        return Draft(step=forwards, token_ids=ids, committed=min(committed, len(ids)),
+                     text=_text(ckpt, ids, stop), done=done, finish_reason=reason)
+
+    with torch.inference_mode():
+        for c in range(math.ceil(max_tokens / canvas_len)):
+            # Encode what the cache lacks: the prompt first, then the canvas just finished.
+            enc_pos = torch.arange(seq_len - to_encode.shape[1], seq_len, dtype=torch.int32,
+                                   device=device)[None]
+            seen = torch.ones((1, seq_len), dtype=torch.bool, device=device)
+            enc_masks = model.model.encoder.create_masks_for_generate(
+                config=model.config, inputs_embeds=torch.empty((1, to_encode.shape[1], 0),
+                                                               dtype=model.dtype, device=device),
+                attention_mask=seen, past_key_values=cache, position_ids=enc_pos)
+            model.model.encoder(input_ids=to_encode, attention_mask=enc_masks,
+                                past_key_values=cache, position_ids=enc_pos)
+
+            # generate() draws the noise canvas even when a start canvas is given: keep the
+            # random stream in step with it.
+            canvas = torch.randint(0, vocab, (1, canvas_len), generator=generator, device=device)
+            keep = torch.zeros((1, canvas_len), dtype=torch.bool, device=device)
+            piece = start[c * canvas_len:(c + 1) * canvas_len]
+            if piece:
+                piece_t = torch.tensor(piece, dtype=torch.long, device=device)
+                if flags is None:
+                    canvas[0, :len(piece)] = piece_t
+                else:
+                    keep[0, :len(piece)] = torch.tensor(
+                        flags[c * canvas_len:c * canvas_len + len(piece)], device=device)
+                    canvas[0, :len(piece)] = torch.where(keep[0, :len(piece)], piece_t,
+                                                         canvas[0, :len(piece)])
+            pinned_canvas = canvas.clone()
+            free = ~keep
+
+            dec_pos = torch.arange(seq_len, seq_len + canvas_len, dtype=torch.int32,
+                                   device=device)[None]
+            dec_masks = model.model.decoder.create_diffusion_decoder_attention_mask(
+                config=model.config, inputs_embeds=canvas[..., None], past_key_values=cache,
+                decoder_attention_mask=torch.ones((1, seq_len + canvas_len), dtype=torch.bool,
+                                                  device=device))
+            self_cond: Tensor | None = None  # the previous step's logits
+            argmax = canvas
+            history: list[Tensor] = []  # the last `stability` argmax canvases
+
+            for remaining in range(s.max_steps, 0, -1):
+                if cancel is not None and cancel():
+                    yield draft(done_ids + argmax[0].tolist(), len(done_ids), True, "cancelled")
+                    return
+                forwards += 1
+                logits = model(decoder_input_ids=canvas, self_conditioning_logits=self_cond,
+                               decoder_attention_mask=dec_masks, past_key_values=cache,
+                               decoder_position_ids=dec_pos).logits
+                if s.eos_penalty and s.eos_ids:
+                    logits[..., s.eos_ids] -= s.eos_penalty
+                logits = logits / temperature(remaining, s, device)
+
+                # Propose a token everywhere, accept the confident ones, renoise the rest.
+                probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+                proposal = torch.multinomial(probs.view(-1, vocab), 1, generator=generator)
+                proposal = proposal.view(1, canvas_len)
+                new_argmax = logits.argmax(dim=-1)
+                entropy = torch.distributions.Categorical(logits=logits).entropy()
+                if pinned is not None:
+                    # Pinned tokens are fixed: they cost none of the entropy budget.
+                    entropy = torch.where(free, entropy, torch.zeros_like(entropy))
+                accepted = entropy_bound_accept(entropy, s.entropy_bound)
+                canvas = torch.where(accepted, proposal, canvas)
+                noise = torch.randint(0, vocab, (1, canvas_len), generator=generator,
+                                      device=device)
+                canvas = torch.where(accepted, canvas, noise)
+                canvas = torch.where(free, canvas, pinned_canvas)
+                new_argmax = torch.where(free, new_argmax, pinned_canvas)
+
+                # Adaptive stop: argmax unchanged for `stability` steps and confident overall.
+                stable = len(history) == s.stability and all(
+                    torch.equal(h, new_argmax) for h in history)
+                history = (history + [new_argmax])[-s.stability:] if s.stability else []
+                if pinned is None:
+                    mean_entropy = entropy.mean(dim=-1)
+                else:
+                    mean_entropy = entropy.sum(dim=-1) / free.sum(dim=-1).clamp_min(1)
+                confident = bool(mean_entropy < s.confidence)
+                argmax = new_argmax
+                self_cond = logits.to(embed_dtype)
+
+                committed = len(done_ids) + int((accepted & free).sum()) + int(keep.sum())
+                yield draft(done_ids + argmax[0].tolist(), committed)
+                if stable and confident:
+                    break
+
+            ids, ended = _eos_to_pad(argmax[0].tolist(), s)
+            done_ids += ids
+            if ended:
+                break
+            to_encode = torch.tensor([ids], dtype=torch.long, device=device)
+            seq_len += canvas_len
+
+    final = done_ids[:max_tokens]
+    non_pad = sum(1 for t in final if t != s.pad_id)
+    yield draft(final, non_pad, True, "stop" if any(t in stop for t in final) else "length")
