@@ -29,6 +29,7 @@ class Draft:
     committed: int  # hole positions committed so far
     text: str  # the committed text up to the first gap or stop token
     done: bool = False
+    finish_reason: str = ""  # set on the last Draft: "stop", "length" or "cancelled"
 
 
 @dataclass

@@ -1,0 +1,114 @@
+"""The autoregressive baseline: fill the hole one token per forward pass.
+
+A causal model trained with fill-in-the-middle reads the PSM prompt
+
+    <|fim_prefix|> prefix <|fim_suffix|> suffix <|fim_middle|>
+
+and writes the middle until EOS. The prompt runs once; every later step runs only the newest
+token against the keys/values cached so far. It yields the same Drafts as the diffusion loop
+(one committed token per step), so benchmarks compare both families through one API.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import torch
+
+from engine.canvas import Canvas, VocabText, completion_text
+from engine.config import ModelConfig
+from engine.models.transformer import LayerKV, Transformer
+from engine.tokenizer import EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, Tokenizer
+from engine.types import Draft
+
+FIM_TOKENS = 3  # prompt tokens the PSM template adds around prefix and suffix
+
+
+def fim_prompt(tokenizer: Tokenizer, canvas: Canvas) -> list[int]:
+    """PSM prompt ids for the context of `canvas` (its hole is not part of the prompt)."""
+    ids = [tokenizer.token_id(t) for t in (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)]
+    if any(i is None for i in ids):
+        raise ValueError("the tokenizer has no fill-in-the-middle tokens "
+                         f"({FIM_PREFIX}, {FIM_SUFFIX}, {FIM_MIDDLE})")
+    prefix, suffix = canvas.context_ids
+    return [ids[0], *prefix, ids[1], *suffix, ids[2]]
+
+
+def ar_stop_ids(config: ModelConfig, tokenizer: Tokenizer) -> set[int]:
+    eos = tokenizer.token_id(EOS)
+    return config.stop_token_ids | ({eos} if eos is not None else set())
+
+
+def decode_ar(
+    model: Transformer,
+    config: ModelConfig,
+    tokenizer: Tokenizer,
+    canvas: Canvas,
+    max_tokens: int,
+    *,
+    stop_early: bool = True,
+    vocab: VocabText | None = None,
+    cancel: Callable[[], bool] | None = None,
+    timings: dict[str, float] | None = None,
+) -> Iterator[Draft]:
+    """Greedy KV-cached decoding of the middle; a Draft per token, the last with done=True.
+
+    With `stop_early=False` stop tokens are forbidden and exactly `max_tokens` are written.
+    """
+    device = next(model.parameters()).device
+    timings = {} if timings is None else timings
+    timings.setdefault("forward", 0.0)
+    stop_ids = ar_stop_ids(config, tokenizer)
+    banned = torch.zeros(model.cfg.vocab_size, dtype=torch.bool, device=device)
+    banned[[i for i in (config.mask_token_id,) if i is not None]] = True
+    if not stop_early:
+        banned[sorted(stop_ids)] = True
+    heal_banned = None
+    if canvas.heal_text:
+        if vocab is None:
+            raise ValueError("a healed canvas needs the vocabulary to constrain the hole")
+        heal_banned = torch.ones_like(banned)
+        heal_banned[vocab.ids_starting_with(canvas.heal_text)] = False
+
+    prompt = torch.tensor(fim_prompt(tokenizer, canvas), device=device)
+    out: list[int] = []
+    steps = 0
+    past: list[LayerKV] | None = None
+    next_input, positions = prompt[None], torch.arange(len(prompt), device=device)[None]
+
+    def draft(done: bool, reason: str = "") -> Draft:
+        text = completion_text(canvas, tokenizer.decode(out))
+        return Draft(step=steps, token_ids=list(out), committed=len(out), text=text,
+                     done=done, finish_reason=reason)
+
+    while True:
+        if cancel is not None and cancel():
+            yield draft(True, "cancelled")
+            return
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            past_positions = None if past is None else torch.arange(
+                positions[0, 0].item(), device=device)[None]
+            logits, kv = model(next_input, positions, past, past_positions)
+            past = kv if past is None else [
+                LayerKV(torch.cat([p.k, n.k], 2), torch.cat([p.v, n.v], 2))
+                for p, n in zip(past, kv, strict=True)
+            ]
+            last = logits[0, -1].float()
+            last[banned] = float("-inf")
+            if heal_banned is not None and not out:
+                last[heal_banned] = float("-inf")
+            token = int(last.argmax())
+        timings["forward"] += time.perf_counter() - t0
+        steps += 1
+        if token in stop_ids:
+            yield draft(True, "stop")
+            return
+        out.append(token)
+        if len(out) >= max_tokens:
+            yield draft(True, "length")
+            return
+        yield draft(False)
+        next_input = torch.tensor([[token]], device=device)
+        positions = torch.tensor([[len(prompt) + len(out) - 1]], device=device)

@@ -1,0 +1,252 @@
+"""The denoising loop, the AR baseline and the Engine API on tiny models.
+
+Two kinds of model:
+- the tiny random checkpoints (conftest), loaded through `Engine.load`, for determinism,
+  cache equivalence and the AR decoder against a naive loop;
+- a "bigram" Transformer built here: every layer's output projection is zero, so the residual
+  stream is the token embedding and, with Dream's shifted logits, the token at p is predicted
+  from the token at p-1 alone. Its embedding and head are set so chosen tokens follow each
+  other with near certainty and every other token predicts a uniform distribution. That makes
+  the exact steps, commits and stop behaviour of the loop predictable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine import Engine
+from engine.ar import fim_prompt
+from engine.canvas import layout
+from engine.config import ModelConfig
+from engine.denoise import ContextCache, hole_logits, live_span
+from engine.models.transformer import Transformer
+from engine.tokenizer import EOS, MASK, PAD, Tokenizer
+from engine.types import SamplerSettings
+from tests.tiny_checkpoints import EXPAND, tiny_tokenizer
+
+PREFIX = "def fib(n):"  # ends in '):', which heals to nothing (no longer token starts with it)
+SUFFIX = "\n\nprint(fib(3))\n"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread() -> Iterator[None]:
+    # Tiny models on a shared 2-core machine: a second intra-op thread only adds contention.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def dream(dream_ckpt: Path) -> Engine:
+    return Engine.load(str(dream_ckpt), device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def llada(llada_ckpt: Path) -> Engine:
+    return Engine.load(str(llada_ckpt), device="cpu", dtype="float32")
+
+
+def bigram_engine(chain: dict[str, str], expand: bool = False) -> Engine:
+    """A masked-family engine whose hole token at p follows from the token at p-1 by `chain`.
+
+    Keys and values are token texts; the value EOS or EXPAND names those special tokens.
+    """
+    tok = Tokenizer(tiny_tokenizer(expand_token=expand))
+    ids = {text: tok.token_id(text) if text in (EOS, EXPAND) else _single(tok, text)
+           for pair in chain.items() for text in pair}
+    eos = tok.token_id(EOS)
+    cfg = ModelConfig(
+        family="masked", layout="dream", vocab_size=tok.vocab_size, hidden_size=32,
+        intermediate_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8,
+        mask_token_id=tok.token_id(MASK), eos_token_id=eos, pad_token_id=eos, bos_token_id=eos,
+        expand_token_id=tok.token_id(EXPAND) if expand else None,
+    )
+    torch.manual_seed(0)
+    model = Transformer(cfg)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        emb, head = model.model.embed_tokens.weight, model.lm_head.weight
+        emb[:, : len(chain)] = 0.0
+        head.zero_()
+        for dim, (src, dst) in enumerate(chain.items()):
+            emb[ids[src], dim] = 4.0
+            head[ids[dst], dim] = 10.0
+    return Engine(model, tok)
+
+
+def _single(tok: Tokenizer, text: str) -> int:
+    ids = tok.encode(text)
+    assert len(ids) == 1, f"{text!r} is not one token"
+    return ids[0]
+
+
+def test_stop_token_ends_the_completion_and_pads_the_rest() -> None:
+    eng = bigram_engine({"):": "return", "return": " n", " n": EOS})
+    drafts = list(eng.infill_stream(PREFIX, SUFFIX, max_tokens=6))
+    ret, n, eos = _single(eng.tokenizer, "return"), _single(eng.tokenizer, " n"), 0
+    mask = eng.config.mask_token_id
+    # One confident position per step, left to right; the stop token pads the rest at once.
+    assert [d.token_ids for d in drafts] == [
+        [ret, mask, mask, mask, mask, mask],
+        [ret, n, mask, mask, mask, mask],
+        [ret, n, eos, eos, eos, eos],
+    ]
+    assert [(d.step, d.committed, d.text, d.done) for d in drafts] == [
+        (1, 1, "return", False), (2, 2, "return n", False), (3, 6, "return n", True)]
+    res = eng.infill(PREFIX, SUFFIX, max_tokens=6)
+    assert (res.text, res.token_ids, res.steps, res.tokens) == ("return n", [ret, n], 3, 2)
+    assert res.tokens_per_step == pytest.approx(2 / 3)
+    assert res.finish_reason == "stop"
+    assert set(res.timings) >= {"tokenize", "forward", "sample", "total"}
+
+
+def test_oracle_length_forbids_stop_tokens_and_fills_the_hole() -> None:
+    eng = bigram_engine({"):": "return", "return": " n", " n": EOS})
+    res = eng.infill(PREFIX, SUFFIX, max_tokens=4, stop_early=False)
+    ret, n, pad = (_single(eng.tokenizer, "return"), _single(eng.tokenizer, " n"),
+                   eng.tokenizer.token_id(PAD))
+    # After ' n' EOS is forbidden; every other token is equally likely and the tie goes to the
+    # lowest allowed id, <|pad|> (not a stop token of this config).
+    assert res.token_ids == [ret, n, pad, pad]
+    assert (res.steps, res.tokens, res.finish_reason) == (4, 4, "length")
+
+
+def test_token_healing_constrains_the_first_token_and_strips_the_healed_text() -> None:
+    # The prefix ends in 'sel', healed away; ' ' now predicts the hole's first token, and of
+    # the tokens starting with 'sel' the model prefers 'self'.
+    eng = bigram_engine({" ": "self", "self": ".", ".": EOS})
+    res = eng.infill("x = sel", "", max_tokens=4)
+    assert (res.text, res.finish_reason) == ("f.", "stop")
+    # With no preference among the allowed tokens the lowest id, 'sel', is taken, and the
+    # model continues from it: the same text by another split.
+    eng = bigram_engine({"sel": "f", "f": EOS})
+    assert eng.infill("x = sel", "", max_tokens=4).text == "f"
+
+
+def test_cache_refresh_above_one_reuses_context_and_reports(dream: Engine) -> None:
+    eng = bigram_engine({"):": "return", "return": " n", " n": EOS})
+    # Attention adds nothing in the bigram model, so a stale cache changes nothing here.
+    assert eng.infill(PREFIX, SUFFIX, max_tokens=6, cache_refresh=4).text == "return n"
+    res = dream.infill(PREFIX, SUFFIX, max_tokens=6, sampler="topk", k=1, cache_refresh=3,
+                       stop_early=False)
+    assert (res.steps, res.tokens, res.finish_reason) == (6, 6, "length")
+    assert res.tokens_per_step == 1.0
+
+
+def test_dreamon_expand_splits_a_mask_while_there_is_room() -> None:
+    eng = bigram_engine({"):": "return", "return": EXPAND}, expand=True)
+    pad = eng.tokenizer.token_id(PAD)
+    ret = _single(eng.tokenizer, "return")
+    prefix_len = len(eng.tokenizer.encode(PREFIX))
+    # Canvas: prefix + 2 masks; room for one more token, so one expansion.
+    # The EOS penalty keeps the uniform ties off EOS (which would delete the slot).
+    drafts = list(eng.infill_stream(PREFIX, "", max_tokens=2, canvas_length=prefix_len + 3,
+                                    eos_penalty=1.0))
+    mask = eng.config.mask_token_id
+    assert [d.token_ids for d in drafts] == [
+        [ret, mask],
+        [ret, mask, mask],  # 'return' → expand: the slot became two masks
+        [ret, pad, mask],  # no room: expand is forbidden, the uniform tie goes to <|pad|>
+        [ret, pad, pad],
+    ]
+    assert drafts[-1].done and drafts[-1].finish_reason == "length"
+
+
+def test_dreamon_stop_token_deletes_its_slot() -> None:
+    eng = bigram_engine({"):": "return", "return": EOS}, expand=True)
+    res = eng.infill(PREFIX, "", max_tokens=2)
+    assert (res.text, res.steps, res.finish_reason) == ("return", 2, "stop")
+
+
+def _naive_greedy(eng: Engine, prefix: str, suffix: str, n: int) -> list[int]:
+    """Low-confidence remasking, one token per step, full forward every step: the reference."""
+    canvas = layout(eng.tokenizer, eng.config, prefix, suffix, n, vocab=eng.vocab)
+    x = torch.tensor(canvas.ids)
+    s, e = canvas.hole_start, canvas.hole_end
+    banned = [eng.config.mask_token_id, *eng.config.stop_token_ids]
+    while (x[s:e] == eng.config.mask_token_id).any():
+        logits = eng.forward_logits(x[None])[0, s:e].float()
+        logits[:, banned] = float("-inf")
+        conf, tokens = torch.softmax(logits, -1).max(-1)
+        conf[x[s:e] != eng.config.mask_token_id] = -1.0
+        best = int(conf.argmax())
+        x[s + best] = tokens[best]
+    return x[s:e].tolist()
+
+
+@pytest.mark.parametrize("family", ["dream", "llada"])
+def test_denoise_matches_a_naive_loop_token_for_token(
+    family: str, request: pytest.FixtureRequest
+) -> None:
+    eng: Engine = request.getfixturevalue(family)
+    res = eng.infill(PREFIX, SUFFIX, max_tokens=5, sampler="topk", k=1, stop_early=False,
+                     cache_refresh=1)
+    assert res.token_ids == _naive_greedy(eng, PREFIX, SUFFIX, 5)
+    assert res.steps == 5
+
+
+@pytest.mark.parametrize("family", ["dream", "llada"])
+@pytest.mark.parametrize("hole_at_start", [False, True])
+def test_cached_step_on_a_fresh_cache_equals_the_full_pass(
+    family: str, hole_at_start: bool, request: pytest.FixtureRequest
+) -> None:
+    eng: Engine = request.getfixturevalue(family)
+    prefix = "" if hole_at_start else PREFIX
+    canvas = layout(eng.tokenizer, eng.config, prefix, SUFFIX, 4, vocab=eng.vocab)
+    x = torch.tensor(canvas.ids)
+    x[canvas.hole_start + 1] = eng.tokenizer.encode("x")[0]  # a committed token in the hole
+    hole = (canvas.hole_start, canvas.hole_end)
+    with torch.inference_mode():
+        full, kv = hole_logits(eng.model, x, hole, None)
+        span = live_span(*hole, eng.config.shift_logits)
+        cached, _ = hole_logits(eng.model, x, hole, ContextCache(kv, span, x.shape[0]))
+    torch.testing.assert_close(cached, full, rtol=1e-5, atol=1e-5)
+    expected = eng.forward_logits(x[None])[0, hole[0] : hole[1]]
+    torch.testing.assert_close(full, expected, rtol=0, atol=0)
+
+
+def test_sampling_is_deterministic_under_a_seed(dream: Engine) -> None:
+    kwargs = dict(max_tokens=6, temperature=1.0, sampler="entropy", gamma=0.5)
+    a = dream.infill(PREFIX, SUFFIX, seed=3, **kwargs)
+    b = dream.infill(PREFIX, SUFFIX, seed=3, **kwargs)
+    assert (a.token_ids, a.steps) == (b.token_ids, b.steps)
+    settings = SamplerSettings(sampler="entropy", gamma=0.5, temperature=1.0, seed=3)
+    c = dream.infill(PREFIX, SUFFIX, max_tokens=6, settings=settings)
+    assert (c.token_ids, c.steps) == (a.token_ids, a.steps)
+
+
+def test_cancel_is_checked_between_steps(dream: Engine) -> None:
+    calls = []
+
+    def cancel() -> bool:
+        calls.append(1)
+        return len(calls) > 2
+
+    drafts = list(dream.infill_stream(PREFIX, SUFFIX, max_tokens=8, sampler="topk", k=1,
+                                      stop_early=False, cancel=cancel))
+    assert [d.step for d in drafts] == [1, 2, 2]
+    assert drafts[-1].done and drafts[-1].finish_reason == "cancelled"
+    assert drafts[-1].committed == 2
+
+
+def test_ar_decoding_matches_a_naive_greedy_loop(ar_ckpt: Path) -> None:
+    eng = Engine.load(str(ar_ckpt), device="cpu", dtype="float32")
+    res = eng.infill(PREFIX, SUFFIX, max_tokens=6, stop_early=False)
+    canvas = layout(eng.tokenizer, eng.config, PREFIX, SUFFIX, 6, vocab=eng.vocab)
+    ids = fim_prompt(eng.tokenizer, canvas)
+    banned = [eng.config.mask_token_id, *eng.config.stop_token_ids]
+    out = []
+    for _ in range(6):
+        logits = eng.forward_logits(torch.tensor([ids + out]))[0, -1]
+        logits[banned] = float("-inf")
+        out.append(int(logits.argmax()))
+    assert res.token_ids == out
+    assert (res.steps, res.tokens, res.finish_reason) == (6, 6, "length")
+    assert res.text == eng.tokenizer.decode(out)
