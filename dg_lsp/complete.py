@@ -1,0 +1,89 @@
+"""`dg-lsp complete FILE:LINE:COL`: print the suggestion an editor would show at that cursor.
+
+LINE and COL are 1-based, COL counted in characters. The completion goes through the same
+pipeline as the language server's, with the engine in this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from dg_lsp.languages import language_for
+from dg_lsp.pipeline import Completion, CompletionRequest, Pipeline
+from dg_lsp.settings import Settings
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("complete", help="print the completion at FILE:LINE:COL")
+    parser.add_argument("location", metavar="FILE:LINE:COL", help="1-based line and column")
+    parser.add_argument("--json", action="store_true", help="print text, range and stats")
+    parser.add_argument("--seed", type=int, default=None, help="sampler seed")
+    parser.add_argument("--model", default=None, help="checkpoint folder or hub id")
+    parser.add_argument("--device", default="auto")
+    parser.set_defaults(func=run)
+
+
+def parse_location(location: str) -> tuple[Path, int, int]:
+    """`path:line:col` (1-based) → (path, line, col); the path may itself contain colons."""
+    parts = location.rsplit(":", 2)
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        raise ValueError(f"expected FILE:LINE:COL, got {location!r}")
+    line, col = int(parts[1]), int(parts[2])
+    if line < 1 or col < 1:
+        raise ValueError(f"LINE and COL start at 1, got {line}:{col}")
+    return Path(parts[0]), line, col
+
+
+def cursor_offset(text: str, line: int, col: int) -> int:
+    """Character offset of 1-based (line, col); ValueError when it is outside the text."""
+    lines = text.split("\n")
+    if line > len(lines):
+        raise ValueError(f"line {line} is past the end of the file ({len(lines)} lines)")
+    if col > len(lines[line - 1]) + 1:
+        raise ValueError(f"column {col} is past the end of line {line} "
+                         f"({len(lines[line - 1])} characters)")
+    return sum(len(ln) + 1 for ln in lines[: line - 1]) + col - 1
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine import Engine
+
+    try:
+        path, line, col = parse_location(args.location)
+        text = path.read_text(encoding="utf-8")
+        offset = cursor_offset(text, line, col)
+    except (ValueError, OSError) as exc:
+        print(f"dg-lsp complete: {exc}", file=sys.stderr)
+        return 2
+    settings = Settings(model=args.model, device=args.device)
+    if args.seed is not None:
+        settings.sampler = dataclasses.replace(settings.sampler, seed=args.seed)
+    pipeline = Pipeline(Engine.load(args.model, device=args.device), settings)
+    request = CompletionRequest(text, offset, language_for(None, str(path)),
+                                path.resolve().as_uri())
+    completion = pipeline.complete(request)
+    if args.json:
+        print(json.dumps(_as_json(text, completion), ensure_ascii=False))
+    elif completion is not None:
+        print(completion.text)
+    if completion is None:
+        print("dg-lsp complete: no suggestion at this position", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _as_json(text: str, completion: Completion | None) -> dict:
+    if completion is None:
+        return {"text": None}
+
+    def position(offset: int) -> dict[str, int]:
+        line_start = text.rfind("\n", 0, offset) + 1
+        return {"line": text.count("\n", 0, offset) + 1, "column": offset - line_start + 1}
+
+    return {"text": completion.text,
+            "range": {"start": position(completion.start), "end": position(completion.end)},
+            "kind": completion.kind, "steps": completion.steps}

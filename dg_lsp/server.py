@@ -1,0 +1,329 @@
+"""The language server: LSP over stdio or TCP, completions from the diffusion engine.
+
+Both `textDocument/inlineCompletion` (ghost text) and `textDocument/completion` (one menu item
+with a TextEdit, for Helix and older clients) run the same `Pipeline`. Handlers are `async`:
+each denoising step runs on the engine's single worker thread and is awaited, so
+`$/cancelRequest`, or a newer request for the same document, stops a completion at the next
+step boundary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol, lsp_method
+from pygls.workspace import TextDocument
+
+from dg_lsp import __version__
+from dg_lsp.cache import CompletionCache
+from dg_lsp.context import OtherDocument
+from dg_lsp.languages import language_for
+from dg_lsp.pipeline import Completion, CompletionBackend, CompletionRequest, Pipeline
+from dg_lsp.settings import Settings, parse_settings
+
+STATS_COMMAND = "dg-lsp.stats"
+MAX_OTHER_DOCUMENTS = 20
+# Typing these asks for a completion even in clients that only complete identifiers.
+TRIGGER_CHARACTERS = [".", "(", "[", "{", ",", " ", ":", "=", ">"]
+
+
+# Our choice among the encodings a client offers; UTF-16 when it offers none of them.
+PREFERRED_ENCODINGS = [types.PositionEncodingKind.Utf8, types.PositionEncodingKind.Utf16]
+
+
+class DgProtocol(LanguageServerProtocol):
+    @lsp_method(types.INITIALIZE)
+    def lsp_initialize(self, params: types.InitializeParams):
+        # pygls takes the client's first supported encoding; we want UTF-8 whenever offered.
+        general = params.capabilities.general
+        if general is not None and general.position_encodings:
+            offered = set(general.position_encodings)
+            general.position_encodings = [e for e in PREFERRED_ENCODINGS if e in offered] or None
+        return (yield from super().lsp_initialize(params))
+
+
+class DgLanguageServer(LanguageServer):
+    def __init__(self, backend: CompletionBackend | None = None) -> None:
+        super().__init__("dg-lsp", __version__, protocol_cls=DgProtocol)
+        self.settings = Settings()
+        self.cache = CompletionCache()
+        # The engine is not thread-safe: one worker runs every load and denoising step.
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dg-engine")
+        self._backend = backend
+        self._injected = backend is not None
+        self._loading: asyncio.Task | None = None
+        self._inflight: dict[str, asyncio.Task] = {}
+        self.stats = {"engineRequests": 0, "denoiseSteps": 0, "cacheHits": 0, "cancelled": 0}
+
+    # -- settings -------------------------------------------------------------------------
+
+    def apply_settings(self, raw: Any) -> None:
+        settings, errors = parse_settings(raw, self.settings)
+        if errors:
+            self.window_show_message(types.ShowMessageParams(
+                types.MessageType.Warning,
+                "dg-lsp: invalid settings, using defaults for: " + "; ".join(errors)))
+        if (settings.model, settings.device) != (self.settings.model, self.settings.device):
+            if not self._injected:
+                self._backend, self._loading = None, None
+        self.settings = settings
+        self.cache.clear()
+
+    # -- engine ---------------------------------------------------------------------------
+
+    async def backend(self) -> CompletionBackend | None:
+        """The engine, loaded on first use; None while it cannot be loaded."""
+        if self._backend is not None:
+            return self._backend
+        if self._loading is None:
+            self._loading = asyncio.ensure_future(self._load())
+        return await asyncio.shield(self._loading)
+
+    async def _load(self) -> CompletionBackend | None:
+        from engine import Engine
+
+        token = str(uuid.uuid4())
+        progress = self._client_has_progress()
+        if progress:
+            await self.work_done_progress.create_async(token)
+            self.work_done_progress.begin(token, types.WorkDoneProgressBegin(
+                title="dg-lsp", message=f"loading {self.settings.model or 'bundled model'}"))
+        try:
+            loop = asyncio.get_running_loop()
+            engine = await loop.run_in_executor(
+                self.executor, Engine.load, self.settings.model, self.settings.device)
+        except Exception as exc:  # a missing or broken checkpoint must not kill the server
+            self.log(f"model failed to load: {exc}", types.MessageType.Error)
+            self.window_show_message(types.ShowMessageParams(
+                types.MessageType.Error, f"dg-lsp: cannot load the model: {exc}"))
+            self._loading = None
+            return None
+        finally:
+            if progress:
+                self.work_done_progress.end(token, types.WorkDoneProgressEnd(message="ready"))
+        self._backend = engine
+        self.log(f"model loaded: {self.settings.model or 'bundled'} on {engine.device}")
+        return engine
+
+    def _client_has_progress(self) -> bool:
+        caps = self.client_capabilities
+        return bool(caps and caps.window and caps.window.work_done_progress)
+
+    def log(self, message: str, kind: types.MessageType = types.MessageType.Log) -> None:
+        self.window_log_message(types.LogMessageParams(kind, message))
+
+    # -- completion -----------------------------------------------------------------------
+
+    async def complete(self, uri: str, position: types.Position) -> Completion | None:
+        """The pipeline's completion at an LSP position; None when there is nothing to show."""
+        request = self._request(uri, position)
+        if request is None:
+            return None
+        # A newer request for the same document makes the older one pointless.
+        previous = self._inflight.get(uri)
+        if previous is not None and not previous.done():
+            previous.cancel()
+        task = asyncio.current_task()
+        self._inflight[uri] = task
+        try:
+            if self.settings.debounce_ms:
+                await asyncio.sleep(self.settings.debounce_ms / 1000)
+            pipeline = Pipeline(_Counting(self), self.settings, self.cache)
+            hit = pipeline.cached(request)
+            if hit is not None:
+                self.stats["cacheHits"] += 1
+                return hit
+            if await self.backend() is None:
+                return None
+            return await pipeline.complete_async(request, self.executor)
+        except asyncio.CancelledError:
+            self.stats["cancelled"] += 1
+            raise
+        finally:
+            if self._inflight.get(uri) is task:
+                del self._inflight[uri]
+
+    def _request(self, uri: str, position: types.Position) -> CompletionRequest | None:
+        if uri not in self.workspace.text_documents:
+            self.log(f"completion for a document that is not open: {uri}")
+            return None
+        doc = self.workspace.get_text_document(uri)
+        if not self.settings.enabled(doc.language_id or ""):
+            return None
+        offset = offset_at(doc, position, self.position_encoding)
+        if offset is None:
+            self.log(f"position {position.line}:{position.character} is outside {uri}")
+            return None
+        text = doc.source
+        if "\x00" in text[max(0, offset - 4096):offset + 4096]:
+            return None  # a binary file: nothing a code model should continue
+        language = language_for(doc.language_id, uri)
+        others = [OtherDocument(_short_path(other.uri), other.source)
+                  for other in list(self.workspace.text_documents.values())[:MAX_OTHER_DOCUMENTS]
+                  if other.uri != uri and language_for(other.language_id, other.uri) == language]
+        return CompletionRequest(text, offset, language, uri, others)
+
+    @property
+    def position_encoding(self) -> types.PositionEncodingKind:
+        return self.workspace.position_encoding or types.PositionEncodingKind.Utf16
+
+    def lsp_range(self, uri: str, position: types.Position, completion: Completion) -> types.Range:
+        """The replaced range: from the cursor over what the completion re-types on its line."""
+        doc = self.workspace.get_text_document(uri)
+        line = doc.lines[position.line] if position.line < len(doc.lines) else ""
+        col = _char_column(line, position.character, self.position_encoding) or 0
+        replaced = line[col:col + completion.end - completion.start]
+        end = position.character + _units(replaced, self.position_encoding)
+        return types.Range(position, types.Position(position.line, end))
+
+
+class _Counting:
+    """The server's engine, counted: `dg-lsp.stats` reports engine calls and steps."""
+
+    def __init__(self, server: DgLanguageServer) -> None:
+        self.server = server
+
+    def infill_stream(self, prefix: str, suffix: str, max_tokens: int = 32, **kwargs: Any):
+        self.server.stats["engineRequests"] += 1
+        for draft in self.server._backend.infill_stream(prefix, suffix, max_tokens, **kwargs):
+            self.server.stats["denoiseSteps"] += 1
+            yield draft
+
+
+# -- positions --------------------------------------------------------------------------------
+
+
+def _units(text: str, encoding: str) -> int:
+    if encoding == types.PositionEncodingKind.Utf8:
+        return len(text.encode("utf-8"))
+    if encoding == types.PositionEncodingKind.Utf32:
+        return len(text)
+    return len(text.encode("utf-16-le")) // 2
+
+
+def _char_column(line: str, units: int, encoding: str) -> int | None:
+    """The character index `units` code units into `line`; None past its end."""
+    line = line.rstrip("\r\n")
+    count = 0
+    for i, ch in enumerate(line):
+        if count >= units:
+            return i if count == units else None
+        count += _units(ch, encoding)
+    return len(line) if count == units else None
+
+
+def offset_at(doc: TextDocument, position: types.Position, encoding: str) -> int | None:
+    """Character offset of an LSP position in `doc`, or None when it is outside the text."""
+    lines = doc.lines
+    if position.line < 0 or position.character < 0:
+        return None
+    if position.line >= len(lines):
+        # the empty line after a final newline is still a position in the file
+        ends_open = not lines or lines[-1].endswith("\n")
+        if position.line == len(lines) and position.character == 0 and ends_open:
+            return len(doc.source)
+        return None
+    col = _char_column(lines[position.line], position.character, encoding)
+    if col is None:
+        return None
+    return sum(len(line) for line in lines[: position.line]) + col
+
+
+def _short_path(uri: str) -> str:
+    return Path(unquote(urlparse(uri).path)).name or uri
+
+
+# -- LSP features -----------------------------------------------------------------------------
+
+
+def create_server(backend: CompletionBackend | None = None) -> DgLanguageServer:
+    server = DgLanguageServer(backend)
+
+    @server.feature(types.INITIALIZE)
+    def initialize(ls: DgLanguageServer, params: types.InitializeParams) -> None:
+        if params.initialization_options is not None:
+            ls.apply_settings(params.initialization_options)
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    def did_change_configuration(
+        ls: DgLanguageServer, params: types.DidChangeConfigurationParams
+    ) -> None:
+        ls.apply_settings(params.settings)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: DgLanguageServer, params: types.DidCloseTextDocumentParams) -> None:
+        ls.cache.clear(params.text_document.uri)
+
+    @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+    async def inline_completion(
+        ls: DgLanguageServer, params: types.InlineCompletionParams
+    ) -> types.InlineCompletionList | None:
+        uri, position = params.text_document.uri, params.position
+        completion = await ls.complete(uri, position)
+        if completion is None:
+            return types.InlineCompletionList(items=[])
+        item = types.InlineCompletionItem(
+            insert_text=completion.text, range=ls.lsp_range(uri, position, completion))
+        return types.InlineCompletionList(items=[item])
+
+    @server.feature(
+        types.TEXT_DOCUMENT_COMPLETION,
+        types.CompletionOptions(trigger_characters=TRIGGER_CHARACTERS, resolve_provider=False),
+    )
+    async def completion(
+        ls: DgLanguageServer, params: types.CompletionParams
+    ) -> types.CompletionList:
+        uri, position = params.text_document.uri, params.position
+        result = await ls.complete(uri, position)
+        # Incomplete: every keystroke asks again (a cache hit while typing through the text).
+        if result is None:
+            return types.CompletionList(is_incomplete=True, items=[])
+        edit = types.TextEdit(ls.lsp_range(uri, position, result), result.text)
+        label = result.text.strip().split("\n", 1)[0]
+        item = types.CompletionItem(
+            label=label, kind=types.CompletionItemKind.Text, text_edit=edit,
+            insert_text_format=types.InsertTextFormat.PlainText,
+            detail="dg-lsp", filter_text=result.text, sort_text="0")
+        return types.CompletionList(is_incomplete=True, items=[item])
+
+    @server.command(STATS_COMMAND)
+    def stats(ls: DgLanguageServer, *args: Any) -> dict[str, int]:
+        return dict(ls.stats)
+
+    return server
+
+
+# -- command line -----------------------------------------------------------------------------
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("serve", help="serve LSP on stdio (default) or TCP")
+    parser.add_argument("--tcp", metavar="HOST:PORT", help="listen on TCP instead of stdio")
+    parser.add_argument("--model", help="checkpoint folder or hub id (default: bundled model)")
+    parser.add_argument("--device", default=None, help="auto, cpu, cuda, cuda:N, mps")
+    parser.set_defaults(func=serve)
+
+
+def serve(args: argparse.Namespace) -> int:
+    server = create_server()
+    cli = {key: value for key, value in (("model", args.model), ("device", args.device)) if value}
+    if cli:
+        server.settings, errors = parse_settings(cli)
+        if errors:
+            raise SystemExit("dg-lsp: " + "; ".join(errors))
+    if args.tcp:
+        host, _, port = args.tcp.rpartition(":")
+        if not host or not port.isdigit():
+            raise SystemExit(f"dg-lsp: --tcp expects HOST:PORT, got {args.tcp!r}")
+        server.start_tcp(host, int(port))
+    else:
+        server.start_io()
+    return 0
