@@ -170,10 +170,15 @@ class Engine:
         if family == "ar":
             return layout(self.tokenizer, self.config, prefix, suffix, max_tokens,
                           canvas_length - FIM_TOKENS, vocab=self.vocab)
-        # The block family's sampler has no first-token constraint, so it is not healed.
-        vocab = None if family == "block" else self.vocab
+        if family == "block":
+            # The hole is denoised in canvases after the prompt, not inside it: the context
+            # gets the whole budget (the one-token hole is a placeholder). The prompt
+            # template brings its own BOS, and the block sampler has no first-token
+            # constraint, so the cursor's token is not healed.
+            return layout(self.tokenizer, self.config, prefix, suffix, 1, canvas_length + 1,
+                          bos=False)
         return layout(self.tokenizer, self.config, prefix, suffix, max_tokens, canvas_length,
-                      vocab=vocab)
+                      vocab=self.vocab)
 
     def _run(
         self,

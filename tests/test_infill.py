@@ -250,3 +250,28 @@ def test_ar_decoding_matches_a_naive_greedy_loop(ar_ckpt: Path) -> None:
     assert res.token_ids == out
     assert (res.steps, res.tokens, res.finish_reason) == (6, 6, "length")
     assert res.text == eng.tokenizer.decode(out)
+
+
+def test_block_family_is_served_through_the_same_api(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, "DiffusionGemmaForBlockDiffusion"):
+        pytest.skip("this transformers has no DiffusionGemma")
+    from engine.checkpoint import read_checkpoint
+    from engine.models.block import denoise_block
+    from tests.test_block import write_diffusion_gemma
+
+    ckpt = read_checkpoint(write_diffusion_gemma(tmp_path))
+    model = transformers.DiffusionGemmaForBlockDiffusion.from_pretrained(str(ckpt.path))
+    eng = Engine(model, ckpt.tokenizer, ckpt.config, checkpoint=ckpt)
+    prefix, suffix = "def fib(n):\r\n    return sel", "\r\n"
+    res = eng.infill(prefix, suffix, max_tokens=8, sampler="entropy", gamma=0.1, seed=5)
+    settings = SamplerSettings(sampler="entropy", gamma=0.1, seed=5)
+    # No BOS and no healing for this family; CRLF is laid out as LF.
+    prefix_ids = eng.tokenizer.encode("def fib(n):\n    return sel")
+    direct = list(denoise_block(eng.model, ckpt, prefix_ids, eng.tokenizer.encode("\n"), 8,
+                                settings))
+    last = direct[-1]
+    assert res.steps == last.step
+    assert res.text == last.text.replace("\n", "\r\n")
+    assert res.token_ids == eng._completion_ids(last)
+    assert res.finish_reason == last.finish_reason
