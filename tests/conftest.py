@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+# Servers and CLIs the tests start inherit this: tiny models gain nothing from intra-op
+# threads, and on a busy 2-core machine their spin-waits make forward passes erratic.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from tests.tiny_checkpoints import (
     write_dream_checkpoint,
@@ -29,3 +34,11 @@ def llada_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def ar_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Qwen2ForCausalLM layout: the autoregressive baseline."""
     return write_qwen2_ar_checkpoint(tmp_path_factory.mktemp("ar"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread() -> None:
+    # The same for this process, whose torch may already be imported.
+    import torch
+
+    torch.set_num_threads(1)

@@ -93,12 +93,13 @@ def load_block_model(ckpt: Checkpoint, device: str = "auto", dtype: str = "auto"
     weight_files(ckpt.path)  # refuses pickle-only folders with the reason, before transformers
     try:
         model = tf.DiffusionGemmaForBlockDiffusion.from_pretrained(
-            str(ckpt.path), dtype=dt, device_map=str(dev), use_safetensors=True,
+            str(ckpt.path), dtype=dt, use_safetensors=True,
             local_files_only=True, trust_remote_code=False,
         )
     except (OSError, ValueError, RuntimeError) as e:
         raise CheckpointError(f"{ckpt.path}: cannot load DiffusionGemma weights ({e})") from e
-    return model.eval()
+    # `device_map` would need accelerate; moving after loading needs nothing extra.
+    return model.to(dev).eval()
 
 
 # ---------------------------------------------------------------------------------------------
