@@ -112,10 +112,14 @@ def split_of(rel: str) -> str:
     return "val" if h % VAL_EVERY == 1 else "train"
 
 
+def _path_hash(file: tuple[str, str]) -> bytes:
+    return hashlib.sha1(file[0].encode()).digest()
+
+
 def _sample(files: list[tuple[str, str]], limit: int | None) -> Iterator[str]:
     """Texts for the BPE trainer: all of them, or a hash-ordered sample up to `limit` bytes."""
     total = 0
-    for _, text in sorted(files, key=lambda f: hashlib.sha1(f[0].encode()).digest()):
+    for _, text in sorted(files, key=_path_hash):
         if limit is not None and total >= limit:
             return
         total += len(text)
@@ -156,7 +160,7 @@ def build_corpus(
     if max_train_bytes is not None:
         kept, total = [], 0
         # A stable hash order keeps a capped corpus a fair sample of every package.
-        for rel, text in sorted(splits["train"], key=lambda f: hashlib.sha1(f[0].encode()).digest()):
+        for rel, text in sorted(splits["train"], key=_path_hash):
             if total + len(text) > max_train_bytes:
                 continue
             kept.append((rel, text))

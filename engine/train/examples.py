@@ -70,14 +70,16 @@ class ExampleMaker:
         max_hole = min(HOLE_BUCKETS[-1], L // 2)
         j = min(max(j, i), i + min(MAX_SPAN, max_hole - 1))
         span = j - i
-        b = min(bisect_left(HOLE_BUCKETS, span + 1) + int(rng.integers(0, 2)), len(HOLE_BUCKETS) - 1)
+        # The smallest bucket that fits the span and its EOS, or sometimes the next one up.
+        b = bisect_left(HOLE_BUCKETS, span + 1) + int(rng.integers(0, 2))
+        b = min(b, len(HOLE_BUCKETS) - 1)
         n = min(max(HOLE_BUCKETS[b], span + 1), max_hole)
         p_len = min(i - start, L - n - 8)
         s_len = L - p_len - n
         return self.tokens[i - p_len:i], self.tokens[i:j], self.tokens[j:j + s_len], n
 
     def masked_batch(self, rng: np.random.Generator, batch: int) -> tuple[np.ndarray, np.ndarray]:
-        """(targets, masked) of shape [batch, seq_len]; the model sees targets with masked → MASK."""
+        """(targets, masked), each [batch, seq_len]; the model sees masked positions as MASK."""
         L, ids = self.seq_len, self.ids
         targets = np.empty((batch, L), dtype=np.int64)
         maskable = np.zeros((batch, L), dtype=bool)

@@ -1,0 +1,100 @@
+"""The training pipeline on a toy corpus: corpus → tokenizer → train → checkpoint → infill."""
+
+from __future__ import annotations
+
+import json
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine import Engine
+from engine.tokenizer import FILE_SEP, Tokenizer
+from engine.train.corpus import build_corpus, deduplicate, split_of
+from engine.train.examples import ExampleMaker
+from engine.train.trainer import TrainConfig, Trainer, newline_table, special_ids
+
+TOY_SOURCE = Path(sysconfig.get_paths()["stdlib"]) / "json"
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("corpus")
+    build_corpus(out, [TOY_SOURCE], vocab_size=400)
+    return out
+
+
+def toy_config(corpus: Path, out: Path, objective: str) -> TrainConfig:
+    return TrainConfig(data=str(corpus), out=str(out), objective=objective, minutes=60,
+                       max_steps=80, hidden=32, layers=2, heads=4, kv_heads=2, ffn=64,
+                       seq_len=96, batch=8, lr=3e-3, warmup_steps=10, device="cpu",
+                       threads=1, save_every_minutes=60)
+
+
+def test_corpus_files_and_meta(corpus: Path) -> None:
+    meta = json.loads((corpus / "meta.json").read_text())
+    train = np.fromfile(corpus / "train.bin", dtype=np.uint16)
+    assert meta["train_tokens"] == train.size
+    tok = Tokenizer.from_file(corpus / "tokenizer.json")
+    # Files are joined by the separator token, one per training file.
+    assert int((train == tok.token_id(FILE_SEP)).sum()) == meta["train_files"]
+    listed = (corpus / "files.txt").read_text().split()
+    assert all(split_of(rel) == "train" for rel in listed)
+    # Indentation after a newline is one token, so lines start on token boundaries.
+    pieces = [tok.token_text(i) for i in tok.encode("x\n        y")]
+    assert pieces == ["x", "\n        ", "y"]
+
+
+def test_deduplicate_drops_exact_and_near_copies() -> None:
+    body = "".join(f"def f{i}(x):\n    return x + {i}\n" for i in range(40))
+    near = body.replace("return x + 7", "return x + 8")
+    kept = deduplicate([("a.py", body), ("b.py", body + "\n"), ("c.py", near),
+                        ("d.py", "print('other')\n")])
+    assert [rel for rel, _ in kept] == ["a.py", "d.py"]
+
+
+def test_masked_examples_hide_only_the_hole(corpus: Path) -> None:
+    tok = Tokenizer.from_file(corpus / "tokenizer.json")
+    ids = special_ids(tok)
+    maker = ExampleMaker(np.fromfile(corpus / "train.bin", dtype=np.uint16), newline_table(tok),
+                         ids, seq_len=96, uniform_fraction=0.0)
+    targets, masked = maker.masked_batch(np.random.default_rng(0), 16)
+    assert targets.shape == masked.shape == (16, 96)
+    for row, hidden in zip(targets, masked, strict=True):
+        eos = np.flatnonzero(row == ids.eos)
+        assert eos.size >= 1 and hidden.any()
+        hole = np.flatnonzero(hidden)
+        # Everything hidden lies inside one hole that ends in EOS and pad.
+        pads = np.flatnonzero(row == ids.pad)
+        if pads.size:
+            assert pads.min() > eos.min()
+        assert hole.max() <= (pads.max() if pads.size else eos.min())
+
+
+@pytest.mark.parametrize("objective", ["masked", "ar"])
+def test_training_lowers_loss_and_checkpoint_infills(corpus: Path, tmp_path: Path,
+                                                      objective: str) -> None:
+    trainer = Trainer(toy_config(corpus, tmp_path / "ckpt", objective))
+    before = trainer.heldout_loss(batches=2)
+    info = trainer.train()
+    assert info["steps"] == 80
+    assert info["heldout_loss"] < before - 0.5
+    cfg = json.loads((tmp_path / "ckpt" / "config.json").read_text())
+    assert cfg["model_type"] == ("Dream" if objective == "masked" else "qwen2")
+
+    engine = Engine.load(str(tmp_path / "ckpt"), device="cpu")
+    assert engine.config.family == objective
+    result = engine.infill("import json\n\ndef load(path):\n    ", "\n", max_tokens=8, seed=0)
+    assert 1 <= result.steps <= 8 and result.tokens <= 8
+    assert result.finish_reason in ("stop", "length")
+
+
+def test_training_resumes_from_saved_state(corpus: Path, tmp_path: Path) -> None:
+    cfg = toy_config(corpus, tmp_path / "ckpt", "masked")
+    cfg.max_steps = 20
+    Trainer(cfg).train()
+    cfg.max_steps = 30
+    resumed = Trainer(cfg)
+    assert resumed.step == 20
+    assert resumed.train()["steps"] == 30
