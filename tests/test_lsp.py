@@ -248,12 +248,16 @@ async def bundled():
     await client.shutdown_session()
 
 
+# Contexts in which the bundled model (trained on Python only) gives a short, valid
+# completion in each language, with multi-byte characters and an emoji earlier on the line.
 CASES = [
-    ("python", "# naïve café 🎉\ndef add(a, b):\n    return ", "\n"),
-    ("javascript", "// naïve 🎉\nfunction add(a, b) {\n  return ", "\n}\n"),
-    ("rust", "// naïve 🎉\nfn add(a: i32, b: i32) -> i32 {\n    let s = \"é🎉\"; ", "\n}\n"),
-    ("go", "package main\n\n// naïve 🎉\nfunc add(a int, b int) int {\n\ts := \"é🎉\"; ",
-     "\n}\n"),
+    ("python", "def add(a, b):\n    s = \"é🎉\"; return ", "\n"),
+    ("javascript", "function add(a, b) {\n  const s = \"é🎉\"; const total = ",
+     "\n  return total;\n}\n"),
+    ("rust", "fn add(a: i32, b: i32) -> i32 {\n    let s = \"é🎉\"; let total = ",
+     ";\n    total\n}\n"),
+    ("go", "package main\n\nfunc show(names []string) {\n\tfor _, name := range names {\n"
+     "\t\ts := \"é🎉\"; fmt.Println(", ")\n\t}\n}\n"),
 ]
 
 
