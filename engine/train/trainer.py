@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
+from engine.checkpoint import resolve_device
 from engine.config import ModelConfig
 from engine.models.transformer import Transformer
 from engine.tokenizer import EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, MASK, PAD, Tokenizer
@@ -215,12 +216,6 @@ def ar_loss(model: torch.nn.Module, tokens: torch.Tensor, keep: torch.Tensor) ->
     logits, _ = model(tokens[:, :-1])
     sel = keep[:, 1:]
     return F.cross_entropy(logits[sel].float(), tokens[:, 1:][sel])
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 class Trainer:
