@@ -30,6 +30,9 @@ from dg_lsp.pipeline import Completion, CompletionBackend, CompletionRequest, Pi
 from dg_lsp.settings import Settings, parse_settings
 
 STATS_COMMAND = "dg-lsp.stats"
+# Server → client notification {"state": "loading" | "ready" | "unavailable", "message": str}
+# for status bars; sent whenever the engine's state changes.
+ENGINE_STATE_NOTIFICATION = "dg-lsp/engineState"
 MAX_OTHER_DOCUMENTS = 20
 # Typing these asks for a completion even in clients that only complete identifiers.
 TRIGGER_CHARACTERS = [".", "(", "[", "{", ",", " ", ":", "=", ">"]
@@ -92,6 +95,7 @@ class DgLanguageServer(LanguageServer):
 
         token = str(uuid.uuid4())
         progress = self._client_has_progress()
+        self.engine_state("loading", f"loading {self.settings.model or 'bundled model'}")
         if progress:
             await self.work_done_progress.create_async(token)
             self.work_done_progress.begin(token, types.WorkDoneProgressBegin(
@@ -104,6 +108,7 @@ class DgLanguageServer(LanguageServer):
             self.log(f"model failed to load: {exc}", types.MessageType.Error)
             self.window_show_message(types.ShowMessageParams(
                 types.MessageType.Error, f"dg-lsp: cannot load the model: {exc}"))
+            self.engine_state("unavailable", f"cannot load the model: {exc}")
             self._loading = None
             return None
         finally:
@@ -111,7 +116,11 @@ class DgLanguageServer(LanguageServer):
                 self.work_done_progress.end(token, types.WorkDoneProgressEnd(message="ready"))
         self._backend = engine
         self.log(f"model loaded: {self.settings.model or 'bundled'} on {engine.device}")
+        self.engine_state("ready", f"{self.settings.model or 'bundled model'} on {engine.device}")
         return engine
+
+    def engine_state(self, state: str, message: str) -> None:
+        self.protocol.notify(ENGINE_STATE_NOTIFICATION, {"state": state, "message": message})
 
     def _client_has_progress(self) -> bool:
         caps = self.client_capabilities
