@@ -115,6 +115,131 @@ class _Hole:
         self.committed = torch.tensor(committed, dtype=torch.bool, device=device)
 
 
+class MaskedDenoiser:
+    """One hole being denoised, advanced one forward pass at a time.
+
+    `denoise` drives it alone; the resident engine's scheduler drives many at once and runs
+    their full passes as one padded batch (`step_input` / `hole_from_full` / `advance`).
+    """
+
+    def __init__(
+        self,
+        model: Transformer,
+        config: ModelConfig,
+        tokenizer: Tokenizer,
+        canvas: Canvas,
+        settings: SamplerSettings,
+        *,
+        stop_early: bool = True,
+        vocab: VocabText | None = None,
+        timings: dict[str, float] | None = None,
+    ) -> None:
+        if config.mask_token_id is None:
+            raise ValueError("the model has no mask token")
+        self.model, self.config, self.tokenizer, self.canvas = model, config, tokenizer, canvas
+        self.settings = settings
+        device = next(model.parameters()).device
+        self.device = device
+        self.timings = {} if timings is None else timings
+        self.timings.setdefault("forward", 0.0)
+        self.timings.setdefault("sample", 0.0)
+        self.stop_ids = config.stop_token_ids
+        pad = config.pad_token_id
+        self.pad_id = pad if pad is not None else config.eos_token_id
+        self.expand_id = config.expand_token_id
+        self.banned = [config.mask_token_id] + ([] if stop_early else sorted(self.stop_ids))
+        if self.expand_id is not None and not stop_early:
+            self.banned.append(self.expand_id)
+        self.heal_allowed = None
+        if canvas.heal_text:
+            if vocab is None:
+                raise ValueError("a healed canvas needs the vocabulary to constrain the hole")
+            self.heal_allowed = torch.zeros(model.cfg.vocab_size, dtype=torch.bool, device=device)
+            self.heal_allowed[vocab.ids_starting_with(canvas.heal_text)] = True
+        self.generator = torch.Generator(device=device).manual_seed(settings.seed)
+        self.refresh = max(1, settings.cache_refresh)
+        self.hole = _Hole(canvas, device)
+        self.cache: ContextCache | None = None
+        self.stale = True  # the cache no longer matches the canvas layout
+        self.stopped = False
+        self.steps = 0
+
+    @property
+    def done(self) -> bool:
+        return self.hole.n == 0 or not bool(self.hole.masked().any())
+
+    def draft(self, done: bool = False, reason: str = "") -> Draft:
+        tokens = self.hole.tokens()
+        committed = self.hole.committed.tolist()
+        upto = 0
+        while upto < len(tokens) and committed[upto] and tokens[upto] not in self.stop_ids:
+            upto += 1
+        text = completion_text(self.canvas, self.tokenizer.decode(tokens[:upto]))
+        return Draft(step=self.steps, token_ids=tokens, committed=sum(committed), text=text,
+                     done=done, finish_reason=reason)
+
+    def final(self, reason: str | None = None) -> Draft:
+        """The last Draft: `reason` given (cancelled), or how the hole ended."""
+        return self.draft(True, reason or ("stop" if self.stopped else "length"))
+
+    def full_pass_next(self) -> bool:
+        """Whether the next step runs the whole canvas (else only the live span, cached)."""
+        return self.refresh == 1 or self.stale or self.steps % self.refresh == 0
+
+    def hole_from_full(self, raw: Tensor, kv: list[LayerKV]) -> Tensor:
+        """Hole logits from a full pass's raw logits [1, S, V]; keeps the cache when R > 1."""
+        hole = self.hole
+        logits = shift_logits(raw)[0] if self.model.cfg.shift_logits else raw[0]
+        if self.refresh > 1:
+            span = live_span(hole.start, hole.end, self.model.cfg.shift_logits)
+            self.cache, self.stale = ContextCache(kv, span, hole.x.shape[0]), False
+        return logits[hole.start : hole.end]
+
+    def forward(self) -> Tensor:
+        """Run this hole's next forward pass alone; its hole logits [n, V]."""
+        with torch.inference_mode():
+            if self.full_pass_next():
+                raw, kv = self.model(self.hole.x[None])
+                return self.hole_from_full(raw, kv)
+            logits, _ = hole_logits(self.model, self.hole.x, (self.hole.start, self.hole.end),
+                                    self.cache)
+            return logits
+
+    def advance(self, logits: Tensor) -> Draft:
+        """Commit what the sampler picks from this step's hole logits; the new Draft."""
+        t1 = time.perf_counter()
+        hole, settings = self.hole, self.settings
+        self.steps += 1
+        masked = hole.masked()
+        max_steps = settings.max_steps
+        steps_left = None if max_steps is None else max(1, max_steps - self.steps + 1)
+        no_room = hole.x.shape[0] >= self.canvas.max_length or steps_left == 1
+        expand = self.expand_id is not None and no_room
+        step_banned = self.banned + ([self.expand_id] if expand else [])
+        logits = adjust_logits(logits.float(), self.stop_ids, settings.eos_penalty, step_banned)
+        if self.heal_allowed is not None and bool(masked[0]):
+            logits[0, ~self.heal_allowed] = float("-inf")
+        min_commit = 1
+        if steps_left is not None:
+            min_commit = math.ceil(int(masked.sum()) / steps_left)
+        commit, proposed = step(logits, masked, settings, self.generator, min_commit)
+        commit &= masked
+        region = hole.x[hole.start : hole.end]
+        region[commit] = proposed[commit]
+        hole.committed |= commit
+
+        if self.expand_id is not None:
+            resized, deleted = _edit_dreamon(hole, self.config, self.canvas.max_length,
+                                             self.config.mask_token_id)
+            self.stale, self.stopped = self.stale or resized, self.stopped or deleted
+        else:
+            self.stopped |= _stop_early(hole, self.stop_ids, self.pad_id)
+        _sync(self.device)
+        self.timings["sample"] += time.perf_counter() - t1
+        done = self.done
+        return self.draft(done, ("stop" if self.stopped else "length") if done else "")
+
+
 def denoise(
     model: Transformer,
     config: ModelConfig,
@@ -132,92 +257,22 @@ def denoise(
     `vocab` is needed when the canvas was healed (`canvas.heal_text`); `timings` collects
     seconds spent in "forward" and "sample".
     """
-    if config.mask_token_id is None:
-        raise ValueError("the model has no mask token")
-    device = next(model.parameters()).device
-    timings = {} if timings is None else timings
-    timings.setdefault("forward", 0.0)
-    timings.setdefault("sample", 0.0)
-    mask_id = config.mask_token_id
-    stop_ids = config.stop_token_ids
-    pad_id = config.pad_token_id if config.pad_token_id is not None else config.eos_token_id
-    expand_id = config.expand_token_id
-    banned = [mask_id] + ([] if stop_early else sorted(stop_ids))
-    if expand_id is not None and not stop_early:
-        banned.append(expand_id)
-    heal_allowed = None
-    if canvas.heal_text:
-        if vocab is None:
-            raise ValueError("a healed canvas needs the vocabulary to constrain the hole")
-        heal_allowed = torch.zeros(model.cfg.vocab_size, dtype=torch.bool, device=device)
-        heal_allowed[vocab.ids_starting_with(canvas.heal_text)] = True
-    generator = torch.Generator(device=device).manual_seed(settings.seed)
-    max_steps = settings.max_steps
-    refresh = max(1, settings.cache_refresh)
-
-    hole = _Hole(canvas, device)
-    cache: ContextCache | None = None
-    stale = True  # the cache no longer matches the canvas layout
-    stopped = False
-    steps = 0
-
-    def draft(done: bool, reason: str = "") -> Draft:
-        tokens = hole.tokens()
-        committed = hole.committed.tolist()
-        upto = 0
-        while upto < len(tokens) and committed[upto] and tokens[upto] not in stop_ids:
-            upto += 1
-        text = completion_text(canvas, tokenizer.decode(tokens[:upto]))
-        return Draft(step=steps, token_ids=tokens, committed=sum(committed), text=text,
-                     done=done, finish_reason=reason)
-
+    d = MaskedDenoiser(model, config, tokenizer, canvas, settings, stop_early=stop_early,
+                       vocab=vocab, timings=timings)
     while True:
-        if hole.n == 0 or not bool(hole.masked().any()):
-            yield draft(True, "stop" if stopped else "length")
+        if d.done:
+            yield d.final()
             return
         if cancel is not None and cancel():
-            yield draft(True, "cancelled")
+            yield d.final("cancelled")
             return
-
         t0 = time.perf_counter()
-        full = refresh == 1 or stale or steps % refresh == 0
-        with torch.inference_mode():
-            logits, kv = hole_logits(model, hole.x, (hole.start, hole.end), None if full else cache)
-            if full and refresh > 1:
-                span = live_span(hole.start, hole.end, model.cfg.shift_logits)
-                cache, stale = ContextCache(kv, span, hole.x.shape[0]), False
-        _sync(device)
-        t1 = time.perf_counter()
-        steps += 1
-
-        masked = hole.masked()
-        steps_left = None if max_steps is None else max(1, max_steps - steps + 1)
-        no_room = hole.x.shape[0] >= canvas.max_length or steps_left == 1
-        step_banned = banned + ([expand_id] if expand_id is not None and no_room else [])
-        logits = adjust_logits(logits.float(), stop_ids, settings.eos_penalty, step_banned)
-        if heal_allowed is not None and bool(masked[0]):
-            logits[0, ~heal_allowed] = float("-inf")
-        min_commit = 1
-        if steps_left is not None:
-            min_commit = math.ceil(int(masked.sum()) / steps_left)
-        commit, proposed = step(logits, masked, settings, generator, min_commit)
-        commit &= masked
-        region = hole.x[hole.start : hole.end]
-        region[commit] = proposed[commit]
-        hole.committed |= commit
-
-        if expand_id is not None:
-            resized, deleted = _edit_dreamon(hole, config, canvas.max_length, mask_id)
-            stale, stopped = stale or resized, stopped or deleted
-        else:
-            stopped |= _stop_early(hole, stop_ids, pad_id)
-        _sync(device)
-        timings["forward"] += t1 - t0
-        timings["sample"] += time.perf_counter() - t1
-
-        done = hole.n == 0 or not bool(hole.masked().any())
-        yield draft(done, ("stop" if stopped else "length") if done else "")
-        if done:
+        logits = d.forward()
+        _sync(d.device)
+        d.timings["forward"] += time.perf_counter() - t0
+        draft = d.advance(logits)
+        yield draft
+        if draft.done:
             return
 
 
