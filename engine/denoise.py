@@ -18,6 +18,13 @@ as the hole fills in, so it must be a query again; its key/value is left out of 
 it is not attended twice). The live span attends to the cached context, which went stale
 when the hole changed; every `cache_refresh` steps (R) a full pass refreshes it. R=1 is a
 full pass every step: exactly the uncached computation.
+
+Across requests (R > 1 only). Typing changes the canvas near the cursor; the prefix before it
+is mostly the same tokens as a moment ago. A `PrefixCache` keeps recent canvases' prefix
+keys/values keyed by token ids; a new request's first pass then runs only from the first
+token that differs and attends to the cached rest. For a bidirectional model those keys were
+computed beside an older hole and suffix, so this is the same approximation as R > 1 and the
+next refresh (full pass) corrects it.
 """
 
 from __future__ import annotations
@@ -46,6 +53,51 @@ class ContextCache:
         ctx = torch.cat([torch.arange(0, a, device=device), torch.arange(b, length, device=device)])
         self.past = [LayerKV(layer.k[:, :, ctx], layer.v[:, :, ctx]) for layer in kv]
         self.positions = ctx[None]
+
+
+class PrefixCache:
+    """Recent canvases' prefix keys/values by token ids: least recently used go first."""
+
+    MIN_REUSE = 16  # shorter shared prefixes are not worth a separate pass
+
+    def __init__(self, max_entries: int = 32, max_bytes: int = 256 << 20) -> None:
+        self.max_entries, self.max_bytes = max_entries, max_bytes
+        self.entries: list[tuple[list[int], list[LayerKV]]] = []  # most recent last
+        self.hits = self.misses = 0
+
+    def lookup(self, ids: list[int]) -> tuple[int, list[LayerKV] | None]:
+        """The longest cached prefix shared with `ids`: its length and its keys/values."""
+        best, best_i = 0, -1
+        for i, (cached, _) in enumerate(self.entries):
+            n = _common_prefix(cached, ids)
+            if n > best:
+                best, best_i = n, i
+        if best < self.MIN_REUSE:
+            self.misses += 1
+            return 0, None
+        self.hits += 1
+        entry = self.entries.pop(best_i)
+        self.entries.append(entry)
+        return best, [LayerKV(kv.k[:, :, :best], kv.v[:, :, :best]) for kv in entry[1]]
+
+    def store(self, ids: list[int], kv: list[LayerKV]) -> None:
+        self.entries = [e for e in self.entries if e[0] != ids]
+        self.entries.append((ids, kv))
+        while self.entries and (len(self.entries) > self.max_entries
+                                or self.nbytes() > self.max_bytes):
+            self.entries.pop(0)
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for _, kv in self.entries for layer in kv
+                   for t in (layer.k, layer.v))
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
 
 
 def live_span(hole_start: int, hole_end: int, shifted: bool) -> tuple[int, int]:
@@ -133,6 +185,7 @@ class MaskedDenoiser:
         stop_early: bool = True,
         vocab: VocabText | None = None,
         timings: dict[str, float] | None = None,
+        prefix_cache: PrefixCache | None = None,
     ) -> None:
         if config.mask_token_id is None:
             raise ValueError("the model has no mask token")
@@ -158,6 +211,7 @@ class MaskedDenoiser:
             self.heal_allowed[vocab.ids_starting_with(canvas.heal_text)] = True
         self.generator = torch.Generator(device=device).manual_seed(settings.seed)
         self.refresh = max(1, settings.cache_refresh)
+        self.prefix_cache = prefix_cache if self.refresh > 1 else None
         self.hole = _Hole(canvas, device)
         self.cache: ContextCache | None = None
         self.stale = True  # the cache no longer matches the canvas layout
@@ -186,8 +240,10 @@ class MaskedDenoiser:
         """Whether the next step runs the whole canvas (else only the live span, cached)."""
         return self.refresh == 1 or self.stale or self.steps % self.refresh == 0
 
-    def hole_from_full(self, raw: Tensor, kv: list[LayerKV]) -> Tensor:
-        """Hole logits from a full pass's raw logits [1, S, V]; keeps the cache when R > 1."""
+    def hole_from_full(self, raw: Tensor, kv: list[LayerKV], offset: int = 0) -> Tensor:
+        """Hole logits from a full pass: raw logits [1, S - offset, V] of canvas positions
+        offset.. (offset < hole start), keys/values of every position. Keeps the cache when
+        R > 1."""
         hole = self.hole
         logits = shift_logits(raw)[0] if self.model.cfg.shift_logits else raw[0]
         if self.refresh > 1:
@@ -195,15 +251,42 @@ class MaskedDenoiser:
             self.cache, self.stale = ContextCache(kv, span, hole.x.shape[0]), False
         return logits[hole.start : hole.end]
 
+    def reuses_prefix(self) -> bool:
+        """Whether the next pass starts from another request's cached prefix."""
+        return self.prefix_cache is not None and self.steps == 0
+
     def forward(self) -> Tensor:
         """Run this hole's next forward pass alone; its hole logits [n, V]."""
         with torch.inference_mode():
+            if self.reuses_prefix():
+                return self._first_pass_from_prefix_cache()
             if self.full_pass_next():
                 raw, kv = self.model(self.hole.x[None])
                 return self.hole_from_full(raw, kv)
             logits, _ = hole_logits(self.model, self.hole.x, (self.hole.start, self.hole.end),
                                     self.cache)
             return logits
+
+    def _first_pass_from_prefix_cache(self) -> Tensor:
+        hole, model = self.hole, self.model
+        ids = hole.x[: hole.start].tolist()
+        reuse, past = self.prefix_cache.lookup(ids)
+        reuse = min(reuse, hole.start - 1)  # the token before the hole stays a query
+        if past is None or reuse < PrefixCache.MIN_REUSE:
+            reuse = 0
+            raw, kv = model(hole.x[None])
+        else:
+            past = [LayerKV(layer.k[:, :, :reuse], layer.v[:, :, :reuse]) for layer in past]
+            device = hole.x.device
+            positions = torch.arange(reuse, hole.x.shape[0], device=device)[None]
+            raw, new = model(hole.x[None, reuse:], positions, past,
+                             torch.arange(reuse, device=device)[None])
+            kv = [LayerKV(torch.cat([p.k, n.k], 2), torch.cat([p.v, n.v], 2))
+                  for p, n in zip(past, new, strict=True)]
+        self.prefix_cache.store(ids, [LayerKV(layer.k[:, :, : hole.start].clone(),
+                                              layer.v[:, :, : hole.start].clone())
+                                      for layer in kv])
+        return self.hole_from_full(raw, kv, offset=reuse)
 
     def advance(self, logits: Tensor) -> Draft:
         """Commit what the sampler picks from this step's hole logits; the new Draft."""
@@ -251,14 +334,15 @@ def denoise(
     vocab: VocabText | None = None,
     cancel: Callable[[], bool] | None = None,
     timings: dict[str, float] | None = None,
+    prefix_cache: PrefixCache | None = None,
 ) -> Iterator[Draft]:
     """Denoise `canvas`'s hole, yielding a Draft after every forward pass.
 
     `vocab` is needed when the canvas was healed (`canvas.heal_text`); `timings` collects
-    seconds spent in "forward" and "sample".
+    seconds spent in "forward" and "sample"; `prefix_cache` is used when cache_refresh > 1.
     """
     d = MaskedDenoiser(model, config, tokenizer, canvas, settings, stop_early=stop_early,
-                       vocab=vocab, timings=timings)
+                       vocab=vocab, timings=timings, prefix_cache=prefix_cache)
     while True:
         if d.done:
             yield d.final()

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from engine.ar import FIM_TOKENS, ar_stop_ids, decode_ar
 from engine.canvas import DEFAULT_CANVAS_LENGTH, Canvas, VocabText, layout
 from engine.config import ModelConfig
-from engine.denoise import denoise
+from engine.denoise import PrefixCache, denoise
 from engine.models.transformer import shift_logits
 from engine.tokenizer import Tokenizer
 from engine.types import Draft, InfillResult, SamplerSettings
@@ -48,6 +48,8 @@ class Engine:
         self.checkpoint = checkpoint  # engine.checkpoint.Checkpoint when loaded from disk
         self.device: torch.device = next(model.parameters()).device
         self._vocab: VocabText | None = None
+        # Prefix keys/values shared by successive requests (used with cache_refresh > 1).
+        self.prefix_cache = PrefixCache()
 
     @classmethod
     def load(
@@ -139,7 +141,7 @@ class Engine:
                                timings):
             last = draft
         assert last is not None  # every family yields a final Draft
-        token_ids = self._completion_ids(last)
+        token_ids = self.completion_ids(last)
         timings["total"] = time.perf_counter() - start
         return InfillResult(
             text=last.text,
@@ -151,7 +153,7 @@ class Engine:
             timings=timings,
         )
 
-    def _completion_ids(self, draft: Draft) -> list[int]:
+    def completion_ids(self, draft: Draft) -> list[int]:
         """The draft's tokens up to the first stop token or uncommitted position."""
         stop = self.config.stop_token_ids
         if self.config.family == "ar":
@@ -198,7 +200,7 @@ class Engine:
         if family == "masked":
             yield from denoise(self.model, self.config, self.tokenizer, canvas, settings,
                                stop_early=stop_early, vocab=self.vocab, cancel=cancel,
-                               timings=timings)
+                               timings=timings, prefix_cache=self.prefix_cache)
         elif family == "ar":
             yield from decode_ar(self.model, self.config, self.tokenizer, canvas, max_tokens,
                                  stop_early=stop_early, vocab=self.vocab, cancel=cancel,

@@ -22,7 +22,7 @@ from engine import Engine
 from engine.ar import fim_prompt
 from engine.canvas import layout
 from engine.config import ModelConfig
-from engine.denoise import ContextCache, hole_logits, live_span
+from engine.denoise import ContextCache, PrefixCache, hole_logits, live_span
 from engine.models.transformer import Transformer
 from engine.tokenizer import EOS, MASK, PAD, Tokenizer
 from engine.types import SamplerSettings
@@ -273,5 +273,23 @@ def test_block_family_is_served_through_the_same_api(tmp_path: Path) -> None:
     last = direct[-1]
     assert res.steps == last.step
     assert res.text == last.text.replace("\n", "\r\n")
-    assert res.token_ids == eng._completion_ids(last)
+    assert res.token_ids == eng.completion_ids(last)
     assert res.finish_reason == last.finish_reason
+
+
+def test_prefix_cache_reuses_the_previous_requests_prefix_keys(dream: Engine) -> None:
+    dream.prefix_cache = PrefixCache()
+    prefix = "import os\nimport sys\n\n\ndef main(argv):\n    path = os.path.join(argv[1], 'x')\n"
+    exact = dream.infill(prefix, "\n", max_tokens=6, cache_refresh=1)
+    first = dream.infill(prefix, "\n", max_tokens=6, cache_refresh=4)
+    assert (dream.prefix_cache.hits, dream.prefix_cache.misses) == (0, 1)
+    again = dream.infill(prefix, "\n", max_tokens=6, cache_refresh=4)
+    assert dream.prefix_cache.hits == 1
+    # Same canvas: the reused keys are exactly what a full pass computes.
+    assert again.token_ids == first.token_ids
+    assert first.steps == exact.steps
+    typed = dream.infill(prefix + "    ", "\n", max_tokens=6, cache_refresh=4)
+    assert dream.prefix_cache.hits == 2 and typed.finish_reason in ("stop", "length")
+    # Exact mode (R=1) never reuses another request's keys.
+    dream.infill(prefix, "\n", max_tokens=6)
+    assert (dream.prefix_cache.hits, dream.prefix_cache.misses) == (2, 1)
