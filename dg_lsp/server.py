@@ -28,6 +28,7 @@ from dg_lsp.context import OtherDocument
 from dg_lsp.languages import language_for
 from dg_lsp.pipeline import Completion, CompletionBackend, CompletionRequest, Pipeline
 from dg_lsp.settings import Settings, parse_settings
+from engine.client import EngineUnavailable
 
 STATS_COMMAND = "dg-lsp.stats"
 # Server → client notification {"state": "loading" | "ready" | "unavailable", "message": str}
@@ -63,6 +64,7 @@ class DgLanguageServer(LanguageServer):
         self._backend = backend
         self._injected = backend is not None
         self._loading: asyncio.Task | None = None
+        self._lost_reported = False
         self._inflight: dict[str, asyncio.Task] = {}
         self.stats = {"engineRequests": 0, "denoiseSteps": 0, "cacheHits": 0, "cancelled": 0}
 
@@ -74,7 +76,8 @@ class DgLanguageServer(LanguageServer):
             self.window_show_message(types.ShowMessageParams(
                 types.MessageType.Warning,
                 "dg-lsp: invalid settings, using defaults for: " + "; ".join(errors)))
-        if (settings.model, settings.device) != (self.settings.model, self.settings.device):
+        old = (self.settings.model, self.settings.device, self.settings.engine)
+        if (settings.model, settings.device, settings.engine) != old:
             if not self._injected:
                 self._backend, self._loading = None, None
         self.settings = settings
@@ -91,19 +94,17 @@ class DgLanguageServer(LanguageServer):
         return await asyncio.shield(self._loading)
 
     async def _load(self) -> CompletionBackend | None:
-        from engine import Engine
-
         token = str(uuid.uuid4())
         progress = self._client_has_progress()
-        self.engine_state("loading", f"loading {self.settings.model or 'bundled model'}")
+        what = self.settings.model or "bundled model"
+        self.engine_state("loading", f"loading {what}")
         if progress:
             await self.work_done_progress.create_async(token)
             self.work_done_progress.begin(token, types.WorkDoneProgressBegin(
-                title="dg-lsp", message=f"loading {self.settings.model or 'bundled model'}"))
+                title="dg-lsp", message=f"loading {what}"))
         try:
             loop = asyncio.get_running_loop()
-            engine = await loop.run_in_executor(
-                self.executor, Engine.load, self.settings.model, self.settings.device)
+            backend = await loop.run_in_executor(self.executor, self._open_backend)
         except Exception as exc:  # a missing or broken checkpoint must not kill the server
             self.log(f"model failed to load: {exc}", types.MessageType.Error)
             self.window_show_message(types.ShowMessageParams(
@@ -114,10 +115,36 @@ class DgLanguageServer(LanguageServer):
         finally:
             if progress:
                 self.work_done_progress.end(token, types.WorkDoneProgressEnd(message="ready"))
-        self._backend = engine
-        self.log(f"model loaded: {self.settings.model or 'bundled'} on {engine.device}")
-        self.engine_state("ready", f"{self.settings.model or 'bundled model'} on {engine.device}")
-        return engine
+        self._backend = backend
+        self._lost_reported = False
+        info = getattr(backend, "info", None)  # a resident engine's hello
+        where = info.get("device", "?") if info is not None else backend.device
+        self.log(f"model loaded: {what} on {where} ({self.settings.engine} engine)")
+        self.engine_state("ready", f"{what} on {where}")
+        return backend
+
+    def _open_backend(self) -> CompletionBackend:
+        model, device = self.settings.model, self.settings.device
+        if self.settings.engine == "inproc":
+            from engine import Engine
+
+            return Engine.load(model, device)
+        from engine.client import EngineClient
+
+        return EngineClient.connect_or_start(model, device)
+
+    def engine_lost(self, exc: Exception) -> None:
+        """The resident engine died or refused: drop it, start it again, tell the user once."""
+        if self._injected:
+            return
+        self.log(f"engine unavailable: {exc}", types.MessageType.Warning)
+        self._backend, self._loading = None, None
+        if not self._lost_reported:
+            self._lost_reported = True
+            self.window_show_message(types.ShowMessageParams(
+                types.MessageType.Warning, "dg-lsp: the engine stopped; restarting it"))
+        self.engine_state("unavailable", f"engine stopped: {exc}")
+        asyncio.ensure_future(self.backend())
 
     def engine_state(self, state: str, message: str) -> None:
         self.protocol.notify(ENGINE_STATE_NOTIFICATION, {"state": state, "message": message})
@@ -153,6 +180,9 @@ class DgLanguageServer(LanguageServer):
             if await self.backend() is None:
                 return None
             return await pipeline.complete_async(request, self.executor)
+        except EngineUnavailable as exc:
+            self.engine_lost(exc)
+            return None
         except asyncio.CancelledError:
             self.stats["cancelled"] += 1
             raise
@@ -318,12 +348,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--tcp", metavar="HOST:PORT", help="listen on TCP instead of stdio")
     parser.add_argument("--model", help="checkpoint folder or hub id (default: bundled model)")
     parser.add_argument("--device", default=None, help="auto, cpu, cuda, cuda:N, mps")
+    parser.add_argument("--engine", choices=("resident", "inproc"), default=None,
+                        help="share a resident engine process (default) or load the model here")
     parser.set_defaults(func=serve)
 
 
 def serve(args: argparse.Namespace) -> int:
     server = create_server()
-    cli = {key: value for key, value in (("model", args.model), ("device", args.device)) if value}
+    given = (("model", args.model), ("device", args.device), ("engine", args.engine))
+    cli = {key: value for key, value in given if value}
     if cli:
         server.settings, errors = parse_settings(cli)
         if errors:

@@ -14,12 +14,16 @@ from engine.types import SamplerSettings
 
 SAMPLERS = ("topk", "threshold", "entropy")
 DEVICES = ("auto", "cpu", "cuda", "mps")
+# "resident": share the engine process for (model, device) with every editor and CLI, starting
+# it when none runs; "inproc": load the model inside this server (tests, one-shot runs).
+ENGINE_MODES = ("resident", "inproc")
 
 
 @dataclass
 class Settings:
     model: str | None = None  # checkpoint folder or hub id; None: the bundled model
     device: str = "auto"
+    engine: str = "resident"
     canvas_length: int = 256  # tokens: context + hole
     hole_size: dict[str, int] = field(default_factory=lambda: {
         REST_OF_LINE: 24, BRACKETS: 24, COMMENT: 24, BLOCK: 96})
@@ -66,6 +70,9 @@ def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, li
             if check(key, value in DEVICES or (isinstance(value, str)
                                               and value.startswith("cuda:")), "auto|cpu|cuda"):
                 settings.device = value
+        elif key == "engine":
+            if check(key, value in ENGINE_MODES, " or ".join(ENGINE_MODES)):
+                settings.engine = value
         elif key == "canvasLength":
             if check(key, _is_int(value) and 32 <= value <= 8192, "an integer in 32..8192"):
                 settings.canvas_length = value

@@ -37,6 +37,22 @@ def ar_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _private_engines(tmp_path_factory: pytest.TempPathFactory):
+    """Resident engines the tests start live in a private runtime dir and are stopped after."""
+    runtime = tmp_path_factory.mktemp("runtime")
+    os.environ["XDG_RUNTIME_DIR"] = str(runtime)
+    yield runtime
+    from engine.client import EngineClient, EngineUnavailable
+    from engine.endpoint import Endpoint
+
+    for sock in (runtime / "dg-engine").glob("*.sock"):
+        try:
+            EngineClient(Endpoint(sock)).shutdown()
+        except (EngineUnavailable, OSError):
+            pass
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _one_torch_thread() -> None:
     # The same for this process, whose torch may already be imported.
     import torch

@@ -43,7 +43,7 @@ def capabilities(preset: str = "neovim", encodings: list[str] | None = None):
 
 async def start(model: Path | None, preset: str = "neovim", encodings: list[str] | None = None,
                 options: dict | None = None) -> tuple[LanguageClient, types.InitializeResult]:
-    command = [sys.executable, "-m", "dg_lsp.cli", "serve"]
+    command = [sys.executable, "-m", "dg_lsp.cli", "serve", "--engine", "inproc"]
     if model is not None:
         command += ["--model", str(model), "--device", "cpu"]
     client = await ClientServerConfig(server_command=command).start()

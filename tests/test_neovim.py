@@ -69,8 +69,8 @@ def test_neovim_gets_the_pipelines_completion(tmp_path: Path, model: Path):
     out = tmp_path / "responses.json"
     env = {
         "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(ROOT),
-        "DG_CMD": json.dumps([sys.executable, "-m", "dg_lsp.cli", "serve", "--model",
-                              str(model), "--device", "cpu"]),
+        "DG_CMD": json.dumps([sys.executable, "-m", "dg_lsp.cli", "serve", "--engine",
+                              "inproc", "--model", str(model), "--device", "cpu"]),
         "DG_ROOT": str(tmp_path), "DG_FILE": str(source), "DG_OUT": str(out),
         "DG_LINE": str(LINE), "DG_CHAR": str(CHARACTER), "DG_OPTIONS": json.dumps(OPTIONS),
     }

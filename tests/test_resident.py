@@ -1,0 +1,335 @@
+"""The resident engine: one `dg-engine serve` process shared by clients and language servers.
+
+One engine (tiny random Dream checkpoint) serves the whole module, started the way a user's
+first editor starts it (`EngineClient.connect_or_start`), with a TCP listener beside its
+socket. Completions it serves must equal what the same engine computes in this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient
+
+from dg_lsp.languages import language_for
+from dg_lsp.pipeline import CompletionRequest, Pipeline
+from dg_lsp.settings import parse_settings
+from engine import protocol
+from engine.client import EngineClient
+from engine.endpoint import endpoint_for
+from engine.types import SamplerSettings
+
+PREFIXES = [f"def f{i}(x):\n    y = x + {i}\n    return " for i in range(8)]
+
+
+@pytest.fixture(scope="module")
+def inproc(dream_ckpt: Path):
+    from engine import Engine
+
+    return Engine.load(str(dream_ckpt), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def tcp(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str]:
+    """A free port and a token file for the engine's TCP listener."""
+    token = tmp_path_factory.mktemp("tcp") / "token"
+    token.write_text("s3cret\n")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1], str(token)
+
+
+@pytest.fixture(scope="module")
+def engine(dream_ckpt: Path, tcp: tuple[int, str]):
+    """The module's engine, started by hand with a TCP listener; clients find it by model."""
+    port, token = tcp
+    process = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", "serve", "--model", str(dream_ckpt), "--device",
+         "cpu", "--listen", f"127.0.0.1:{port}", "--token-file", token])
+    endpoint = endpoint_for(str(dream_ckpt), "cpu")
+    assert endpoint.wait_alive(timeout=900, give_up=lambda: process.poll() is not None)
+    client = EngineClient.connect_or_start(str(dream_ckpt), "cpu")
+    yield client
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=120)
+    assert not endpoint.socket.exists()  # a stopped engine cleans up its socket
+
+
+def raw_connect(client: EngineClient) -> socket.socket:
+    return client.endpoint.connect(timeout=60)
+
+
+def test_socket_and_its_directory_are_private(engine):
+    assert stat.S_IMODE(engine.endpoint.socket.stat().st_mode) == 0o600
+    assert stat.S_IMODE(engine.endpoint.socket.parent.stat().st_mode) == 0o700
+    assert engine.info["family"] == "masked" and engine.info["version"] == protocol.VERSION
+
+
+def test_concurrent_requests_are_batched_and_each_gets_its_own_completion(engine, inproc):
+    expected = [inproc.infill(p, "\n", 12).text for p in PREFIXES]
+    before = engine.stats()
+    results: dict[int, str] = {}
+    barrier = threading.Barrier(len(PREFIXES))
+
+    def run(i: int) -> None:
+        barrier.wait()
+        drafts = list(engine.infill_stream(PREFIXES[i], "\n", 12))
+        results[i] = drafts[-1].text
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(PREFIXES))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert [results.get(i) for i in range(len(PREFIXES))] == expected
+    after = engine.stats()
+    assert after["completed"] - before["completed"] == len(PREFIXES)
+    # Some forward passes carried several requests' canvases at once.
+    assert after["batchedRows"] > before["batchedRows"]
+    assert after["live"] == 0
+
+
+def slow_request() -> dict:
+    # one token per step over a long hole: it stays in denoising long enough to cancel
+    return {"op": "infill", "id": "slow", "prefix": "x = ", "suffix": "", "max_tokens": 900,
+            "canvas_length": 1024, "stream": True,
+            "settings": protocol.settings_to_wire(SamplerSettings(sampler="topk", k=1))}
+
+
+def wait_for(predicate, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_cancel_mid_denoise_frees_the_slot_and_others_finish(engine, inproc):
+    before = engine.stats()
+    with raw_connect(engine) as sock:
+        protocol.send(sock, slow_request())
+        first = protocol.receive(sock)
+        assert first["type"] == "draft" and first["draft"]["step"] == 1
+        other = list(engine.infill_stream(PREFIXES[0], "\n", 12))  # runs beside the slow one
+        protocol.send(sock, {"op": "cancel", "id": "c", "target": "slow"})
+        replies = {}
+        while "slow" not in replies or replies["slow"]["type"] == "draft":
+            reply = protocol.receive(sock)
+            replies[reply["id"]] = reply
+    assert other[-1].text == inproc.infill(PREFIXES[0], "\n", 12).text
+    final = replies["slow"]
+    assert final["type"] == "result" and final["draft"]["finish_reason"] == "cancelled"
+    assert final["draft"]["step"] < 900
+    assert replies["c"]["type"] == "ok"
+    after = engine.stats()
+    assert after["cancelled"] == before["cancelled"] + 1 and after["live"] == 0
+
+
+def test_a_client_that_disconnects_has_its_work_dropped(engine):
+    before = engine.stats()
+    sock = raw_connect(engine)
+    protocol.send(sock, slow_request())
+    assert protocol.receive(sock)["type"] == "draft"
+    sock.close()
+    wait_for(lambda: engine.stats()["cancelled"] == before["cancelled"] + 1)
+    assert engine.stats()["live"] == 0
+
+
+def errors_for(sock: socket.socket, body: bytes) -> dict:
+    sock.sendall(struct.pack(">I", len(body)) + body)
+    return protocol.receive(sock)
+
+
+def test_malformed_messages_get_error_replies_and_the_engine_keeps_serving(engine):
+    with raw_connect(engine) as sock:
+        assert errors_for(sock, b"{not json")["code"] == "bad-request"
+        assert errors_for(sock, b"[1, 2]")["code"] == "bad-request"
+        assert errors_for(sock, b'{"op": "fly", "id": 1}') == {
+            "type": "error", "id": 1, "code": "unknown-op", "message": "unknown op 'fly'"}
+        reply = errors_for(sock, b'{"op": "infill", "id": 2, "prefix": 3}')
+        assert (reply["id"], reply["code"]) == (2, "bad-request")
+        reply = errors_for(sock, b'{"op": "infill", "id": 3, "settings": {"threshold": "hi"}}')
+        assert (reply["id"], reply["code"]) == (3, "bad-request")
+        assert errors_for(sock, b'{"op": "hello", "id": 4, "version": 99}')["code"] == "version"
+        # the same connection still works
+        assert errors_for(sock, b'{"op": "ping", "id": 5}') == {"type": "ok", "id": 5}
+
+
+def test_oversized_message_is_refused_and_the_engine_keeps_serving(engine):
+    with raw_connect(engine) as sock:
+        sock.sendall(struct.pack(">I", protocol.MAX_MESSAGE + 1))
+        reply = protocol.receive(sock)
+        assert (reply["type"], reply["code"]) == ("error", "too-large")
+        with pytest.raises(ConnectionError):
+            protocol.receive(sock)  # the stream cannot be resynced: the engine hangs up
+    assert list(engine.infill_stream("y = ", "\n", 4))[-1].done
+
+
+def test_second_serve_for_the_same_model_and_device_reuses_the_first(engine, dream_ckpt):
+    run = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "serve", "--model", str(dream_ckpt),
+         "--device", "cpu"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0
+    assert f"already serving {dream_ckpt} on cpu at {engine.endpoint.socket}" in run.stderr
+    assert engine.hello()["pid"] == engine.info["pid"]  # the first one, still serving
+
+
+def test_tcp_listener_refuses_a_connection_without_the_token(engine, tcp):
+    def over_tcp(first: dict) -> tuple[dict, object]:
+        with socket.create_connection(("127.0.0.1", tcp[0]), timeout=60) as sock:
+            protocol.send(sock, first)
+            reply = protocol.receive(sock)
+            try:
+                protocol.send(sock, {"op": "ping", "id": 9})
+                return reply, protocol.receive(sock)
+            except (ConnectionError, OSError):
+                return reply, None  # hung up
+
+    reply, after = over_tcp({"op": "ping", "id": 1})
+    assert (reply["code"], after) == ("unauthorized", None)
+    reply, after = over_tcp({"op": "hello", "id": 1, "token": "wrong"})
+    assert (reply["code"], after) == ("unauthorized", None)
+    reply, after = over_tcp({"op": "hello", "id": 1, "token": "s3cret"})
+    assert reply["type"] == "hello" and after == {"type": "ok", "id": 9}
+
+
+def test_a_full_queue_answers_busy(dream_ckpt):
+    from engine import Engine
+    from engine.scheduler import BATCH, INTERACTIVE, Job, Scheduler
+
+    scheduler = Scheduler(Engine.load(str(dream_ckpt), device="cpu"), max_batch=1, max_queue=3)
+    order: list[str] = []
+
+    def job(name: str, priority: str) -> Job:
+        def done(draft) -> None:
+            if draft.done:
+                order.append(name)
+        return Job("x = ", "\n", 4, SamplerSettings(), priority=priority, on_draft=done)
+
+    # Queued before the scheduler runs: interactive work goes ahead of batch work.
+    assert scheduler.submit(job("batch-1", BATCH))
+    assert scheduler.submit(job("batch-2", BATCH))
+    assert scheduler.submit(job("typing", INTERACTIVE))
+    assert not scheduler.submit(job("one-too-many", INTERACTIVE))
+    assert scheduler.stats()["busy"] == 1
+    scheduler.start()
+    try:
+        wait_for(lambda: len(order) == 3)
+    finally:
+        scheduler.stop()
+    assert order == ["typing", "batch-1", "batch-2"]
+
+
+# -- dg-lsp on the resident engine ------------------------------------------------------------
+
+OPTIONS = {"holeSize": {"restOfLine": 12, "brackets": 12, "comment": 12, "block": 12}}
+
+
+async def start_lsp(model: Path) -> LanguageClient:
+    command = [sys.executable, "-m", "dg_lsp.cli", "serve", "--model", str(model),
+               "--device", "cpu"]
+    client = await ClientServerConfig(server_command=command).start()
+    await client.initialize_session(types.InitializeParams(
+        capabilities=types.ClientCapabilities(), initialization_options=OPTIONS))
+    return client
+
+
+async def inline(client: LanguageClient, uri: str, text: str) -> str | None:
+    lines = text.split("\n")
+    result = await client.text_document_inline_completion_async(types.InlineCompletionParams(
+        context=types.InlineCompletionContext(types.InlineCompletionTriggerKind.Invoked),
+        text_document=types.TextDocumentIdentifier(uri),
+        position=types.Position(len(lines) - 1, len(lines[-1]))))
+    return result.items[0].insert_text if result.items else None
+
+
+def expected_completion(inproc, text: str) -> str | None:
+    settings, _ = parse_settings(OPTIONS)
+    request = CompletionRequest(text, len(text), language_for("python", "x.py"))
+    completion = Pipeline(inproc, settings).complete(request)
+    return completion.text if completion else None
+
+
+def open_doc(client: LanguageClient, uri: str, text: str) -> None:
+    client.text_document_did_open(types.DidOpenTextDocumentParams(
+        types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def eight_servers(engine, dream_ckpt):
+    clients = await asyncio.gather(*(start_lsp(dream_ckpt) for _ in range(8)))
+    yield clients
+    await asyncio.gather(*(c.shutdown_session() for c in clients))
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_eight_language_servers_share_one_engine(eight_servers, engine, inproc):
+    texts = list(PREFIXES)
+    expected = [expected_completion(inproc, t) for t in texts]
+    before = engine.stats()
+    for i, (client, text) in enumerate(zip(eight_servers, texts, strict=True)):
+        open_doc(client, f"file:///tmp/doc{i}.py", text)
+    got = await asyncio.gather(*(inline(c, f"file:///tmp/doc{i}.py", t)
+                                 for i, (c, t) in enumerate(zip(eight_servers, texts,
+                                                                strict=True))))
+    assert got == expected
+    assert engine.stats()["completed"] - before["completed"] == 8
+    assert engine.hello()["pid"] == engine.info["pid"]  # nobody started a second engine
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_killed_engine_answers_empty_is_restarted_and_serves_again(dream_ckpt, inproc,
+                                                                          tmp_path):
+    # Its own engine (a copy of the model is another endpoint): killing it spares the
+    # module's shared engine.
+    model = shutil.copytree(dream_ckpt, tmp_path / "model")
+    client = await ClientServerConfig(server_command=[
+        sys.executable, "-m", "dg_lsp.cli", "serve", "--model", str(model),
+        "--device", "cpu"]).start()
+    try:
+        await client.initialize_session(types.InitializeParams(
+            capabilities=types.ClientCapabilities(), initialization_options=OPTIONS))
+        text = "def g(x):\n    return "
+        open_doc(client, "file:///tmp/kill.py", text)
+        assert await inline(client, "file:///tmp/kill.py", text) == expected_completion(
+            inproc, text)
+        victim = EngineClient(endpoint_for(str(model), "cpu"))
+        first_pid = victim.hello()["pid"]
+
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={
+            "holeSize": {"restOfLine": 900}, "canvasLength": 1024,
+            "sampler": {"name": "topk", "k": 1}}))
+        pending = asyncio.ensure_future(inline(client, "file:///tmp/kill.py", text))
+        while victim.stats()["live"] == 0:
+            await asyncio.sleep(0.02)
+        os.kill(first_pid, signal.SIGKILL)
+        assert await pending is None  # empty, not an error
+
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+            settings=OPTIONS))
+        restarted = None
+        for _ in range(600):
+            restarted = await inline(client, "file:///tmp/kill.py", text)
+            if restarted is not None:
+                break
+            await asyncio.sleep(0.5)
+        assert restarted == expected_completion(inproc, text)
+        assert victim.hello()["pid"] != first_pid
+        warnings = [m.message for m in client.messages if "engine stopped" in m.message]
+        assert warnings == ["dg-lsp: the engine stopped; restarting it"]  # told once
+        victim.shutdown()
+    finally:
+        await client.shutdown_session()
