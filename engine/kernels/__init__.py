@@ -1,0 +1,9 @@
+"""Triton kernels for the hot non-matmul work, each with a torch fallback of the same semantics.
+
+Triton is optional (`pip install "dg-lsp[gpu]"`): nothing here imports it until a kernel is
+about to run, and without it every function takes its torch path. See `engine.kernels.sampling`.
+"""
+
+from engine.kernels.sampling import fused_stats, torch_stats, triton_available, triton_stats
+
+__all__ = ["fused_stats", "torch_stats", "triton_available", "triton_stats"]
