@@ -24,14 +24,15 @@ turns the kernels off.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import logging
-import os
 from functools import cache
 from types import ModuleType
 
 import torch
 from torch import Tensor
+
+from engine.kernels._dispatch import wanted
 
 log = logging.getLogger(__name__)
 
@@ -50,21 +51,6 @@ def torch_stats(logits: Tensor, temperature: float = 0.0) -> tuple[Tensor, Tenso
     logp = torch.log(probs.clamp_min(torch.finfo(probs.dtype).tiny))
     entropy = -(probs * logp).sum(-1)
     return tokens, confidence, entropy
-
-
-def _env_on(name: str, default: str) -> bool:
-    return os.environ.get(name, default).strip().lower() in ("1", "true", "yes", "on", "y")
-
-
-def interpreting() -> bool:
-    """Whether TRITON_INTERPRET asks for triton's CPU interpreter."""
-    return _env_on("TRITON_INTERPRET", "0")
-
-
-@cache
-def triton_available() -> bool:
-    """Whether triton is installed (checked without importing it)."""
-    return importlib.util.find_spec("triton") is not None
 
 
 def _kernels() -> ModuleType:
@@ -152,9 +138,7 @@ _failed = False
 
 def use_triton(logits: Tensor) -> bool:
     """Whether `fused_stats` would run the triton kernels on `logits`."""
-    if _failed or not _env_on("DG_LSP_KERNELS", "1") or not triton_available():
-        return False
-    return logits.is_cuda or interpreting()
+    return not _failed and wanted(logits)
 
 
 def fused_stats(logits: Tensor, temperature: float = 0.0) -> tuple[Tensor, Tensor, Tensor]:
