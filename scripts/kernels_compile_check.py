@@ -1,4 +1,4 @@
-"""Compile the triton sampling kernels for a CUDA GPU without having one.
+"""Compile the triton kernels (sampling, RMSNorm) for a CUDA GPU without having one.
 
     python scripts/kernels_compile_check.py [--arch 90]
 
@@ -20,6 +20,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
+from engine.kernels import _triton_norms as kn  # noqa: E402
 from engine.kernels import _triton_sampling as k  # noqa: E402
 from engine.kernels.sampling import BLOCK  # noqa: E402
 
@@ -59,6 +60,13 @@ def main() -> None:
                 print(f"  partials {dtype} split={split} scale={scale}: cubin {size} bytes")
     size = compile_kernel(k._combine_kernel, COMBINE, {"BLOCK_S": 16}, target, 1)
     print(f"  combine: cubin {size} bytes")
+    for x_dtype, w_dtype in (("fp32", "fp32"), ("bf16", "bf16"), ("fp16", "fp32")):
+        out = "fp32" if "fp32" in (x_dtype, w_dtype) else x_dtype
+        sig = {"x_ptr": f"*{x_dtype}", "w_ptr": f"*{w_dtype}", "out_ptr": f"*{out}",
+               "stride_x": "i32", "stride_out": "i32", "D": "i32", "eps": "fp32",
+               "BLOCK_D": "constexpr"}
+        size = compile_kernel(kn._rms_norm_kernel, sig, {"BLOCK_D": 4096}, target, 8)
+        print(f"  rms_norm x={x_dtype} w={w_dtype}: cubin {size} bytes")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Triton sampling kernels against their torch fallback (engine.kernels).
+"""Triton kernels (sampling statistics, RMSNorm) against their torch fallbacks (engine.kernels).
 
 The kernels run where this process can run them: on CPU tensors when TRITON_INTERPRET=1
 (triton's interpreter), else on a CUDA GPU. triton fixes interpreter-or-compiler for the whole
@@ -17,8 +17,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.kernels import sampling
-from engine.kernels.sampling import fused_stats, torch_stats, triton_available, triton_stats
+from engine.kernels import norms, sampling
+from engine.kernels._dispatch import interpreting, triton_available
+from engine.kernels.norms import torch_rms_norm, triton_rms_norm
+from engine.kernels.sampling import fused_stats, torch_stats, triton_stats
+from engine.models.transformer import RMSNorm
 from engine.samplers import step
 from engine.types import SamplerSettings
 
@@ -26,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 if not triton_available():
     DEVICE = None
-elif sampling.interpreting():
+elif interpreting():
     DEVICE = "cpu"
 elif torch.cuda.is_available():
     DEVICE = "cuda"
@@ -143,6 +146,46 @@ def test_step_commits_the_same_with_the_kernel_and_the_fallback(
     assert 2 <= int(fused[0].sum()) < 13  # a real choice was made
 
 
+@needs_kernels
+@pytest.mark.parametrize(
+    ("shape", "x_dtype", "w_dtype"),
+    [
+        ((3, 100), torch.float32, torch.float32),  # D not a power of two
+        ((2, 5, 96), torch.bfloat16, torch.bfloat16),
+        ((4, 64), torch.float16, torch.float32),  # promoted: a float32 output
+    ],
+)
+def test_rms_norm_matches_torch(
+    shape: tuple[int, ...], x_dtype: torch.dtype, w_dtype: torch.dtype
+) -> None:
+    g = torch.Generator().manual_seed(sum(shape))
+    x = (torch.randn(shape, generator=g) * 3 + 0.5).to(x_dtype)
+    w = (torch.rand(shape[-1], generator=g) + 0.5).to(w_dtype)
+    got = triton_rms_norm(x.to(DEVICE), w.to(DEVICE), 1e-6).cpu()
+    want = torch_rms_norm(x, w, 1e-6)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    # The sum's order may move the float32 scale by an ulp; rounded to a 16-bit type that ulp
+    # almost never shows, and at most as the type's last bit.
+    if x_dtype == torch.float32:
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    else:
+        torch.testing.assert_close(got.float(), want.float(), rtol=8e-3, atol=1e-5)
+        assert (got == want).float().mean() > 0.97
+
+
+@needs_kernels
+def test_rms_norm_module_uses_the_kernel_only_without_gradients() -> None:
+    norm = RMSNorm(80, 1e-5).to(DEVICE)
+    x = torch.randn(2, 7, 80, device=DEVICE)
+    assert not norms.use_triton(x)  # gradients on: the kernel has no backward
+    trained = norm(x)
+    with torch.inference_mode():
+        assert norms.use_triton(x)
+        served = norm(x)
+    assert not norms._failed
+    torch.testing.assert_close(served, trained.detach())
+
+
 @pytest.mark.skipif(
     not triton_available() or DEVICE is not None,
     reason="triton missing, or this process runs the kernels itself",
@@ -168,6 +211,8 @@ def test_dispatch_uses_torch_on_cpu_unless_interpreting(monkeypatch: pytest.Monk
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setenv("DG_LSP_KERNELS", "0")
     assert not sampling.use_triton(x)
+    with torch.inference_mode():
+        assert not norms.use_triton(x)
 
 
 def test_greedy_fallback_is_the_samplers_reference_computation() -> None:

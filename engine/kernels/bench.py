@@ -1,10 +1,11 @@
-"""Micro-benchmark: the sampler's per-position statistics, torch fallback vs fused kernel.
+"""Micro-benchmark: torch fallback vs fused triton kernel (sampler statistics, RMSNorm).
 
     python -m engine.kernels.bench [--device cuda] [--dtype bfloat16] [--repeat 20]
 
 Times `torch_stats` and, where triton runs on the device, `triton_stats` on hole logits of
 [n=32, V=8192] (a small model, a typical hole) and [n=256, V=262144] (DiffusionGemma's
-canvas and vocabulary), and checks that they agree. On a CPU only the fallback is timed.
+canvas and vocabulary), and checks that they agree; then RMSNorm on [256, 4096]. On a CPU
+only the fallbacks are timed.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from engine.kernels.sampling import torch_stats, triton_available, triton_stats, use_triton
+from engine.kernels._dispatch import triton_available
+from engine.kernels.norms import torch_rms_norm, triton_rms_norm
+from engine.kernels.sampling import torch_stats, triton_stats, use_triton
 
 SHAPES = ((32, 8192), (256, 262144))
 
@@ -62,6 +65,22 @@ def bench(
     return rows
 
 
+def bench_norm(
+    rows: int = 256, D: int = 4096, device: str | None = None,
+    dtype: torch.dtype = torch.bfloat16, repeat: int = 20,
+) -> dict[str, float | int | str]:
+    """RMSNorm of [rows, D]: median milliseconds of each path (fused: NaN off CUDA)."""
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    x = torch.randn(rows, D, device=dev).to(dtype)
+    w = torch.rand(D, device=dev).to(dtype) + 0.5
+    fallback = time_call(lambda: torch_rms_norm(x, w, 1e-6), dev, repeat)
+    fused = float("nan")
+    if dev.type == "cuda" and triton_available():
+        fused = time_call(lambda: triton_rms_norm(x, w, 1e-6), dev, repeat)
+    return {"n": rows, "V": D, "device": str(dev), "dtype": str(dtype).split(".")[-1],
+            "torch_ms": fallback * 1e3, "fused_ms": fused * 1e3}
+
+
 def parse_shape(text: str) -> tuple[int, int]:
     n, V = text.lower().split("x")
     return int(n), int(V)
@@ -78,12 +97,16 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     shapes = tuple(parse_shape(s) for s in args.shape) if args.shape else SHAPES
     rows = bench(shapes, args.device, getattr(torch, args.dtype), args.temperature, args.repeat)
+    norm = bench_norm(device=args.device, repeat=args.repeat)
     print(f"{'n':>5} {'V':>8} {'device':>7} {'dtype':>9} {'torch ms':>10} {'fused ms':>10} "
           f"{'speedup':>8}")
     for r in rows:
         speedup = r["torch_ms"] / r["fused_ms"] if r["fused_ms"] == r["fused_ms"] else float("nan")
         print(f"{r['n']:>5} {r['V']:>8} {r['device']:>7} {r['dtype']:>9} "
               f"{r['torch_ms']:>10.3f} {r['fused_ms']:>10.3f} {speedup:>8.2f}")
+    speedup = norm["torch_ms"] / norm["fused_ms"] if norm["fused_ms"] == norm["fused_ms"] else 0
+    print(f"RMSNorm [{norm['n']}, {norm['V']}] {norm['dtype']} on {norm['device']}: torch "
+          f"{norm['torch_ms']:.3f} ms, fused {norm['fused_ms']:.3f} ms ({speedup:.2f}x)")
 
 
 if __name__ == "__main__":
