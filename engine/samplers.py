@@ -21,6 +21,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
+from engine.kernels import fused_stats
 from engine.types import SamplerSettings
 
 SAMPLERS = ("topk", "threshold", "entropy")
@@ -45,15 +46,18 @@ def adjust_logits(
 def propose(
     logits: Tensor, temperature: float, generator: torch.Generator | None = None
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """(tokens, confidence, entropy), each [n], from float logits [n, V]."""
-    logits = logits.float()
-    if temperature > 0:
-        logits = logits / temperature
-    probs = torch.softmax(logits, dim=-1)
-    if temperature > 0:
-        tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-    else:
-        tokens = probs.argmax(dim=-1)
+    """(tokens, confidence, entropy), each [n], from float logits [n, V].
+
+    Greedy (temperature 0, the interactive default): the argmax logit, lowest id on ties, in
+    one fused pass over the vocabulary where a triton kernel runs (engine.kernels). A draw
+    stays in torch: `torch.multinomial` on torch's own probabilities is what makes a seed
+    reproduce a run, and a fused draw (Gumbel-max in the kernel) would be a different random
+    stream.
+    """
+    if temperature <= 0:
+        return fused_stats(logits)
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
     confidence = probs.gather(-1, tokens[:, None]).squeeze(-1)
     logp = torch.log(probs.clamp_min(torch.finfo(probs.dtype).tiny))
     entropy = -(probs * logp).sum(-1)

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from engine.config import ModelConfig
+from engine.kernels.norms import rms_norm
 
 
 class RMSNorm(nn.Module):
@@ -29,10 +30,9 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        # Normalize in float32 as the reference implementations do, then cast back.
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * xf.to(x.dtype)
+        # Normalize in float32 as the reference implementations do, then cast back; one
+        # triton kernel at inference on a GPU (engine.kernels.norms), else torch ops.
+        return rms_norm(x, self.weight, self.eps)
 
 
 def rope_tables(cfg: ModelConfig, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
