@@ -235,6 +235,9 @@ def test_a_full_queue_answers_busy(dream_ckpt):
 
 # -- dg-lsp on the resident engine ------------------------------------------------------------
 
+# Contexts where the tiny random model's completion survives post-processing (most of its
+# output is junk the server rightly drops, and comparing two empty results proves nothing).
+LSP_TEXTS = [f"v{i} = " for i in (0, 1, 2, 4, 5, 6, 7)] + ["x = "]
 OPTIONS = {"holeSize": {"restOfLine": 12, "brackets": 12, "comment": 12, "block": 12}}
 
 
@@ -277,8 +280,9 @@ async def eight_servers(engine, dream_ckpt):
 
 @pytest.mark.asyncio(loop_scope="function")
 async def test_eight_language_servers_share_one_engine(eight_servers, engine, inproc):
-    texts = list(PREFIXES)
+    texts = LSP_TEXTS
     expected = [expected_completion(inproc, t) for t in texts]
+    assert None not in expected  # contexts where this random model's output survives
     before = engine.stats()
     for i, (client, text) in enumerate(zip(eight_servers, texts, strict=True)):
         open_doc(client, f"file:///tmp/doc{i}.py", text)
@@ -302,10 +306,11 @@ async def test_killed_engine_answers_empty_is_restarted_and_serves_again(dream_c
     try:
         await client.initialize_session(types.InitializeParams(
             capabilities=types.ClientCapabilities(), initialization_options=OPTIONS))
-        text = "def g(x):\n    return "
+        text = LSP_TEXTS[0]
+        expected = expected_completion(inproc, text)
+        assert expected is not None
         open_doc(client, "file:///tmp/kill.py", text)
-        assert await inline(client, "file:///tmp/kill.py", text) == expected_completion(
-            inproc, text)
+        assert await inline(client, "file:///tmp/kill.py", text) == expected
         victim = EngineClient(endpoint_for(str(model), "cpu"))
         first_pid = victim.hello()["pid"]
 
@@ -321,12 +326,12 @@ async def test_killed_engine_answers_empty_is_restarted_and_serves_again(dream_c
         client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
             settings=OPTIONS))
         restarted = None
-        for _ in range(600):
+        for _ in range(1200):  # the restarted engine loads the model again
             restarted = await inline(client, "file:///tmp/kill.py", text)
             if restarted is not None:
                 break
             await asyncio.sleep(0.5)
-        assert restarted == expected_completion(inproc, text)
+        assert restarted == expected
         assert victim.hello()["pid"] != first_pid
         warnings = [m.message for m in client.messages if "engine stopped" in m.message]
         assert warnings == ["dg-lsp: the engine stopped; restarting it"]  # told once
