@@ -249,7 +249,7 @@ class MaskedDenoiser:
         if self.refresh > 1:
             span = live_span(hole.start, hole.end, self.model.cfg.shift_logits)
             self.cache, self.stale = ContextCache(kv, span, hole.x.shape[0]), False
-        return logits[hole.start : hole.end]
+        return logits[hole.start - offset : hole.end - offset]
 
     def reuses_prefix(self) -> bool:
         """Whether the next pass starts from another request's cached prefix."""
