@@ -10,6 +10,7 @@ import sys
 SUBCOMMAND_MODULES = [
     "dg_lsp.server",
     "dg_lsp.complete",
+    "dg_lsp.rewrite_cli",
     "dg_lsp.eval.cli",
 ]
 

@@ -116,6 +116,15 @@ def build_context(
     )
 
 
+def windows(before: str, after: str, budget_chars: int, suffix_fraction: float
+            ) -> tuple[str, str]:
+    """Whole-line windows of the text before and after a span, within a character budget."""
+    suffix_budget = max(1, int(budget_chars * suffix_fraction))
+    prefix_budget = max(1, budget_chars - suffix_budget)
+    return (_cut_prefix(before.split("\n"), prefix_budget, set()),
+            _cut_suffix(after.split("\n"), suffix_budget, set()))
+
+
 def _line_end(text: str, offset: int) -> int:
     end = text.find("\n", offset)
     return len(text) if end < 0 else end

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,19 +19,29 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcContentModified, JsonRpcException
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, lsp_method
 from pygls.workspace import TextDocument
 
 from dg_lsp import __version__
+from dg_lsp.actions import FIX_SYNTAX, REWRITE, Document, Target, targets_at
 from dg_lsp.cache import CompletionCache
 from dg_lsp.context import OtherDocument
 from dg_lsp.languages import language_for
 from dg_lsp.pipeline import Completion, CompletionBackend, CompletionRequest, Pipeline
+from dg_lsp.rewrite import Edit, RewriteError, compute_edit
 from dg_lsp.settings import Settings, parse_settings
 from engine.client import EngineUnavailable
 
 STATS_COMMAND = "dg-lsp.stats"
+# workspace/executeCommand arguments: [{"textDocument": {"uri", "version"}, "range",
+# "instruction"?, "strength"?}]; applies the rewrite with workspace/applyEdit and returns the
+# WorkspaceEdit. The "Rewrite selection with instruction…" code action carries this command
+# without an instruction: editors prompt for one (clients that cannot just rewrite).
+REWRITE_COMMAND = "dg-lsp.rewriteWithInstruction"
+ACTION_KINDS = {FIX_SYNTAX: types.CodeActionKind.QuickFix}  # the others: refactor.rewrite
+REQUEST_FAILED = -32803  # LSP's RequestFailed: the request was valid, the edit is refused
 # Server → client notification {"state": "loading" | "ready" | "unavailable", "message": str}
 # for status bars; sent whenever the engine's state changes.
 ENGINE_STATE_NOTIFICATION = "dg-lsp/engineState"
@@ -224,6 +235,123 @@ class DgLanguageServer(LanguageServer):
         return types.Range(position, types.Position(position.line, end))
 
 
+    # -- code actions -----------------------------------------------------------------------
+
+    def code_actions(self, params: types.CodeActionParams) -> list[types.CodeAction]:
+        """The actions that apply at the range, without running the model (resolve does)."""
+        uri = params.text_document.uri
+        found = self._targets(uri, params.range)
+        if found is None:
+            return []
+        doc, targets = found
+        version = self.workspace.get_text_document(uri).version
+        actions = []
+        for target in targets:
+            data = {"uri": uri, "version": version, "action": target.action,
+                    "range": _range_json(params.range)}
+            kind = ACTION_KINDS.get(target.action, types.CodeActionKind.RefactorRewrite)
+            actions.append(types.CodeAction(title=target.title, kind=kind, data=data))
+            if target.action == REWRITE:
+                args = {"textDocument": {"uri": uri, "version": version},
+                        "range": _range_json(params.range)}
+                actions.append(types.CodeAction(
+                    title="Rewrite selection with instruction…", kind=kind,
+                    command=types.Command("Rewrite selection with instruction…",
+                                          REWRITE_COMMAND, arguments=[args])))
+        return actions
+
+    def resolves_lazily(self) -> bool:
+        """Whether the client resolves a code action's edit (else it gets it eagerly)."""
+        caps = self.client_capabilities
+        action = caps and caps.text_document and caps.text_document.code_action
+        support = action and action.resolve_support
+        return bool(support and "edit" in support.properties)
+
+    async def resolve_action(self, action: types.CodeAction) -> types.CodeAction:
+        """The action with its WorkspaceEdit; an LSP error (shown to the user) when refused."""
+        data = action.data if isinstance(action.data, dict) else {}
+        try:
+            uri, version = data["uri"], data["version"]
+            lsp_range = _range_from_json(data["range"])
+            kind = data["action"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise JsonRpcException(f"dg-lsp: malformed code action data: {exc}",
+                                   REQUEST_FAILED) from exc
+        action.edit = await self.rewrite(uri, version, lsp_range, kind)
+        return action
+
+    async def rewrite(
+        self,
+        uri: str,
+        version: int | None,
+        lsp_range: types.Range,
+        action: str = REWRITE,
+        instruction: str | None = None,
+        strength: float | None = None,
+    ) -> types.WorkspaceEdit:
+        """Run one action on the document as it is at `version`; its WorkspaceEdit."""
+        self._check_version(uri, version)
+        found = self._targets(uri, lsp_range)
+        if found is None:
+            raise self._refuse(f"cannot rewrite {_short_path(uri)}: range or document invalid")
+        doc, targets = found
+        target = next((t for t in targets if t.action == action), None)
+        if target is None:
+            raise self._refuse(f"'{action}' does not apply here")
+        if await self.backend() is None:
+            raise self._refuse("the model is not loaded")
+        stop = threading.Event()
+        loop = asyncio.get_running_loop()
+        try:
+            edit = await loop.run_in_executor(
+                self.executor, compute_edit, _Counting(self), doc, target, self.settings,
+                instruction, strength, stop.is_set)
+        except asyncio.CancelledError:
+            stop.set()
+            raise
+        except RewriteError as exc:
+            raise self._refuse(str(exc)) from exc
+        except EngineUnavailable as exc:
+            self.engine_lost(exc)
+            raise self._refuse("the engine stopped; try again") from exc
+        self._check_version(uri, version)  # the user may have typed while the model ran
+        current = self.workspace.get_text_document(uri)
+        text_edit = types.TextEdit(self.range_of(current, edit), edit.text)
+        return types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
+            types.OptionalVersionedTextDocumentIdentifier(uri, current.version), [text_edit])])
+
+    def _targets(self, uri: str, lsp_range: types.Range) -> tuple[Document, list[Target]] | None:
+        if uri not in self.workspace.text_documents:
+            return None
+        doc = self.workspace.get_text_document(uri)
+        enc = self.position_encoding
+        start, end = offset_at(doc, lsp_range.start, enc), offset_at(doc, lsp_range.end, enc)
+        if start is None or end is None or end < start or "\x00" in doc.source:
+            return None
+        parsed = Document(doc.source, language_for(doc.language_id, uri))
+        return parsed, targets_at(parsed, start, end)
+
+    def _check_version(self, uri: str, version: int | None) -> None:
+        if uri not in self.workspace.text_documents:
+            raise self._refuse(f"{_short_path(uri)} is not open")
+        current = self.workspace.get_text_document(uri).version
+        if version is not None and current != version:
+            message = (f"dg-lsp: {_short_path(uri)} changed (version {version} → {current}) "
+                       "while the edit was computed; nothing was changed")
+            self.window_show_message(types.ShowMessageParams(types.MessageType.Warning, message))
+            raise JsonRpcContentModified(message)
+
+    def _refuse(self, reason: str) -> JsonRpcException:
+        message = f"dg-lsp: {reason}"
+        self.window_show_message(types.ShowMessageParams(types.MessageType.Warning, message))
+        return JsonRpcException(message, REQUEST_FAILED)
+
+    def range_of(self, doc: TextDocument, edit: Edit) -> types.Range:
+        enc = self.position_encoding
+        return types.Range(position_at(doc.source, edit.start, enc),
+                           position_at(doc.source, edit.end, enc))
+
+
 class _Counting:
     """The server's engine, counted: `dg-lsp.stats` reports engine calls and steps."""
 
@@ -233,6 +361,12 @@ class _Counting:
     def infill_stream(self, prefix: str, suffix: str, max_tokens: int = 32, **kwargs: Any):
         self.server.stats["engineRequests"] += 1
         for draft in self.server._backend.infill_stream(prefix, suffix, max_tokens, **kwargs):
+            self.server.stats["denoiseSteps"] += 1
+            yield draft
+
+    def rewrite_stream(self, prefix: str, suffix: str, original: str, **kwargs: Any):
+        self.server.stats["engineRequests"] += 1
+        for draft in self.server._backend.rewrite_stream(prefix, suffix, original, **kwargs):
             self.server.stats["denoiseSteps"] += 1
             yield draft
 
@@ -274,6 +408,28 @@ def offset_at(doc: TextDocument, position: types.Position, encoding: str) -> int
     if col is None:
         return None
     return sum(len(line) for line in lines[: position.line]) + col
+
+
+def position_at(text: str, offset: int, encoding: str) -> types.Position:
+    """The LSP position of character `offset` of `text`."""
+    line_start = text.rfind("\n", 0, offset) + 1
+    return types.Position(text.count("\n", 0, offset),
+                          _units(text[line_start:offset], encoding))
+
+
+def _range_json(r: types.Range) -> dict[str, Any]:
+    return {"start": {"line": r.start.line, "character": r.start.character},
+            "end": {"line": r.end.line, "character": r.end.character}}
+
+
+def _range_from_json(raw: Any) -> types.Range:
+    def position(p: Any) -> types.Position:
+        line, character = p["line"], p["character"]
+        if not isinstance(line, int) or not isinstance(character, int):
+            raise ValueError("positions need integer line and character")
+        return types.Position(line, character)
+
+    return types.Range(position(raw["start"]), position(raw["end"]))
 
 
 def _short_path(uri: str) -> str:
@@ -332,6 +488,64 @@ def create_server(backend: CompletionBackend | None = None) -> DgLanguageServer:
             insert_text_format=types.InsertTextFormat.PlainText,
             detail="dg-lsp", filter_text=result.text, sort_text="0")
         return types.CompletionList(is_incomplete=True, items=[item])
+
+    @server.feature(
+        types.TEXT_DOCUMENT_CODE_ACTION,
+        types.CodeActionOptions(
+            code_action_kinds=[types.CodeActionKind.RefactorRewrite,
+                               types.CodeActionKind.QuickFix],
+            resolve_provider=True),
+    )
+    async def code_action(
+        ls: DgLanguageServer, params: types.CodeActionParams
+    ) -> list[types.CodeAction]:
+        actions = ls.code_actions(params)
+        if ls.resolves_lazily():
+            return actions
+        eager = []  # a client that cannot resolve gets every edit now
+        for action in actions:
+            if action.data is None:
+                eager.append(action)
+                continue
+            try:
+                eager.append(await ls.resolve_action(action))
+            except JsonRpcException:
+                continue  # refused: the user was told why; the action is not offered
+        return eager
+
+    @server.feature(types.CODE_ACTION_RESOLVE)
+    async def resolve_code_action(ls: DgLanguageServer, action: types.CodeAction
+                                  ) -> types.CodeAction:
+        return await ls.resolve_action(action)
+
+    @server.command(REWRITE_COMMAND)
+    async def rewrite_with_instruction(ls: DgLanguageServer, *args: Any
+                                       ) -> types.WorkspaceEdit | None:
+        try:
+            raw = args[0] if args and isinstance(args[0], dict) else {}
+            uri = raw["textDocument"]["uri"]
+            version = raw["textDocument"].get("version")
+            lsp_range = _range_from_json(raw["range"])
+            instruction = raw.get("instruction")
+            strength = raw.get("strength")
+            if instruction is not None and not isinstance(instruction, str):
+                raise ValueError("instruction must be a string")
+            if strength is not None and (isinstance(strength, bool)
+                                         or not isinstance(strength, int | float)):
+                raise ValueError("strength must be a number")
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            ls.window_show_message(types.ShowMessageParams(
+                types.MessageType.Error, f"dg-lsp: {REWRITE_COMMAND}: bad arguments: {exc}"))
+            return None
+        try:
+            edit = await ls.rewrite(uri, version, lsp_range, REWRITE, instruction, strength)
+        except JsonRpcException:
+            return None  # refused: already shown to the user
+        result = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(
+            edit, label="dg-lsp: rewrite selection"))
+        if not result.applied:
+            ls.log(f"the client did not apply the rewrite: {result.failure_reason}")
+        return edit
 
     @server.command(STATS_COMMAND)
     def stats(ls: DgLanguageServer, *args: Any) -> dict[str, int]:

@@ -186,7 +186,10 @@ class MaskedDenoiser:
         vocab: VocabText | None = None,
         timings: dict[str, float] | None = None,
         prefix_cache: PrefixCache | None = None,
+        start: tuple[list[int], list[bool]] | None = None,
     ) -> None:
+        """`start` (tokens, committed flags) replaces the all-mask hole: a rewrite keeps the
+        committed tokens and denoises the rest."""
         if config.mask_token_id is None:
             raise ValueError("the model has no mask token")
         self.model, self.config, self.tokenizer, self.canvas = model, config, tokenizer, canvas
@@ -213,6 +216,8 @@ class MaskedDenoiser:
         self.refresh = max(1, settings.cache_refresh)
         self.prefix_cache = prefix_cache if self.refresh > 1 else None
         self.hole = _Hole(canvas, device)
+        if start is not None:
+            self.hole.rebuild(*start)
         self.cache: ContextCache | None = None
         self.stale = True  # the cache no longer matches the canvas layout
         self.stopped = False
@@ -302,6 +307,8 @@ class MaskedDenoiser:
         logits = adjust_logits(logits.float(), self.stop_ids, settings.eos_penalty, step_banned)
         if self.heal_allowed is not None and bool(masked[0]):
             logits[0, ~self.heal_allowed] = float("-inf")
+        if settings.min_tokens and self.stop_ids:
+            logits[: settings.min_tokens, sorted(self.stop_ids)] = float("-inf")
         min_commit = 1
         if steps_left is not None:
             min_commit = math.ceil(int(masked.sum()) / steps_left)
@@ -335,14 +342,16 @@ def denoise(
     cancel: Callable[[], bool] | None = None,
     timings: dict[str, float] | None = None,
     prefix_cache: PrefixCache | None = None,
+    start: tuple[list[int], list[bool]] | None = None,
 ) -> Iterator[Draft]:
     """Denoise `canvas`'s hole, yielding a Draft after every forward pass.
 
     `vocab` is needed when the canvas was healed (`canvas.heal_text`); `timings` collects
-    seconds spent in "forward" and "sample"; `prefix_cache` is used when cache_refresh > 1.
+    seconds spent in "forward" and "sample"; `prefix_cache` is used when cache_refresh > 1;
+    `start` as for MaskedDenoiser.
     """
     d = MaskedDenoiser(model, config, tokenizer, canvas, settings, stop_early=stop_early,
-                       vocab=vocab, timings=timings, prefix_cache=prefix_cache)
+                       vocab=vocab, timings=timings, prefix_cache=prefix_cache, start=start)
     while True:
         if d.done:
             yield d.final()

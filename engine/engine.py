@@ -153,6 +153,26 @@ class Engine:
             timings=timings,
         )
 
+    def rewrite_stream(
+        self,
+        prefix: str,
+        suffix: str,
+        original: str,
+        *,
+        strength: float = 1.0,
+        max_tokens: int | None = None,
+        settings: SamplerSettings | None = None,
+        canvas_length: int = DEFAULT_CANVAS_LENGTH,
+        cancel: Callable[[], bool] | None = None,
+    ) -> Iterator[Draft]:
+        """Drafts of `original` (the text between prefix and suffix) rewritten at `strength`
+        (share of its tokens generated again; 1.0: fresh infill). See engine.rewrite."""
+        from engine.rewrite import rewrite_stream
+
+        return rewrite_stream(self, prefix, suffix, original, strength=strength,
+                              max_tokens=max_tokens, settings=settings or SamplerSettings(),
+                              canvas_length=canvas_length, cancel=cancel)
+
     def completion_ids(self, draft: Draft) -> list[int]:
         """The draft's tokens up to the first stop token or uncommitted position."""
         stop = self.config.stop_token_ids

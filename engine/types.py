@@ -18,6 +18,7 @@ class SamplerSettings:
     seed: int = 0
     max_steps: int | None = None  # None: at most one step per hole token
     cache_refresh: int = 1  # recompute context keys/values every R steps (1 = exact, no reuse)
+    min_tokens: int = 0  # no stop token in the hole's first N positions (a body is not empty)
 
 
 @dataclass

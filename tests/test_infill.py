@@ -293,3 +293,46 @@ def test_prefix_cache_reuses_the_previous_requests_prefix_keys(dream: Engine) ->
     # Exact mode (R=1) never reuses another request's keys.
     dream.infill(prefix, "\n", max_tokens=6)
     assert (dream.prefix_cache.hits, dream.prefix_cache.misses) == (2, 1)
+
+
+# -- rewrites ---------------------------------------------------------------------------------
+
+
+def test_kept_flags_drop_the_lowest_scores_first():
+    from engine.rewrite import kept_flags
+
+    scores = [0.9, 0.1, 0.5, 0.1, 0.8]
+    assert kept_flags(scores, 0.0) == [True] * 5
+    assert kept_flags(scores, 0.2) == [True, True, True, False, True]  # tie: the later goes
+    assert kept_flags(scores, 0.4) == [True, False, True, False, True]
+    assert kept_flags(scores, 0.6) == [True, False, False, False, True]
+    assert kept_flags(scores, 1.0) == [False] * 5
+
+
+def test_rewrite_keeps_the_tokens_the_model_is_surest_of(dream: Engine) -> None:
+    prefix, suffix = "def f(a):\n    ", "\n"
+    original = "return a + 1"
+    ids = dream.tokenizer.encode(original)
+    # strength 0: every original token stays where it was
+    last = list(dream.rewrite_stream(prefix, suffix, original, strength=0.0))[-1]
+    assert last.token_ids[: len(ids)] == ids
+    # strength 0.5: the most likely half (by one fully masked pass) stays
+    canvas = layout(dream.tokenizer, dream.config, prefix, suffix, len(ids) + 8)
+    logits = dream.forward_logits(torch.tensor([canvas.ids]))[0]
+    probs = logits[canvas.hole_start : canvas.hole_start + len(ids)].softmax(-1)
+    scores = probs[torch.arange(len(ids)), torch.tensor(ids)].tolist()
+    from engine.rewrite import kept_flags
+
+    keep = kept_flags(scores, 0.5)
+    half = list(dream.rewrite_stream(prefix, suffix, original, strength=0.5))
+    assert [t for t, k in zip(half[-1].token_ids, keep, strict=False) if k] == \
+        [t for t, k in zip(ids, keep, strict=True) if k]
+    assert half[0].step == 2  # the scoring pass counts as a forward pass
+    # strength 1: a fresh infill of a hole the original's size and half again
+    fresh = list(dream.rewrite_stream(prefix, suffix, original, strength=1.0))[-1]
+    assert fresh == list(dream.infill_stream(prefix, suffix, len(ids) + 8))[-1]
+
+
+def test_min_tokens_keeps_stop_tokens_out_of_the_first_positions(dream: Engine) -> None:
+    result = dream.infill("x = ", "\n", 6, min_tokens=3)
+    assert len(result.token_ids) >= 3

@@ -103,6 +103,17 @@ def test_concurrent_requests_are_batched_and_each_gets_its_own_completion(engine
     assert after["live"] == 0
 
 
+def test_rewrites_through_the_engine_equal_in_process_ones(engine, inproc):
+    prefix, original = "def f(a):\n    ", "return a + 1"
+    for strength in (0.5, 1.0):
+        here = list(inproc.rewrite_stream(prefix, "\n", original, strength=strength,
+                                          max_tokens=12))[-1]
+        there = list(engine.rewrite_stream(prefix, "\n", original, strength=strength,
+                                           max_tokens=12))[-1]
+        assert (there.token_ids, there.text, there.step) == (here.token_ids, here.text,
+                                                              here.step)
+
+
 def slow_request() -> dict:
     # one token per step over a long hole: it stays in denoising long enough to cancel
     return {"op": "infill", "id": "slow", "prefix": "x = ", "suffix": "", "max_tokens": 900,

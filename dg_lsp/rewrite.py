@@ -1,0 +1,232 @@
+"""Run an action's target through the engine and turn what it writes into a checked edit.
+
+The one edit path for code actions, `dg-lsp rewrite` and batch mode:
+
+1. the model reads the document around the target's hole (whole-line windows within the
+   canvas budget), with the target's own framing (`Target.before` / `.after`), and for an
+   instructed rewrite the instruction as a comment on its own line above the hole's line —
+   a form every code model has read in its training data ("# make this iterative"), which
+   needs no prompt template and works for infill-only models;
+2. selections are rewritten at an edit strength (share of their tokens generated again,
+   DEFAULT_STRENGTH unless asked); stubs and doc comments are generated afresh;
+3. the text is shaped for its place (docstring quotes, body indentation) and the edited
+   document is parsed: an edit that adds syntax errors is cut back to its longest prefix of
+   whole lines that does not, and refused when none does (a syntax fix must remove errors).
+   A refused edit raises RewriteError with the reason; nothing is ever half applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from dg_lsp.actions import COMPLETE_BODY, DOCSTRING, FIX_SYNTAX, Document, Target, error_count
+from dg_lsp.context import windows
+from dg_lsp.settings import Settings
+from engine.types import Draft, SamplerSettings
+
+# Keep the half of a selection the model is surest of and write the rest again.
+DEFAULT_STRENGTH = 0.5
+# A body or a doc comment is not empty: no stop token in its first few positions.
+MIN_TOKENS = {COMPLETE_BODY: 4, DOCSTRING: 2}
+CHARS_PER_TOKEN = 3  # as the completion pipeline budgets its windows
+MAX_DOCUMENT_CHARS = 5_000_000
+
+
+class RewriteBackend(Protocol):
+    """What rewrites need from an engine: `Engine` or a resident-engine client."""
+
+    def infill_stream(self, prefix: str, suffix: str, max_tokens: int = 32, *,
+                      settings: SamplerSettings | None = None, canvas_length: int = 256,
+                      cancel: Callable[[], bool] | None = None) -> Iterator[Draft]: ...
+
+    def rewrite_stream(self, prefix: str, suffix: str, original: str, *, strength: float = 1.0,
+                       max_tokens: int | None = None, settings: SamplerSettings | None = None,
+                       canvas_length: int = 256, cancel: Callable[[], bool] | None = None
+                       ) -> Iterator[Draft]: ...
+
+
+class RewriteError(Exception):
+    """Why an action produced no edit; the message is shown to the user as it is."""
+
+
+@dataclass
+class Edit:
+    start: int  # replace text[start:end] of the document it was computed for
+    end: int
+    text: str
+    steps: int  # forward passes the model ran
+
+
+def compute_edit(
+    backend: RewriteBackend,
+    doc: Document,
+    target: Target,
+    settings: Settings,
+    instruction: str | None = None,
+    strength: float | None = None,
+    cancel: Callable[[], bool] | None = None,
+) -> Edit:
+    """The checked edit for `target` in `doc`; RewriteError when there is none to offer."""
+    if len(doc.text) > MAX_DOCUMENT_CHARS:
+        raise RewriteError(f"the document is too large ({len(doc.text)} characters)")
+    if "\x00" in doc.text:
+        raise RewriteError("the document is binary")
+    strength = DEFAULT_STRENGTH if strength is None else strength
+    if not 0.0 <= strength <= 1.0:
+        raise RewriteError(f"strength must be between 0 and 1, got {strength}")
+    before = errors = error_count(doc)
+    steps = 0
+    for attempt in _strengths(target, strength):
+        generated, used = _generate(backend, doc, target, settings, instruction, attempt, cancel)
+        steps += used
+        if generated is None:
+            raise RewriteError("cancelled")
+        text = shape(target, generated, doc)
+        if text is not None:
+            text = _parseable(doc, target, text, before)
+        if text is not None and text == doc.text[target.start : target.end]:
+            raise RewriteError("the model's version is the same as the original")
+        if text is not None:
+            return Edit(target.start, target.end, text, steps)
+        errors = before
+    if target.action == FIX_SYNTAX:
+        raise RewriteError(f"the model found no fix for the syntax error ({errors} errors)")
+    raise RewriteError(f"the model wrote nothing usable for '{target.title}'")
+
+
+def model_input(doc: Document, target: Target, settings: Settings, instruction: str | None
+                ) -> tuple[str, str]:
+    """(prefix, suffix) the model reads around the hole."""
+    text = doc.text
+    prefix = text[: target.start] + target.before
+    if instruction and instruction.strip():
+        line = doc.line_start(target.start)
+        comment = doc.language.line_comment if doc.language else "#"
+        note = " ".join(instruction.split())
+        prefix = (text[:line] + doc.indent_at(target.start) + f"{comment} {note}\n"
+                  + text[line : target.start] + target.before)
+    suffix = target.after + text[target.end :]
+    budget = max(64, (settings.canvas_length - target.max_tokens) * CHARS_PER_TOKEN)
+    return windows(prefix, suffix, budget, settings.suffix_fraction)
+
+
+def shape(target: Target, generated: str, doc: Document) -> str | None:
+    """The replacement text for target's span from the model's hole text; None if empty."""
+    lang = doc.language.name if doc.language else ""
+    if target.action == DOCSTRING:
+        closer = {"python": '"""', "rust": "\n", "go": "\n"}.get(lang, "*/")
+        body = generated.split(closer, 1)[0]
+        lines = [ln.strip().lstrip("*").strip() for ln in body.strip().split("\n")]
+        lines = [ln.rstrip("\\") for ln in lines]
+        while lines and not lines[-1]:
+            lines.pop()
+        if not lines or not lines[0]:
+            return None
+        inner = target.indent
+        if lang == "python":
+            if len(lines) == 1:
+                return f'\n{inner}"""{lines[0]}"""'
+            rest = "".join(f"\n{inner}{ln}" if ln else "\n" for ln in lines[1:])
+            return f'\n{inner}"""{lines[0]}{rest}\n{inner}"""'
+        if lang in ("rust", "go"):
+            return target.before + lines[0] + "\n"
+        if len(lines) == 1:
+            return f"{inner}/** {lines[0]} */\n"
+        return f"{inner}/**\n" + "".join(f"{inner} * {ln}\n" for ln in lines) + f"{inner} */\n"
+    text = generated.strip()
+    if not text:
+        return None
+    if target.action == COMPLETE_BODY:
+        return target.before + text + target.after
+    return text
+
+
+def _strengths(target: Target, strength: float) -> list[float]:
+    if target.action in (COMPLETE_BODY, DOCSTRING):
+        return [1.0]  # nothing worth keeping: generated afresh
+    if target.action == FIX_SYNTAX and strength < 1.0:
+        return [strength, 1.0]  # kept tokens may keep the error: then try afresh
+    return [strength]
+
+
+def _generate(
+    backend: RewriteBackend,
+    doc: Document,
+    target: Target,
+    settings: Settings,
+    instruction: str | None,
+    strength: float,
+    cancel: Callable[[], bool] | None,
+) -> tuple[str | None, int]:
+    """The hole's text (None when cancelled) and the forward passes it took."""
+    prefix, suffix = model_input(doc, target, settings, instruction)
+    sampler = replace(settings.sampler, min_tokens=MIN_TOKENS.get(target.action, 0))
+    original = doc.text[target.start : target.end]
+    if original and strength < 1.0:
+        drafts = backend.rewrite_stream(
+            prefix, suffix, original, strength=strength, max_tokens=target.max_tokens,
+            settings=sampler, canvas_length=settings.canvas_length, cancel=cancel)
+    else:
+        drafts = backend.infill_stream(prefix, suffix, target.max_tokens, settings=sampler,
+                                       canvas_length=settings.canvas_length, cancel=cancel)
+    last = None
+    for draft in drafts:
+        last = draft
+    if last is None or last.finish_reason == "cancelled":
+        return None, 0 if last is None else last.step
+    return last.text, last.step
+
+
+def _parseable(doc: Document, target: Target, text: str, errors_before: int) -> str | None:
+    """`text` (for a body: or its longest whole-line prefix) if the edited document has no
+    more syntax errors than before (fewer, for a syntax fix); else None."""
+    if doc.language is None:
+        return text
+    allowed = errors_before - 1 if target.action == FIX_SYNTAX else errors_before
+    original = doc.text[target.start : target.end]
+    lines = text.split("\n")
+    # Only a generated body may lose trailing lines; a rewrite is whole or refused, never
+    # shorter than the model wrote (that would silently delete the user's code).
+    shortest = 1 if target.action == COMPLETE_BODY else len(lines)
+    for n in range(len(lines), shortest - 1, -1):
+        candidate = "\n".join(lines[:n])
+        if target.action == COMPLETE_BODY and n < len(lines):
+            candidate = candidate.rstrip() + target.after
+        if not candidate.strip() or candidate == target.before + target.after:
+            break
+        if target.action != FIX_SYNTAX and not _same_nesting(candidate, original):
+            continue  # an edit that closes brackets it did not open changes code outside it
+        edited = doc.text[: target.start] + candidate + doc.text[target.end :]
+        if error_count(Document(edited, doc.language)) <= allowed:
+            return candidate
+    return None
+
+
+def _nesting(code: str) -> tuple[int, int]:
+    """(lowest, final) bracket depth across `code`, skipping quoted strings."""
+    depth = lowest = 0
+    quote = ""
+    escaped = False
+    for ch in code:
+        if quote:
+            escaped = ch == "\\" and not escaped
+            if ch == quote and not escaped:
+                quote = ""
+            continue
+        if ch in "\"'`":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            lowest = min(lowest, depth)
+    return lowest, depth
+
+
+def _same_nesting(new: str, old: str) -> bool:
+    """Whether `new` closes no bracket `old` did not close and leaves as many open."""
+    new_low, new_final = _nesting(new)
+    old_low, old_final = _nesting(old)
+    return new_low >= old_low and new_final == old_final

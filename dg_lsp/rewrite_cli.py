@@ -1,0 +1,108 @@
+"""`dg-lsp rewrite FILE --range L:C-L:C`: the editor's code actions on the command line.
+
+Prints the new text of the range, a unified diff (`--diff`, applies with `git apply`), or
+writes the file (`--apply`, atomically). `--action` runs the other infill actions at the
+range's start (complete-body, docstring, fix-syntax). Lines and columns are 1-based,
+columns in characters. Exit status: 0 edited, 1 the model's edit was refused (the reason on
+stderr), 2 bad input; the file is never left half written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from dg_lsp.actions import ACTIONS, REWRITE, Document, targets_at
+from dg_lsp.complete import cursor_offset
+from dg_lsp.files import SourceError, read_source, unified_diff, write_atomic
+from dg_lsp.languages import language_for
+from dg_lsp.rewrite import DEFAULT_STRENGTH, RewriteError, compute_edit
+from dg_lsp.settings import Settings
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("rewrite", help="rewrite a range of FILE (or run an action)")
+    parser.add_argument("file", type=Path)
+    parser.add_argument("--range", required=True, metavar="L:C-L:C",
+                        help="1-based start and end (end exclusive), columns in characters")
+    parser.add_argument("--action", choices=ACTIONS, default=REWRITE)
+    parser.add_argument("--instruction", default=None, help="what to change, in words")
+    parser.add_argument("--strength", type=float, default=None,
+                        help=f"share of the selection written again (default {DEFAULT_STRENGTH};"
+                             " 1.0: from scratch)")
+    out = parser.add_mutually_exclusive_group()
+    out.add_argument("--diff", action="store_true", help="print a unified diff")
+    out.add_argument("--apply", action="store_true", help="write the file")
+    out.add_argument("--json", action="store_true", help="print the edit as JSON")
+    parser.add_argument("--seed", type=int, default=None, help="sampler seed")
+    parser.add_argument("--model", default=None, help="checkpoint folder or hub id")
+    parser.add_argument("--device", default="auto")
+    parser.set_defaults(func=run)
+
+
+def parse_range(text: str, spec: str) -> tuple[int, int]:
+    """Character offsets of `L:C-L:C` in `text`; ValueError when malformed or outside it."""
+    parts = spec.split("-")
+    if len(parts) != 2:
+        raise ValueError(f"expected L:C-L:C, got {spec!r}")
+    offsets = []
+    for part in parts:
+        line, _, col = part.partition(":")
+        if not line.isdigit() or not col.isdigit() or int(line) < 1 or int(col) < 1:
+            raise ValueError(f"expected L:C-L:C with 1-based numbers, got {spec!r}")
+        offsets.append(cursor_offset(text, int(line), int(col)))
+    if offsets[1] < offsets[0]:
+        raise ValueError(f"the range ends before it starts: {spec}")
+    return offsets[0], offsets[1]
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        text = read_source(args.file)
+        start, end = parse_range(text, args.range)
+    except (SourceError, ValueError) as exc:
+        print(f"dg-lsp rewrite: {exc}", file=sys.stderr)
+        return 2
+    if args.strength is not None and not 0.0 <= args.strength <= 1.0:
+        print("dg-lsp rewrite: --strength must be between 0 and 1", file=sys.stderr)
+        return 2
+    doc = Document(text, language_for(None, str(args.file)))
+    target = next((t for t in targets_at(doc, start, end) if t.action == args.action), None)
+    if target is None:
+        what = "the range is empty" if args.action == REWRITE else "it does not apply here"
+        print(f"dg-lsp rewrite: cannot {args.action}: {what}", file=sys.stderr)
+        return 2
+
+    from engine import Engine
+
+    settings = Settings(model=args.model, device=args.device)
+    if args.seed is not None:
+        settings.sampler = dataclasses.replace(settings.sampler, seed=args.seed)
+    engine = Engine.load(args.model, device=args.device)
+    try:
+        edit = compute_edit(engine, doc, target, settings, args.instruction, args.strength)
+    except RewriteError as exc:
+        print(f"dg-lsp rewrite: {exc}; the file is unchanged", file=sys.stderr)
+        return 1
+    new = text[: edit.start] + edit.text + text[edit.end :]
+    if args.apply:
+        write_atomic(args.file, new)
+    elif args.diff:
+        sys.stdout.write(unified_diff(_label(args.file), text, new))
+    elif args.json:
+        print(json.dumps({"action": target.action, "start": edit.start, "end": edit.end,
+                          "text": edit.text, "steps": edit.steps}, ensure_ascii=False))
+    else:
+        print(edit.text)
+    return 0
+
+
+def _label(path: Path) -> str:
+    """The path as a diff names it: relative to the working folder when inside it."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return path.as_posix().lstrip("/")

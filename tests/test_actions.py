@@ -1,0 +1,468 @@
+"""Code actions: where each applies (tree-sitter, no model), the edits they make over LSP with
+the bundled model, and `dg-lsp rewrite` on the command line.
+
+Edits over LSP must equal what the same code computes in this process, change only the
+target's range and leave a file that parses with no new errors.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+from pygls.workspace import TextDocument
+
+from dg_lsp.actions import (
+    COMPLETE_BODY,
+    DOCSTRING,
+    FIX_SYNTAX,
+    REWRITE,
+    Document,
+    all_targets,
+    error_count,
+    targets_at,
+)
+from dg_lsp.languages import language_for
+from dg_lsp.rewrite import RewriteError, _same_nesting, compute_edit, shape
+from dg_lsp.server import REWRITE_COMMAND, offset_at
+from dg_lsp.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLED = ROOT / "engine" / "bundled" / "default"
+UTF16 = types.PositionEncodingKind.Utf16
+
+PY = '''import json
+
+
+def load_config(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+class Point:
+    def __init__(self, x, y):
+        self.x = x
+        self.y = y
+
+    def norm(self):
+        """Length of the vector."""
+        ...
+
+
+x = (1 + 2
+print(x)
+'''
+
+JS = '''function add(a, b) {
+  return a + b;
+}
+
+function square(x) {
+  return x * x;
+}
+
+function half(a) {
+  return a +;
+}
+
+class Counter {
+  increment() {
+    // TODO
+  }
+}
+'''
+
+
+def doc(text: str, language: str = "python") -> Document:
+    return Document(text, language_for(language))
+
+
+def at(text: str, needle: str, extra: int = 0) -> int:
+    return text.index(needle) + extra
+
+
+def target_of(d: Document, start: int, end: int, action: str = REWRITE):
+    (target,) = [t for t in targets_at(d, start, end) if t.action == action]
+    return target
+
+
+def actions(text: str, start: int, end: int | None = None, language: str = "python"):
+    return {(t.action, t.name) for t in targets_at(doc(text, language), start,
+                                                     start if end is None else end)}
+
+
+# -- where actions apply (no model) -----------------------------------------------------------
+
+
+def test_python_actions_are_offered_only_where_they_apply():
+    # in the stub `norm`: complete its body; it has a docstring, so no docstring action
+    assert actions(PY, at(PY, "...")) == {(COMPLETE_BODY, "norm")}
+    # on the header of load_config: a docstring, but its body is real code
+    assert actions(PY, at(PY, "load_config")) == {(DOCSTRING, "load_config")}
+    # inside load_config's body: nothing
+    assert actions(PY, at(PY, "json.load")) == set()
+    # at module level, on a broken line: fix the syntax error there
+    assert actions(PY, at(PY, "x = (")) == {(FIX_SYNTAX, "")}
+    assert actions(PY, at(PY, "import json")) == set()
+    # a selection: rewrite it
+    start = at(PY, "return json")
+    assert actions(PY, start, start + len("return json.load(f)")) == {(REWRITE, "")}
+    # a selection of whitespace only is no target
+    assert actions(PY, at(PY, "\n\n\ndef"), at(PY, "def load")) == set()
+
+
+def test_javascript_actions_are_offered_only_where_they_apply():
+    assert actions(JS, at(JS, "// TODO"), language="javascript") == {(COMPLETE_BODY, "increment")}
+    assert actions(JS, at(JS, "function add"), language="javascript") == {(DOCSTRING, "add")}
+    assert actions(JS, at(JS, "return a"), language="javascript") == set()
+    assert actions(JS, at(JS, "class Counter"), language="javascript") == {(DOCSTRING, "Counter")}
+
+
+def test_stub_bodies_in_every_language_are_found():
+    stubs = {
+        "python": "def f():\n    pass\n\ndef g():\n    raise NotImplementedError\n\n"
+                  "def h():\n    return 1\n",
+        "typescript": "function f(): number {\n  throw new Error('not implemented');\n}\n"
+                      "function g() {}\nfunction h() { return 1; }\n",
+        "rust": "fn f() -> i32 {\n    todo!()\n}\nfn g() {}\nfn h() -> i32 { 1 }\n",
+        "go": "package p\n\nfunc f() int {\n\tpanic(\"not implemented\")\n}\n\n"
+              "func g() {}\n\nfunc h() int { return 1 }\n",
+    }
+    for language, text in stubs.items():
+        found = [t.name for t in all_targets(doc(text, language), COMPLETE_BODY)]
+        assert found == ["f", "g"], language
+
+
+def test_doc_comment_targets_frame_the_hole_as_the_language_does():
+    go = doc("package p\n\nfunc Add(a, b int) int {\n\treturn a + b\n}\n", "go")
+    (target,) = all_targets(go, DOCSTRING)
+    assert (target.before, target.after) == ("// Add ", "\n")
+    assert shape(target, "returns the sum.\nmore", go) == "// Add returns the sum.\n"
+    rust = doc("/// Documented.\nfn a() {}\n\nfn b() {}\n", "rust")
+    assert [t.name for t in all_targets(rust, DOCSTRING)] == ["b"]
+    py = doc('def f():\n    return 1\n')
+    (target,) = all_targets(py, DOCSTRING)
+    assert shape(target, "Return one.", py) == '\n    """Return one."""'
+    assert shape(target, 'One.\n\nMore."""junk', py) == '\n    """One.\n\n    More.\n    """'
+    assert shape(target, "   \n", py) is None
+
+
+def test_syntax_targets_are_whole_lines_of_each_broken_region():
+    broken = doc("a = 1\nb = [1, 2\nc = 3\n")
+    assert error_count(broken) >= 1
+    (target,) = all_targets(broken, FIX_SYNTAX)
+    assert broken.text[target.start:target.end] == "b = [1, 2\nc = 3"
+    assert all_targets(doc("a = 1\n"), FIX_SYNTAX) == []
+
+
+def test_bracket_nesting_guard():
+    assert _same_nesting("return f(x)", "return g")
+    assert not _same_nesting("return b; }\n{", "")  # closes the function it sits in
+    assert _same_nesting("s = ')'", "s = 1")  # brackets in strings do not count
+    assert _same_nesting("f(a,", "g(b,")  # a selection that opened a bracket keeps it open
+
+
+class Scripted:
+    """A backend that writes given text, to test what compute_edit does with it."""
+
+    def __init__(self, *texts: str) -> None:
+        self.texts = list(texts)
+        self.calls: list[tuple[str, str]] = []
+
+    def _drafts(self, prefix: str, suffix: str):
+        from engine.types import Draft
+
+        self.calls.append((prefix, suffix))
+        yield Draft(step=3, token_ids=[], committed=0, text=self.texts.pop(0), done=True,
+                    finish_reason="stop")
+
+    def infill_stream(self, prefix, suffix, max_tokens=32, **kwargs):
+        return self._drafts(prefix, suffix)
+
+    def rewrite_stream(self, prefix, suffix, original, **kwargs):
+        return self._drafts(prefix, suffix)
+
+
+def test_a_body_keeps_its_longest_parseable_lines_and_a_rewrite_is_whole_or_refused():
+    text = "def f(a):\n    pass\n"
+    d = doc(text)
+    (body,) = all_targets(d, COMPLETE_BODY)
+    edit = compute_edit(Scripted("return a\n    )))broken"), d, body, Settings())
+    assert text[:edit.start] + edit.text + text[edit.end:] == "def f(a):\n    return a\n"
+    start = text.index("pass")
+    rewrite = target_of(d, start, start + 4)
+    with pytest.raises(RewriteError, match="nothing usable"):
+        compute_edit(Scripted("return (a"), d, rewrite, Settings(), strength=1.0)
+    with pytest.raises(RewriteError, match="same as the original"):
+        compute_edit(Scripted("pass"), d, rewrite, Settings(), strength=1.0)
+
+
+def test_a_javascript_body_is_written_inside_its_braces_at_the_files_indentation():
+    # (the bundled model never saw JavaScript; its bodies there are refused, so the
+    # framing is checked with given model text)
+    d = doc(JS, "javascript")
+    (body,) = all_targets(d, COMPLETE_BODY)
+    backend = Scripted("this.n += 1;\n    return this.n;\n")
+    edit = compute_edit(backend, d, body, Settings())
+    new = JS[:edit.start] + edit.text + JS[edit.end:]
+    assert "  increment() {\n    this.n += 1;\n    return this.n;\n  }\n}\n" in new
+    prefix, suffix = backend.calls[0]
+    assert prefix.endswith("  increment() {\n    ") and suffix.startswith("\n  }\n}")
+    assert error_count(Document(new, language_for("javascript"))) == error_count(d)
+
+
+def test_an_instruction_is_a_comment_line_above_the_hole():
+    text = "def f(a):\n    return a\n"
+    d = doc(text)
+    start = text.index("return")
+    rewrite = target_of(d, start, len(text) - 1)
+    backend = Scripted("return a * 2")
+    compute_edit(backend, d, rewrite, Settings(), instruction="double it\n please")
+    assert backend.calls == [("def f(a):\n    # double it please\n    ", "\n")]
+
+
+# -- over LSP with the bundled model ----------------------------------------------------------
+
+
+def apply_edit(text: str, edit: types.WorkspaceEdit, uri: str, version: int) -> str:
+    (change,) = edit.document_changes
+    assert change.text_document.uri == uri and change.text_document.version == version
+    document = TextDocument(uri, text)
+    for text_edit in sorted(change.edits, key=lambda e: (e.range.start.line,
+                                                         e.range.start.character),
+                            reverse=True):
+        start = offset_at(document, text_edit.range.start, UTF16)
+        end = offset_at(document, text_edit.range.end, UTF16)
+        text = text[:start] + text_edit.new_text + text[end:]
+        document = TextDocument(uri, text)
+    return text
+
+
+@pytest.fixture(scope="module")
+def engine():
+    if not (BUNDLED / "config.json").exists():
+        pytest.skip("the bundled model is not present")
+    from engine import Engine
+
+    return Engine.load(str(BUNDLED), device="cpu")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def client(engine):
+    from tests.test_lsp import start
+
+    client, _ = await start(BUNDLED, preset="visual_studio_code")
+    client.applied = []
+
+    @client.feature(types.WORKSPACE_APPLY_EDIT)
+    def apply(params: types.ApplyWorkspaceEditParams) -> types.ApplyWorkspaceEditResult:
+        client.applied.append(params.edit)
+        return types.ApplyWorkspaceEditResult(applied=True)
+
+    yield client
+    await client.shutdown_session()
+
+
+def open_doc(client, text: str, language_id: str) -> str:
+    uri = f"file:///tmp/{uuid.uuid4().hex}.{'py' if language_id == 'python' else 'js'}"
+    client.text_document_did_open(types.DidOpenTextDocumentParams(
+        types.TextDocumentItem(uri=uri, language_id=language_id, version=1, text=text)))
+    return uri
+
+
+def lsp_range(text: str, start: int, end: int) -> types.Range:
+    def position(offset: int) -> types.Position:
+        line_start = text.rfind("\n", 0, offset) + 1
+        return types.Position(text.count("\n", 0, offset), offset - line_start)  # ASCII only
+
+    return types.Range(position(start), position(end))
+
+
+async def code_actions(client, uri: str, r: types.Range) -> list[types.CodeAction]:
+    return await client.text_document_code_action_async(types.CodeActionParams(
+        types.TextDocumentIdentifier(uri), r, types.CodeActionContext(diagnostics=[])))
+
+
+CASES = [
+    ("python", PY, REWRITE, "return json.load(f)", len("return json.load(f)")),
+    ("python", PY, COMPLETE_BODY, "...", 0),
+    ("python", PY, DOCSTRING, "load_config", 0),
+    ("python", PY, FIX_SYNTAX, "x = (", 0),
+    ("javascript", JS, REWRITE, "return a + b;", len("return a + b;")),
+    ("javascript", JS, DOCSTRING, "square", 0),
+    ("javascript", JS, FIX_SYNTAX, "return a +;", 0),
+]
+
+
+@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.parametrize(("language", "text", "action", "needle", "length"), CASES)
+async def test_each_action_resolves_to_the_edit_the_pipeline_computes(
+    client, engine, language, text, action, needle, length
+):
+    uri = open_doc(client, text, language)
+    start = text.index(needle)
+    listed = await code_actions(client, uri, lsp_range(text, start, start + length))
+    (offered,) = [a for a in listed if getattr(a, "data", None) and a.data["action"] == action]
+    assert offered.edit is None  # listing is cheap: the model runs in resolve
+    resolved = await client.code_action_resolve_async(offered)
+    new = apply_edit(text, resolved.edit, uri, 1)
+
+    d = doc(text, language)
+    target = target_of(d, start, start + length, action)
+    expected = compute_edit(engine, d, target, Settings())
+    assert new == text[:expected.start] + expected.text + text[expected.end:]
+    assert new != text
+    # only the target's span changed, and the file parses with no new errors
+    assert new[:target.start] == text[:target.start]
+    assert new[len(new) - (len(text) - target.end):] == text[target.end:]
+    allowed = error_count(d) - (1 if action == FIX_SYNTAX else 0)
+    assert error_count(Document(new, language_for(language))) <= allowed
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_codeaction_advertises_resolve_and_the_instruction_command(client):
+    uri = open_doc(client, JS, "javascript")
+    start = JS.index("return a")
+    listed = await code_actions(client, uri, lsp_range(JS, start, start + 8))
+    titles = [a.title for a in listed]
+    assert titles == ["Rewrite selection", "Rewrite selection with instruction…"]
+    # lsprotocol reads any result item with a "command" key as a Command, so the test
+    # client turns this CodeAction's nested command into its str(); read it back.
+    command = ast.literal_eval(listed[1].command)
+    assert command["command"] == REWRITE_COMMAND
+    assert command["arguments"] == [{"textDocument": {"uri": uri, "version": 1},
+                                  "range": {"start": {"line": 1, "character": 2},
+                                            "end": {"line": 1, "character": 10}}}]
+    # outside any function, no function action; an unknown document gets none at all
+    assert list(await code_actions(client, uri, lsp_range(JS, len(JS) - 1, len(JS) - 1))) == []
+    assert list(await code_actions(client, "file:///nope.py", lsp_range(JS, 0, 0))) == []
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_stale_document_version_is_refused_and_nothing_changes(client):
+    uri = open_doc(client, PY, "python")
+    start = PY.index("...")
+    (offered,) = await code_actions(client, uri, lsp_range(PY, start, start))
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        [types.TextDocumentContentChangeWholeDocument(text=PY + "\n# edited\n")]))
+    with pytest.raises(JsonRpcException, match="changed .version 1 → 2."):
+        await client.code_action_resolve_async(offered)
+    applied = len(client.applied)
+    result = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        REWRITE_COMMAND, [{"textDocument": {"uri": uri, "version": 1},
+                           "range": _range_json(lsp_range(PY, start, start + 3)),
+                           "instruction": "return the length"}]))
+    assert result is None and len(client.applied) == applied
+
+
+def _range_json(r: types.Range) -> dict:
+    return {"start": {"line": r.start.line, "character": r.start.character},
+            "end": {"line": r.end.line, "character": r.end.character}}
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_rewrite_with_instruction_applies_the_edit_through_the_client(client, engine):
+    uri = open_doc(client, PY, "python")
+    start = PY.index("return json.load(f)")
+    r = lsp_range(PY, start, start + len("return json.load(f)"))
+    applied = len(client.applied)
+    result = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        REWRITE_COMMAND, [{"textDocument": {"uri": uri, "version": 1}, "range": _range_json(r),
+                           "instruction": "read the file as text", "strength": 0.5}]))
+    assert len(client.applied) == applied + 1
+    edit = client.applied[-1]
+    assert edit.document_changes[0].edits[0].range == r
+    assert result["documentChanges"][0]["edits"][0]["newText"] == \
+        edit.document_changes[0].edits[0].new_text
+    d = doc(PY)
+    target = target_of(d, start, start + len("return json.load(f)"))
+    expected = compute_edit(engine, d, target, Settings(), "read the file as text", 0.5)
+    assert edit.document_changes[0].edits[0].new_text == expected.text
+    # bad arguments: a clear message, no edit, the server keeps serving
+    assert await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        REWRITE_COMMAND, [{"range": "nope"}])) is None
+    assert "bad arguments" in client.messages[-1].message
+
+
+# -- command line -----------------------------------------------------------------------------
+
+
+def dg_lsp(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dg_lsp.cli", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=600,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+
+
+def test_cli_rewrite_diff_applies_with_git_and_apply_changes_only_the_range(tmp_path, engine):
+    source = tmp_path / "config.py"
+    source.write_text(PY)
+    source.chmod(0o640)
+    line = PY.split("\n").index("        return json.load(f)") + 1
+    where = f"{line}:9-{line}:28"
+    diff = dg_lsp("rewrite", "config.py", "--range", where, "--diff", "--device", "cpu",
+                  cwd=tmp_path)
+    assert diff.returncode == 0, diff.stderr
+    assert diff.stdout.startswith("--- a/config.py\n+++ b/config.py\n")
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    check = subprocess.run(["git", "apply", "--check", "-"], input=diff.stdout, text=True,
+                           cwd=tmp_path, capture_output=True)
+    assert check.returncode == 0, check.stderr
+
+    applied = dg_lsp("rewrite", "config.py", "--range", where, "--apply", "--device", "cpu",
+                     cwd=tmp_path)
+    assert applied.returncode == 0, applied.stderr
+    new = source.read_text()
+    start = PY.index("return json.load(f)")
+    end = start + len("return json.load(f)")
+    expected = compute_edit(engine, doc(PY), target_of(doc(PY), start, end), Settings())
+    assert new == PY[:start] + expected.text + PY[end:]
+    assert source.stat().st_mode & 0o777 == 0o640
+    subprocess.run(["git", "apply", "-"], input=diff.stdout, text=True, cwd=tmp_path)
+
+
+@pytest.mark.parametrize(("name", "content", "where", "message"), [
+    ("missing.py", None, "1:1-1:2", "missing.py: no such file"),
+    ("short.py", "x = 1\n", "5:1-5:2", "line 5 is past the end of the file"),
+    ("short.py", "x = 1\n", "1:3-1:1", "the range ends before it starts"),
+    ("short.py", "x = 1\n", "1:a-1:2", "expected L:C-L:C"),
+    ("blob.py", b"\x00\x01binary", "1:1-1:2", "blob.py: binary file"),
+    ("short.py", "x = 1\n", "1:1-1:1", "cannot rewrite: the range is empty"),
+])
+def test_cli_bad_input_exits_2_with_a_message_and_leaves_the_file(tmp_path, name, content,
+                                                                   where, message):
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    before = path.read_bytes() if path.exists() else None
+    result = dg_lsp("rewrite", name, "--range", where, "--apply", cwd=tmp_path)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert (path.read_bytes() if path.exists() else None) == before
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_client_without_resolve_support_gets_the_edit_with_the_action(engine):
+    from tests.test_lsp import start
+
+    client, _ = await start(BUNDLED, preset="emacs")  # declares no codeAction resolveSupport
+    try:
+        uri = open_doc(client, PY, "python")
+        start_at = PY.index("...")
+        (action,) = await code_actions(client, uri, lsp_range(PY, start_at, start_at))
+        d = doc(PY)
+        expected = compute_edit(engine, d, target_of(d, start_at, start_at, COMPLETE_BODY),
+                                Settings())
+        new = apply_edit(PY, action.edit, uri, 1)
+        assert new == PY[:expected.start] + expected.text + PY[expected.end:]
+    finally:
+        await client.shutdown_session()
