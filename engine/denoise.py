@@ -43,6 +43,12 @@ from engine.samplers import adjust_logits, step
 from engine.tokenizer import Tokenizer
 from engine.types import Draft, SamplerSettings
 
+# The model's first guess at where a hole ends is often a token or two short: the positions
+# just before the stop run stay masked and are denoised as usual. (100 held-out single-line
+# holes: margin 0 cut completions, edit similarity 0.277; margin 2 kept 0.300, as with no
+# stop run, in 7.5 forward passes per hole instead of 26.8.)
+STOP_RUN_MARGIN = 2
+
 
 class ContextCache:
     """Keys/values of every canvas position outside the live span, from the last full pass."""
@@ -315,6 +321,8 @@ class MaskedDenoiser:
         commit, proposed = step(logits, masked, settings, self.generator, min_commit)
         commit &= masked
         region = hole.x[hole.start : hole.end]
+        if settings.stop_run and self.expand_id is None:
+            commit |= _stop_run(region, hole.committed, commit, proposed, self.stop_ids)
         region[commit] = proposed[commit]
         hole.committed |= commit
 
@@ -367,6 +375,22 @@ def denoise(
         yield draft
         if draft.done:
             return
+
+
+def _stop_run(region: Tensor, committed: Tensor, commit: Tensor, proposed: Tensor,
+              stop_ids: set[int]) -> Tensor:
+    """Positions to commit with this step's: the trailing run of stop tokens (committed or
+    proposed) when any of it is committed now or before, but for its first STOP_RUN_MARGIN
+    positions; else none."""
+    tokens = torch.where(committed, region, proposed)
+    is_stop = torch.isin(tokens, torch.tensor(sorted(stop_ids), device=tokens.device))
+    run = int(torch.cumprod(is_stop.flip(0).int(), 0).sum())
+    extra = torch.zeros_like(commit)
+    if run and bool((commit | committed)[-run:].any()):
+        settled = run - STOP_RUN_MARGIN
+        if settled > 0:
+            extra[-settled:] = ~committed[-settled:]
+    return extra
 
 
 def _stop_early(hole: _Hole, stop_ids: set[int], pad_id: int | None) -> bool:

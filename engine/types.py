@@ -19,6 +19,10 @@ class SamplerSettings:
     max_steps: int | None = None  # None: at most one step per hole token
     cache_refresh: int = 1  # recompute context keys/values every R steps (1 = exact, no reuse)
     min_tokens: int = 0  # no stop token in the hole's first N positions (a body is not empty)
+    # Once a stop token is committed, commit with it the hole's trailing run of positions
+    # whose proposal is a stop token: the end of the hole is settled in one step instead of
+    # one padding position per step (masked family).
+    stop_run: bool = True
 
 
 @dataclass

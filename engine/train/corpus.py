@@ -136,6 +136,34 @@ def tokenize_files(tok, texts: list[str]) -> np.ndarray:
     return np.concatenate(out) if out else np.zeros(0, dtype=np.uint16)
 
 
+def gather_splits(
+    sources: list[Path], pattern: str = "*.py"
+) -> tuple[list[tuple[str, str]], dict[str, list[tuple[str, str]]]]:
+    """Every readable file (rel, text), and the deduplicated files by split."""
+    raw = []
+    seen_rel: set[str] = set()
+    for path, rel in iter_source_files(sources, pattern):
+        text = read_code(path)
+        if text is not None and rel not in seen_rel:
+            seen_rel.add(rel)
+            raw.append((rel, text))
+    splits: dict[str, list[tuple[str, str]]] = {"train": [], "val": [], "heldout": []}
+    for rel, text in deduplicate(raw):
+        splits[split_of(rel)].append((rel, text))
+    return raw, splits
+
+
+def write_heldout(out: Path, files: list[tuple[str, str]]) -> None:
+    """`heldout/` (copies, the eval's `--cases-from`) and `heldout.txt` (their paths)."""
+    heldout_dir = out / "heldout"
+    shutil.rmtree(heldout_dir, ignore_errors=True)
+    for rel, text in files:
+        dest = heldout_dir / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(text, encoding="utf-8")
+    (out / "heldout.txt").write_text("".join(rel + "\n" for rel, _ in files))
+
+
 def build_corpus(
     out: Path,
     sources: list[Path],
@@ -146,17 +174,8 @@ def build_corpus(
 ) -> dict:
     """Gather, deduplicate, split, train the tokenizer and tokenize; returns meta.json's dict."""
     out.mkdir(parents=True, exist_ok=True)
-    raw = []
-    seen_rel: set[str] = set()
-    for path, rel in iter_source_files(sources, pattern):
-        text = read_code(path)
-        if text is not None and rel not in seen_rel:
-            seen_rel.add(rel)
-            raw.append((rel, text))
-    files = deduplicate(raw)
-    splits: dict[str, list[tuple[str, str]]] = {"train": [], "val": [], "heldout": []}
-    for rel, text in files:
-        splits[split_of(rel)].append((rel, text))
+    raw, splits = gather_splits(sources, pattern)
+    deduplicated = sum(len(files) for files in splits.values())
     if max_train_bytes is not None:
         kept, total = [], 0
         # A stable hash order keeps a capped corpus a fair sample of every package.
@@ -167,14 +186,8 @@ def build_corpus(
             total += len(text)
         splits["train"] = kept
 
-    heldout_dir = out / "heldout"
-    shutil.rmtree(heldout_dir, ignore_errors=True)
-    for rel, text in splits["heldout"]:
-        dest = heldout_dir / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_text(text, encoding="utf-8")
+    write_heldout(out, splits["heldout"])
     (out / "files.txt").write_text("".join(rel + "\n" for rel, _ in splits["train"]))
-    (out / "heldout.txt").write_text("".join(rel + "\n" for rel, _ in splits["heldout"]))
 
     tok = train_bpe(_sample(splits["train"], tokenizer_sample_bytes), vocab_size)
     save_tokenizer(tok, out)
@@ -186,7 +199,7 @@ def build_corpus(
     meta = {
         "sources": [str(s) for s in sources],
         "files_seen": len(raw),
-        "files_after_dedup": len(files),
+        "files_after_dedup": deduplicated,
         "train_files": len(splits["train"]),
         "val_files": len(splits["val"]),
         "heldout_files": len(splits["heldout"]),
@@ -206,6 +219,11 @@ def run(args: argparse.Namespace) -> int:
         if not s.is_dir():
             print(f"dg-engine corpus: source folder {s} does not exist", file=sys.stderr)
             return 2
+    if args.heldout_only:
+        _, splits = gather_splits(sources, args.glob)
+        write_heldout(Path(args.out), splits["heldout"])
+        print(f"{len(splits['heldout'])} held-out files in {Path(args.out) / 'heldout'}")
+        return 0
     meta = build_corpus(Path(args.out), sources, args.vocab_size,
                         int(args.max_mb * 1e6) if args.max_mb else None, args.glob,
                         int(args.tokenizer_mb * 1e6) if args.tokenizer_mb else None)
@@ -223,4 +241,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-mb", type=float, default=None, help="cap on training text, in MB")
     p.add_argument("--tokenizer-mb", type=float, default=None,
                    help="train the vocabulary on a sample of this many MB (default: all)")
+    p.add_argument("--heldout-only", action="store_true",
+                   help="only write the held-out files (heldout/, heldout.txt): eval cases")
     p.set_defaults(func=run)
