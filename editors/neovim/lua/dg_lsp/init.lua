@@ -24,6 +24,9 @@ M.defaults = {
   settings = {},
   -- Neovim >= 0.12: show completions as ghost text.
   inline_completion = true,
+  -- An insert-mode key (e.g. "<M-l>") that accepts the ghost text on Neovim >= 0.12 and inserts
+  -- the completion at the cursor (require("dg_lsp").complete()) on older versions. nil: no key.
+  accept_key = nil,
   -- Called as on_attach(client, bufnr) for every attached buffer.
   on_attach = nil,
 }
@@ -259,8 +262,20 @@ local function on_engine_state(_, result)
 end
 
 local function on_attach(client, bufnr)
-  if has("0.12") and M.options.inline_completion and vim.lsp.inline_completion then
+  local inline = has("0.12") and M.options.inline_completion and vim.lsp.inline_completion ~= nil
+  if inline then
     vim.lsp.inline_completion.enable(true, { bufnr = bufnr })
+  end
+  local key = M.options.accept_key
+  if key and inline then
+    vim.keymap.set("i", key, function()
+      if not vim.lsp.inline_completion.get() then
+        return key
+      end
+    end, { buffer = bufnr, expr = true, desc = "dg-lsp: accept the completion" })
+  elseif key then
+    vim.keymap.set("i", key, function() M.complete(bufnr) end,
+      { buffer = bufnr, desc = "dg-lsp: insert the completion" })
   end
   if vim.bo[bufnr].omnifunc == "" then
     vim.bo[bufnr].omnifunc = "v:lua.vim.lsp.omnifunc"
