@@ -184,7 +184,7 @@ def plugin_run(tmp_path_factory: pytest.TempPathFactory, model: Path) -> dict[st
     out = tmp / "out.json"
     env = {
         "PATH": "/usr/bin:/bin", "HOME": str(tmp), "PYTHONPATH": str(ROOT),
-        "OMP_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1", "XDG_RUNTIME_DIR": str(tmp),
         "DG_CMD": json.dumps([sys.executable, "-m", "dg_lsp.cli", "serve", "--engine",
                               "inproc", "--model", str(model), "--device", "cpu"]),
         "DG_FILE": str(source), "DG_OUT": str(out), "DG_INSTRUCTION": INSTRUCTION,
@@ -207,6 +207,7 @@ def plugin_run(tmp_path_factory: pytest.TempPathFactory, model: Path) -> dict[st
         except ProcessLookupError:
             pass
     assert out.exists(), log.decode(errors="replace")
+    assert not (tmp / "dg-engine").exists()  # --engine inproc: no resident engine started
     return json.loads(out.read_text())
 
 

@@ -43,7 +43,7 @@ def run(command: list[str], env: dict[str, str], timeout: float) -> str:
     return output
 
 
-def test_vscode_extension_builds_and_passes_its_tests():
+def test_vscode_extension_builds_and_passes_its_tests(tmp_path: Path):
     npm = shutil.which("npm")
     if npm is None:
         print("SKIP reason: npm is not installed (Node.js 20 or later)")
@@ -52,10 +52,13 @@ def test_vscode_extension_builds_and_passes_its_tests():
                DG_LSP_COMMAND=json.dumps([sys.executable, "-m", "dg_lsp.cli"]),
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT),
                                                         os.environ.get("PYTHONPATH")])),
-               OMP_NUM_THREADS="1", npm_config_audit="false", npm_config_fund="false")
+               OMP_NUM_THREADS="1", npm_config_audit="false", npm_config_fund="false",
+               XDG_RUNTIME_DIR=str(tmp_path))
     run([npm, "ci"], env, timeout=600)
     run([npm, "run", "build"], env, timeout=300)
     output = run([npm, "test"], env, timeout=600)
     summary = dict(re.findall(r"^# (tests|pass|fail|skipped|cancelled) (\d+)$", output, re.M))
     assert summary == {"tests": str(UNIT_TESTS + E2E_TESTS), "pass": str(UNIT_TESTS + E2E_TESTS),
                        "fail": "0", "skipped": "0", "cancelled": "0"}, output[-6000:]
+    # the server loaded the model itself: no resident engine was started
+    assert not (tmp_path / "dg-engine").exists()

@@ -75,6 +75,7 @@ describe('dg-lsp over vscode-languageserver-protocol', () => {
   let died: Promise<never>;
   const states: EngineStateParams[] = [];
   const messages: string[] = [];
+  const logs: string[] = [];
   const applied: ApplyWorkspaceEditParams[] = [];
   const uri = pathToFileURL(path.join(REPO, 'dg_lsp', 'examples', 'fib.py')).toString();
 
@@ -109,14 +110,19 @@ describe('dg-lsp over vscode-languageserver-protocol', () => {
     connection.onNotification('window/showMessage', (params: { message: string }) => {
       messages.push(params.message);
     });
+    connection.onNotification('window/logMessage', (params: { message: string }) => {
+      logs.push(params.message);
+    });
     connection.onRequest(ApplyWorkspaceEditRequest.type, (params) => {
       applied.push(params);
       return { applied: true };
     });
     connection.listen();
 
-    // What the extension sends with default settings, except the device.
-    const settings = serverSettings(readConfig((key) => (key === 'device' ? 'cpu' : undefined)));
+    // What the extension sends when the user sets these (settings override the flags:
+    // the default engine, "resident", would start a shared background engine).
+    const user: Record<string, string> = { model: MODEL, device: 'cpu', engine: 'inproc' };
+    const settings = serverSettings(readConfig((key) => user[key]));
     const init = await race(connection.sendRequest(InitializeRequest.type, {
       processId: process.pid,
       rootUri: pathToFileURL(REPO).toString(),
@@ -166,8 +172,10 @@ describe('dg-lsp over vscode-languageserver-protocol', () => {
     assert.equal(typeof item.insertText, 'string');
     assert.notEqual((item.insertText as string).trim(), '');
     assert.deepEqual(item.range?.start, CURSOR);
-    // The engine announced itself to the status bar: loading, then ready.
+    // The engine announced itself to the status bar: loading, then ready; in this process.
     assert.deepEqual(states.map((s) => s.state), ['loading', 'ready']);
+    assert.deepEqual(states[1], { state: 'ready', message: `${MODEL} on cpu` });
+    assert.ok(logs.some((line) => line.endsWith('(inproc engine)')), logs.join('\n'));
   });
 
   test('rewriteWithInstruction sends workspace/applyEdit for exactly the range', { timeout: STEP_TIMEOUT_MS }, async () => {
