@@ -2,16 +2,22 @@
 
 Neovim 0.7 (Debian's package) starts the server with `vim.lsp.start_client`, opens a Python
 file and asks for `textDocument/completion`; the item it receives must carry exactly the edit
-the same pipeline computes in this process. Skipped, with the reason, where `nvim` is missing.
+the same pipeline computes in this process. Then the plugin in editors/neovim, as a user loads
+it: `require("dg_lsp").setup{cmd = ...}` inserts the completion into the buffer and
+`:DgRewrite` (instruction prompt answered) applies the server's rewrite edit. Skipped, with the
+reason, where `nvim` is missing.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,18 +56,23 @@ vim.cmd("qa!")
 """
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def model(request: pytest.FixtureRequest) -> Path:
     if (BUNDLED / "config.json").exists():
         return BUNDLED
     return request.getfixturevalue("dream_ckpt")
 
 
-def test_neovim_gets_the_pipelines_completion(tmp_path: Path, model: Path):
+def nvim_or_skip() -> str:
     nvim = shutil.which("nvim")
     if nvim is None:
         print("SKIP reason: nvim is not installed (apt-get install neovim)")
         pytest.skip("nvim is not installed (apt-get install neovim)")
+    return nvim
+
+
+def test_neovim_gets_the_pipelines_completion(tmp_path: Path, model: Path):
+    nvim = nvim_or_skip()
     source = tmp_path / "example.py"
     source.write_text(SOURCE)
     script = tmp_path / "client.lua"
@@ -95,3 +106,145 @@ def test_neovim_gets_the_pipelines_completion(tmp_path: Path, model: Path):
         (item,) = items
         assert item["textEdit"]["newText"] == expected.text
         assert item["textEdit"]["range"]["start"] == {"line": LINE, "character": CHARACTER}
+
+
+# -- the plugin (editors/neovim) --------------------------------------------------------------
+
+PLUGIN = ROOT / "editors" / "neovim"
+FIB = (ROOT / "dg_lsp" / "examples" / "fib.py").read_text()
+FIB_LINE, FIB_CHARACTER = 7, 10  # after "    return" (dg-lsp complete fib.py:8:11)
+REWRITE_LINES = (4, 8)  # :4,8DgRewrite, fibonacci's definition
+INSTRUCTION = "add type hints"
+
+PLUGIN_LUA = """
+local out = { notes = {}, prompts = {}, applied = {} }
+local function finish()
+  local f = io.open(vim.env.DG_OUT, "w")
+  f:write(vim.fn.json_encode(out))
+  f:close()
+end
+vim.cmd("filetype on")
+vim.o.virtualedit = "onemore"  -- the cursor may sit after a line's last character
+vim.notify = function(msg) table.insert(out.notes, msg) end
+vim.ui.input = function(opts, on_confirm)
+  table.insert(out.prompts, opts.prompt)
+  on_confirm(vim.env.DG_INSTRUCTION)
+end
+local apply_edit = vim.lsp.handlers["workspace/applyEdit"]
+vim.lsp.handlers["workspace/applyEdit"] = function(err, result, ctx, config)
+  table.insert(out.applied, result)
+  return apply_edit(err, result, ctx, config)
+end
+local finished = {}
+for _, name in ipairs({ "DgCompleteDone", "DgRewriteDone" }) do
+  vim.api.nvim_create_autocmd("User", {
+    pattern = name, callback = function() finished[name] = true end })
+end
+
+local dg = require("dg_lsp")
+dg.setup({ cmd = vim.fn.json_decode(vim.env.DG_CMD) })
+vim.cmd("edit " .. vim.env.DG_FILE)
+local buf = vim.api.nvim_get_current_buf()
+out.initialized = vim.wait(300000, function()
+  local client = dg.client(buf)
+  return client ~= nil and client.initialized == true
+end, 50)
+local client = dg.client(buf)
+out.filetype = vim.bo[buf].filetype
+
+vim.api.nvim_win_set_cursor(0, { tonumber(vim.env.DG_LINE) + 1, tonumber(vim.env.DG_CHAR) })
+dg.complete()
+out.completed = vim.wait(300000, function() return finished.DgCompleteDone end, 50)
+out.completion = { lines = vim.api.nvim_buf_get_lines(buf, 0, -1, false),
+                   cursor = vim.api.nvim_win_get_cursor(0) }
+out.engine = dg.engine
+finish()
+
+vim.cmd(vim.env.DG_RANGE .. "DgRewrite")
+out.rewritten = vim.wait(300000, function() return finished.DgRewriteDone end, 50)
+out.rewrite = { lines = vim.api.nvim_buf_get_lines(buf, 0, -1, false) }
+finish()
+if client then
+  vim.lsp.stop_client(client.id)
+  vim.wait(10000, function() return client.is_stopped() end, 50)
+end
+vim.cmd("qa!")
+"""
+
+
+@pytest.fixture(scope="module")
+def plugin_run(tmp_path_factory: pytest.TempPathFactory, model: Path) -> dict[str, Any]:
+    """One headless Neovim session with the plugin: a completion, then a rewrite."""
+    nvim = nvim_or_skip()
+    tmp = tmp_path_factory.mktemp("nvim-plugin")
+    source = tmp / "fib.py"
+    source.write_text(FIB)
+    script = tmp / "plugin.lua"
+    script.write_text(PLUGIN_LUA)
+    out = tmp / "out.json"
+    env = {
+        "PATH": "/usr/bin:/bin", "HOME": str(tmp), "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1", "XDG_RUNTIME_DIR": str(tmp),
+        "DG_CMD": json.dumps([sys.executable, "-m", "dg_lsp.cli", "serve", "--engine",
+                              "inproc", "--model", str(model), "--device", "cpu"]),
+        "DG_FILE": str(source), "DG_OUT": str(out), "DG_INSTRUCTION": INSTRUCTION,
+        "DG_LINE": str(FIB_LINE), "DG_CHAR": str(FIB_CHARACTER),
+        "DG_RANGE": f"{REWRITE_LINES[0]},{REWRITE_LINES[1]}",
+    }
+    command = [nvim, "--headless", "-u", "NONE", "--cmd", f"set runtimepath^={PLUGIN}",
+               "-c", f"luafile {script}"]
+    # Its own process group: a timeout kills Neovim and the server it started.
+    proc = subprocess.Popen(command, env=env, cwd=tmp, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        log, _ = proc.communicate(timeout=700)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        log, _ = proc.communicate()
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert out.exists(), log.decode(errors="replace")
+    assert not (tmp / "dg-engine").exists()  # --engine inproc: no resident engine started
+    return json.loads(out.read_text())
+
+
+def test_plugin_inserts_the_pipelines_completion(plugin_run: dict[str, Any], model: Path):
+    assert plugin_run["initialized"] is True
+    assert plugin_run["filetype"] == "python"
+    assert plugin_run["completed"] is True, plugin_run["notes"]
+
+    from engine import Engine
+
+    offset = len("".join(FIB.splitlines(keepends=True)[:FIB_LINE])) + FIB_CHARACTER
+    expected = Pipeline(Engine.load(str(model), device="cpu")).complete(
+        CompletionRequest(FIB, offset, language_for("python"), "file:///fib.py"))
+    assert expected is not None and expected.text.strip() != ""
+    before = FIB[:expected.start] + expected.text
+    assert plugin_run["completion"]["lines"] == (before + FIB[expected.end:]).split("\n")[:-1]
+    # the cursor ends after the inserted text (row 1-based, byte column 0-based)
+    row = before.count("\n") + 1
+    assert plugin_run["completion"]["cursor"] == [row, len(before.rsplit("\n", 1)[1].encode())]
+    assert plugin_run["engine"] == {"state": "ready", "message": f"{model} on cpu"}
+
+
+def test_plugin_rewrite_prompts_and_applies_the_servers_edit(plugin_run: dict[str, Any]):
+    assert plugin_run["completed"] is True
+    assert plugin_run["prompts"] == ["Rewrite instruction: "]
+    assert plugin_run["rewritten"] is True
+    assert plugin_run["notes"] == []
+    lines = plugin_run["completion"]["lines"]
+    first, last = REWRITE_LINES
+    expected_range = {"start": {"line": first - 1, "character": 0},
+                      "end": {"line": last - 1, "character": len(lines[last - 1])}}
+    (applied,) = plugin_run["applied"]
+    edit = applied["edit"]
+    uri_edits = list(edit.get("changes", {}).values()) + [
+        change["edits"] for change in edit.get("documentChanges", [])]
+    ((text_edit,),) = uri_edits
+    assert text_edit["range"] == expected_range
+    new_text = "\n".join(lines[:first - 1]) + "\n" + text_edit["newText"] + "\n" + "\n".join(
+        lines[last:])
+    assert plugin_run["rewrite"]["lines"] == new_text.split("\n")

@@ -1,0 +1,118 @@
+/**
+ * The extension's settings (`dg-lsp.*` in VS Code) and what they become for the server:
+ * the command line that starts `dg-lsp`, and the camelCase settings object sent as
+ * `initializationOptions` and in `workspace/didChangeConfiguration` (keys as in the server's
+ * dg_lsp/settings.py). No `vscode` import, so the unit tests run under plain node.
+ */
+
+import * as os from 'node:os';
+import * as path from 'node:path';
+
+export const SECTION = 'dg-lsp';
+export const DEVICES = ['auto', 'cpu', 'cuda', 'mps'] as const;
+export const ENGINES = ['resident', 'inproc'] as const;
+export const SAMPLERS = ['threshold', 'topk', 'entropy'] as const;
+
+export interface ExtensionConfig {
+  path: string;
+  serverArgs: string[];
+  model: string;
+  device: string;
+  engine: string;
+  sampler: { name: string; threshold: number; temperature: number };
+  languages: string[];
+  completionMenu: boolean;
+}
+
+/** What the server reads; null means "the server's default" (bundled model, every language). */
+export interface ServerSettings {
+  model: string | null;
+  device: string;
+  engine: string;
+  sampler: { name: string; threshold: number; temperature: number };
+  languages: string[] | null;
+}
+
+export const DEFAULTS: ExtensionConfig = {
+  path: 'dg-lsp',
+  serverArgs: [],
+  model: '',
+  device: 'auto',
+  engine: 'resident',
+  sampler: { name: 'threshold', threshold: 0.9, temperature: 0 },
+  languages: [],
+  completionMenu: false,
+};
+
+/** Reads every setting through `get` (a WorkspaceConfiguration's), keeping defaults for bad values. */
+export function readConfig(get: (key: string) => unknown): ExtensionConfig {
+  const str = (key: string, fallback: string): string => {
+    const value = get(key);
+    return typeof value === 'string' ? value.trim() : fallback;
+  };
+  const oneOf = (key: string, allowed: readonly string[], fallback: string): string => {
+    const value = get(key);
+    return typeof value === 'string' && allowed.includes(value) ? value : fallback;
+  };
+  const num = (key: string, fallback: number): number => {
+    const value = get(key);
+    return typeof value === 'number' && Number.isFinite(value) && value >= 0 ? value : fallback;
+  };
+  const strings = (key: string): string[] => {
+    const value = get(key);
+    return Array.isArray(value) ? value.filter((v): v is string => typeof v === 'string') : [];
+  };
+  return {
+    path: str('path', DEFAULTS.path) || DEFAULTS.path,
+    serverArgs: strings('serverArgs'),
+    model: str('model', DEFAULTS.model),
+    device: oneOf('device', DEVICES, DEFAULTS.device),
+    engine: oneOf('engine', ENGINES, DEFAULTS.engine),
+    sampler: {
+      name: oneOf('sampler.name', SAMPLERS, DEFAULTS.sampler.name),
+      threshold: Math.min(1, num('sampler.threshold', DEFAULTS.sampler.threshold)),
+      temperature: num('sampler.temperature', DEFAULTS.sampler.temperature),
+    },
+    languages: strings('languages').map((id) => id.trim()).filter((id) => id !== ''),
+    completionMenu: get('completionMenu') === true,
+  };
+}
+
+/** `~/x` → `$HOME/x`; anything else unchanged. */
+export function expandHome(p: string, home: string = os.homedir()): string {
+  if (p === '~') {
+    return home;
+  }
+  if (p.startsWith('~/')) {
+    return path.join(home, p.slice(2));
+  }
+  return p;
+}
+
+/** The settings object the server reads (every key present, so a cleared setting resets it). */
+export function serverSettings(config: ExtensionConfig, home: string = os.homedir()): ServerSettings {
+  return {
+    model: config.model === '' ? null : expandHome(config.model, home),
+    device: config.device,
+    engine: config.engine,
+    sampler: { ...config.sampler },
+    languages: config.languages.length === 0 ? null : [...config.languages],
+  };
+}
+
+/** The executable and arguments that start the server on stdio. */
+export function serverCommand(
+  config: ExtensionConfig,
+  home: string = os.homedir(),
+): { command: string; args: string[] } {
+  return { command: expandHome(config.path, home), args: ['serve', ...config.serverArgs] };
+}
+
+/** A change of these needs a new server process; every other setting is sent to the running one. */
+export function needsRestart(before: ExtensionConfig, after: ExtensionConfig): boolean {
+  return (
+    before.path !== after.path ||
+    before.serverArgs.length !== after.serverArgs.length ||
+    before.serverArgs.some((arg, i) => arg !== after.serverArgs[i])
+  );
+}

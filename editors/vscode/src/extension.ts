@@ -1,0 +1,195 @@
+/**
+ * The VS Code extension: starts `dg-lsp serve` through vscode-languageclient (inline
+ * completions come from the server's `textDocument/inlineCompletion`), shows the engine's
+ * state in the status bar, maps `dg-lsp.*` settings to the server's settings, and asks for
+ * the instruction of "Rewrite selection with instruction…" before the command reaches the
+ * server.
+ */
+
+import * as vscode from 'vscode';
+import {
+  DidChangeConfigurationNotification,
+  ExecuteCommandRequest,
+  LanguageClient,
+  LanguageClientOptions,
+  ServerOptions,
+  State,
+  TransportKind,
+} from 'vscode-languageclient/node';
+
+import { ExtensionConfig, SECTION, needsRestart, readConfig, serverCommand, serverSettings } from './config';
+import { REWRITE_COMMAND, checkInstruction, missingInstruction, rewriteArgs, withInstruction } from './rewrite';
+import { ENGINE_STATE_NOTIFICATION, parseEngineState, statusView } from './status';
+
+let controller: Controller | undefined;
+
+export async function activate(context: vscode.ExtensionContext): Promise<void> {
+  controller = new Controller();
+  context.subscriptions.push(
+    controller,
+    vscode.commands.registerCommand('dg-lsp.showOutput', () => controller?.output.show(true)),
+    vscode.commands.registerCommand('dg-lsp.restart', () => controller?.restart()),
+    vscode.commands.registerCommand('dg-lsp.rewriteSelection', () => controller?.rewriteSelection()),
+    vscode.workspace.onDidChangeConfiguration((event) => {
+      if (event.affectsConfiguration(SECTION)) {
+        void controller?.configurationChanged();
+      }
+    }),
+  );
+  await controller.start();
+}
+
+export async function deactivate(): Promise<void> {
+  await controller?.stop();
+  controller = undefined;
+}
+
+function currentConfig(): ExtensionConfig {
+  const settings = vscode.workspace.getConfiguration(SECTION);
+  return readConfig((key) => settings.get(key));
+}
+
+async function askInstruction(): Promise<string | undefined> {
+  return vscode.window.showInputBox({
+    title: 'dg-lsp: Rewrite selection',
+    prompt: 'Instruction for the selected code',
+    placeHolder: 'e.g. add type hints',
+    validateInput: checkInstruction,
+    ignoreFocusOut: true,
+  });
+}
+
+class Controller implements vscode.Disposable {
+  readonly output = vscode.window.createOutputChannel('dg-lsp', { log: true });
+  private readonly status = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Right, 100);
+  private client: LanguageClient | undefined;
+  private config: ExtensionConfig = currentConfig();
+
+  constructor() {
+    this.status.command = 'dg-lsp.showOutput';
+    this.show('starting');
+    this.status.show();
+  }
+
+  async start(): Promise<void> {
+    this.config = currentConfig();
+    const { command, args } = serverCommand(this.config);
+    const serverOptions: ServerOptions = { command, args, transport: TransportKind.stdio };
+    const clientOptions: LanguageClientOptions = {
+      // Every document: the server uses other open files as context and itself skips
+      // languages that are not enabled (the `languages` setting), without a restart.
+      documentSelector: [{ scheme: 'file' }, { scheme: 'untitled' }],
+      initializationOptions: { [SECTION]: serverSettings(this.config) },
+      outputChannel: this.output,
+      middleware: {
+        executeCommand: async (cmd, cmdArgs, next) => {
+          if (missingInstruction(cmd, cmdArgs)) {
+            const instruction = await askInstruction();
+            if (instruction === undefined) {
+              return undefined; // cancelled
+            }
+            cmdArgs = withInstruction(cmdArgs, instruction);
+          }
+          return next(cmd, cmdArgs);
+        },
+        // Ghost text is the main surface; the menu item is opt-in (`dg-lsp.completionMenu`).
+        provideCompletionItem: (document, position, ctx, token, next) =>
+          this.config.completionMenu ? next(document, position, ctx, token) : undefined,
+      },
+    };
+    const client = new LanguageClient(SECTION, 'dg-lsp', serverOptions, clientOptions);
+    client.onNotification(ENGINE_STATE_NOTIFICATION, (params: unknown) => {
+      const state = parseEngineState(params);
+      if (state !== undefined) {
+        this.output.appendLine(`engine ${state.state}: ${state.message}`);
+        this.show(state.state, state.message);
+      }
+    });
+    client.onDidChangeState((event) => {
+      if (event.newState === State.Stopped) {
+        this.show('stopped');
+      }
+    });
+    this.client = client;
+    this.show('starting');
+    try {
+      await client.start();
+    } catch (err) {
+      const message = `cannot start "${command}": ${err instanceof Error ? err.message : String(err)}`;
+      this.output.appendLine(message);
+      this.show('stopped', message);
+      void vscode.window.showErrorMessage(
+        `dg-lsp: ${message}. Install dg-lsp or set "dg-lsp.path".`);
+    }
+  }
+
+  async stop(): Promise<void> {
+    const client = this.client;
+    this.client = undefined;
+    if (client !== undefined && client.isRunning()) {
+      await client.stop();
+    }
+  }
+
+  async restart(): Promise<void> {
+    await this.stop();
+    await this.start();
+  }
+
+  async configurationChanged(): Promise<void> {
+    const next = currentConfig();
+    if (needsRestart(this.config, next) || this.client === undefined || !this.client.isRunning()) {
+      await this.restart();
+      return;
+    }
+    this.config = next;
+    await this.client.sendNotification(DidChangeConfigurationNotification.type, {
+      settings: { [SECTION]: serverSettings(next) },
+    });
+  }
+
+  /** The editor command: the active selection, an instruction, then the server command. */
+  async rewriteSelection(): Promise<void> {
+    const editor = vscode.window.activeTextEditor;
+    const client = this.client;
+    if (editor === undefined || editor.selection.isEmpty) {
+      void vscode.window.showInformationMessage('dg-lsp: select the code to rewrite first.');
+      return;
+    }
+    if (client === undefined || !client.isRunning()) {
+      void vscode.window.showErrorMessage('dg-lsp: the language server is not running.');
+      return;
+    }
+    const instruction = await askInstruction();
+    if (instruction === undefined) {
+      return;
+    }
+    const { document, selection } = editor;
+    const args = rewriteArgs(
+      client.code2ProtocolConverter.asUri(document.uri),
+      document.version,
+      client.code2ProtocolConverter.asRange(selection),
+      instruction,
+    );
+    // The server applies the edit with workspace/applyEdit, which the client carries out.
+    await vscode.window.withProgress(
+      { location: vscode.ProgressLocation.Notification, title: 'dg-lsp: rewriting…' },
+      () => client.sendRequest(ExecuteCommandRequest.type, { command: REWRITE_COMMAND, arguments: [args] }),
+    );
+  }
+
+  private show(state: string, message = ''): void {
+    const view = statusView(state, message);
+    this.status.text = view.text;
+    this.status.tooltip = view.tooltip;
+    this.status.backgroundColor = view.warning
+      ? new vscode.ThemeColor('statusBarItem.warningBackground')
+      : undefined;
+  }
+
+  dispose(): void {
+    void this.stop();
+    this.status.dispose();
+    this.output.dispose();
+  }
+}

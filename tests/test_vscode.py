@@ -1,0 +1,64 @@
+"""The VS Code extension in editors/vscode builds and passes its own tests.
+
+`npm ci && npm run build && npm test` as the extension's README says: the unit tests of its
+settings mapping, status bar text and rewrite arguments, and an end-to-end test that drives this
+package's `dg-lsp serve --engine inproc` (one process, the bundled model on the CPU) through
+vscode-languageserver-protocol. Skipped, with the reason, where npm is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+VSCODE = ROOT / "editors" / "vscode"
+UNIT_TESTS, E2E_TESTS = 10, 2
+
+
+def run(command: list[str], env: dict[str, str], timeout: float) -> str:
+    """Runs `command` in editors/vscode; kills its whole process group (servers too) after."""
+    proc = subprocess.Popen(command, cwd=VSCODE, env=env, start_new_session=True, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        pytest.fail(f"{' '.join(command)} timed out after {timeout} s:\n{output[-4000:]}")
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert proc.returncode == 0, f"{' '.join(command)} failed:\n{output[-6000:]}"
+    return output
+
+
+def test_vscode_extension_builds_and_passes_its_tests(tmp_path: Path):
+    npm = shutil.which("npm")
+    if npm is None:
+        print("SKIP reason: npm is not installed (Node.js 20 or later)")
+        pytest.skip("npm is not installed (Node.js 20 or later)")
+    env = dict(os.environ,
+               DG_LSP_COMMAND=json.dumps([sys.executable, "-m", "dg_lsp.cli"]),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT),
+                                                        os.environ.get("PYTHONPATH")])),
+               OMP_NUM_THREADS="1", npm_config_audit="false", npm_config_fund="false",
+               XDG_RUNTIME_DIR=str(tmp_path))
+    run([npm, "ci"], env, timeout=600)
+    run([npm, "run", "build"], env, timeout=300)
+    output = run([npm, "test"], env, timeout=600)
+    summary = dict(re.findall(r"^# (tests|pass|fail|skipped|cancelled) (\d+)$", output, re.M))
+    assert summary == {"tests": str(UNIT_TESTS + E2E_TESTS), "pass": str(UNIT_TESTS + E2E_TESTS),
+                       "fail": "0", "skipped": "0", "cancelled": "0"}, output[-6000:]
+    # the server loaded the model itself: no resident engine was started
+    assert not (tmp_path / "dg-engine").exists()
