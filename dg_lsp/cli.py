@@ -12,6 +12,7 @@ SUBCOMMAND_MODULES = [
     "dg_lsp.complete",
     "dg_lsp.rewrite_cli",
     "dg_lsp.eval.cli",
+    "dg_lsp.bench",
 ]
 
 
