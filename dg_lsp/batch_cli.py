@@ -11,8 +11,8 @@ priority (the engine steps them in one batched forward pass, after interactive r
 `--engine inproc` loads the model here and runs one target at a time; `--ray [ADDRESS]`
 spreads files over a Ray cluster (dg_lsp.batch_ray).
 
-Exit status: 0 done, 1 `--check` found changes, 2 bad input (nothing written),
-3 a target failed with an error (not a refusal), 130 interrupted.
+Exit status: 0 done, 1 `--check` found changes, 2 bad input or no engine (nothing written),
+3 a target failed with an error (not a refusal) or a Ray worker died, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -48,7 +48,11 @@ RESIDENT_WORKERS = 8  # concurrent targets sent to the resident engine (its defa
 
 
 class BadInput(Exception):
-    """A command line the run cannot start with (exit 2, nothing written)."""
+    """A command line the run cannot start with, or no engine (exit 2, nothing written)."""
+
+
+class RunFailed(Exception):
+    """The run broke off (a Ray worker died): exit 3; what was written is whole."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -121,6 +125,11 @@ def run(args: argparse.Namespace) -> int:
         progress.close()
         print(f"dg-lsp batch: {exc}", file=sys.stderr)
         return 2
+    except RunFailed as exc:
+        progress.close()
+        print(f"dg-lsp batch: {exc}; {len(written)} files written whole, the others untouched",
+              file=sys.stderr)
+        return 3
     progress.close()
     return report(args, job, results, skipped)
 
@@ -143,6 +152,13 @@ def prepare(args: argparse.Namespace) -> tuple[Job, dict[str, Plan], list[tuple[
                        "code to rewrite)")
     if action == FIX_SYNTAX and args.query is not None:
         raise BadInput("--query does not apply to fix-syntax (its targets are syntax errors)")
+    if args.ray is not None:
+        from dg_lsp.batch_ray import RayMissing, import_ray
+
+        try:
+            import_ray()
+        except RayMissing as exc:
+            raise BadInput(str(exc)) from None
     source = None
     if args.query is not None:
         try:
@@ -264,12 +280,11 @@ def _run_ray(args: argparse.Namespace, job: Job, plans: dict[str, Plan],
 
     files = [(label, plans[label][1].text) for label in sorted(plans)]
     try:
-        results = batch_ray.run_on_ray(args.ray or None, files, job, args.workers)
-        for result in results:
+        for result in batch_ray.run_on_ray(args.ray or None, files, job, args.workers):
             finish(result)
             progress.file_done(len(result.records))
-    except batch_ray.RayMissing as exc:
-        raise BadInput(str(exc)) from None
+    except batch_ray.RayRunFailed as exc:
+        raise RunFailed(str(exc)) from None
 
 
 def _write(path: Path, result: FileResult, written: list[str]) -> None:

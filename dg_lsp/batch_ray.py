@@ -26,6 +26,10 @@ class RayMissing(Exception):
     """Ray is not installed."""
 
 
+class RayRunFailed(Exception):
+    """The cluster could not be reached, or a worker died."""
+
+
 class BatchWorker:
     """One Ray actor: a loaded engine, and the files it is given one after another."""
 
@@ -60,9 +64,9 @@ def run_on_ray(address: str | None, files: list[tuple[str, str]], job: Job,
     if not files:
         return
     started = not ray.is_initialized()
-    if started:
-        ray.init(address=address, include_dashboard=False, logging_level="warning")
     try:
+        if started:
+            ray.init(address=address, include_dashboard=False, logging_level="warning")
         resources = ray.cluster_resources()
         gpus = int(resources.get("GPU", 0)) if job.settings.device != "cpu" else 0
         count = workers or gpus or max(1, int(resources.get("CPU", 1)))
@@ -70,6 +74,8 @@ def run_on_ray(address: str | None, files: list[tuple[str, str]], job: Job,
         actor = ray.remote(**options)(BatchWorker)
         pool = ActorPool([actor.remote(job) for _ in range(min(count, len(files)))])
         yield from pool.map_unordered(lambda a, item: a.process.remote(*item), files)
+    except (ray.exceptions.RayError, ConnectionError) as exc:
+        raise RayRunFailed(f"the Ray run failed: {exc}") from None
     finally:
         if started:
             ray.shutdown()
