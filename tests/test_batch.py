@@ -7,8 +7,8 @@ applies with `git apply`, equals the edits computed one by one, changes only wha
 from __future__ import annotations
 
 import json
+import os
 import re
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -16,7 +16,16 @@ from pathlib import Path
 import pytest
 
 from dg_lsp.actions import DOCSTRING, Document, all_targets, error_count
-from dg_lsp.batch import Job, Record, apply_edits, compile_query, file_targets, merge, process_file
+from dg_lsp.batch import (
+    ACTION_NAMES,
+    Job,
+    Record,
+    apply_edits,
+    compile_query,
+    file_targets,
+    merge,
+    process_file,
+)
 from dg_lsp.cli import main
 from dg_lsp.discover import discover, gitignore_regex
 from dg_lsp.languages import language_for
@@ -36,6 +45,8 @@ def perimeter(radius):
 
 
 class Circle:
+    """A circle of a given radius."""
+
     def __init__(self, radius):
         self.radius = radius
 
@@ -47,7 +58,8 @@ DONE = '''def double(x):
     return 2 * x
 '''
 BROKEN = "values = [1, 2\ntotal = sum(values)\n"
-UTIL_JS = '''function add(a, b) {
+UTIL_JS = '''/** The sum of a and b. */
+function add(a, b) {
   return a + b;
 }
 
@@ -138,20 +150,19 @@ def test_user_query_targets_are_the_outermost_captures_in_document_order():
 def test_every_edit_is_computed_against_the_original_and_applied_last_to_first():
     d = py(SHAPES)
     names = [t.name for t in all_targets(d, DOCSTRING)]
-    assert names == ["area", "perimeter", "Circle", "__init__", "diameter"]
-    backend = Scripted("Area.", "Perimeter.", "A circle.", "Make one.", "Twice the radius.")
+    assert names == ["area", "perimeter", "__init__", "diameter"]
+    backend = Scripted("Area.", "Perimeter.", "Make one.", "Twice the radius.")
     result = process_file(backend, "src/shapes.py", SHAPES, Job(DOCSTRING))
-    assert [r.result for r in result.records] == ["edited"] * 5
+    assert [r.result for r in result.records] == ["edited"] * 4
     assert [r.name for r in result.records] == names
-    assert [r.start for r in result.records] == [(4, 18), (8, 23), (12, 14), (13, 32),
-                                                 (16, 24)]  # just after each colon
+    assert [r.start for r in result.records] == [(4, 18), (8, 23), (15, 32),
+                                                 (18, 24)]  # just after each colon
     # the model read each target in the original text: no earlier edit in its context
     assert backend.calls == [model_input(d, t, Settings(), None)
                              for t in all_targets(d, DOCSTRING)]
     assert result.new == SHAPES.replace(
         "def area(radius):", 'def area(radius):\n    """Area."""').replace(
         "def perimeter(radius):", 'def perimeter(radius):\n    """Perimeter."""').replace(
-        "class Circle:", 'class Circle:\n    """A circle."""').replace(
         "def __init__(self, radius):", 'def __init__(self, radius):\n        """Make one."""'
     ).replace("def diameter(self):", 'def diameter(self):\n        """Twice the radius."""')
 
@@ -185,12 +196,11 @@ def test_a_failing_target_is_recorded_and_the_others_still_run():
                 raise ConnectionError("the engine went away")
             return super().infill_stream(prefix, suffix, max_tokens, **kwargs)
 
-    result = process_file(Failing("Area.", "A circle.", "", "Twice."), "s.py", SHAPES,
-                          Job(DOCSTRING))
+    result = process_file(Failing("Area.", "", "Twice."), "s.py", SHAPES, Job(DOCSTRING))
     assert [r.result for r in result.records] == [
-        "edited", "error: ConnectionError: the engine went away", "edited",
+        "edited", "error: ConnectionError: the engine went away",
         "refused: the model wrote nothing usable for 'Add docstring of __init__'", "edited"]
-    assert result.new.count('"""') == 6
+    assert result.new.count('"""') == 2 + 4
 
 
 # -- bad input (no model) ---------------------------------------------------------------------
@@ -237,11 +247,12 @@ def engine():
 MODEL = ["--engine", "inproc", "--device", "cpu", "--model", str(BUNDLED)]
 
 
-def expected_text(engine, label: str, text: str) -> str:
-    """The file with each docstring the model writes, computed one target at a time."""
+def expected_text(engine, label: str, action: str) -> str:
+    """The file with every edit the model makes for `action`, each computed on its own."""
+    text = REPO[label]
     d = Document(text, language_for(None, label))
     edits = []
-    for target in all_targets(d, DOCSTRING):
+    for target in all_targets(d, action):
         try:
             edits.append(compute_edit(engine, d, target, Settings()))
         except RewriteError:
@@ -249,63 +260,127 @@ def expected_text(engine, label: str, text: str) -> str:
     return apply_edits(text, edits)
 
 
-def test_docstrings_patch_applies_with_git_and_changes_only_what_it_should(
-        tmp_path, monkeypatch, capsys, engine):
-    repo = make_repo(tmp_path / "repo")
-    monkeypatch.chdir(repo)
-    before = snapshot(repo)
-    assert batch("src", "--action", "docstrings", *MODEL, "--output", "../out.patch",
-                 "--json", "../report.json") == 0
-    patch = (tmp_path / "out.patch").read_text()
-    assert snapshot(repo) == before  # a patch run writes no source file
+def run_on_fixture(root: Path, action: str, *args: str) -> tuple[int, str, dict]:
+    """(exit status, patch, report) of a batch run over a fresh fixture repository's src."""
+    repo = make_repo(root / "repo")
+    here = Path.cwd()
+    os.chdir(repo)
+    try:
+        status = batch("src", "--action", action, *MODEL, "--output", "../out.patch",
+                       "--json", "../report.json", *args)
+    finally:
+        os.chdir(here)
+    return (status, (root / "out.patch").read_text(),
+            json.loads((root / "report.json").read_text()))
 
-    expected = {label: expected_text(engine, label, REPO[label]) for label in
-                ("src/shapes.py", "src/util.js")}
-    assert expected["src/shapes.py"] != SHAPES  # the model does write Python docstrings
-    report = json.loads((tmp_path / "report.json").read_text())
-    assert report["summary"]["error"] == 0
-    assert [(t["file"], t["name"]) for t in report["targets"]] == [
-        ("src/shapes.py", n) for n in ("area", "perimeter", "Circle", "__init__", "diameter")
-    ] + [("src/util.js", "add"), ("src/util.js", "later")]
-    assert all(t["steps"] > 0 and t["tokens_per_step"] is not None for t in report["targets"])
 
-    applied = subprocess.run(["git", "apply", str(tmp_path / "out.patch")], cwd=repo,
+@pytest.fixture(scope="module")
+def docstrings_run(engine, tmp_path_factory):
+    """The local run every other docstrings run is compared with: `--check`, so no file is
+    written, with the patch and the report."""
+    return run_on_fixture(tmp_path_factory.mktemp("local"), "docstrings", "--check")
+
+
+def git_applied(tmp_path: Path, patch: str) -> dict[str, bytes]:
+    """A fresh fixture's files after `git apply` of the patch."""
+    repo = make_repo(tmp_path / "applied")
+    (tmp_path / "p.patch").write_text(patch)
+    applied = subprocess.run(["git", "apply", str(tmp_path / "p.patch")], cwd=repo,
                              capture_output=True, text=True)
     assert applied.returncode == 0, applied.stderr
-    after = snapshot(repo)
-    for label, text in before.items():
-        new = expected.get(label, text.decode())
-        assert after[label].decode() == new, label  # untouched files are byte-identical
-        if new != text.decode():
-            d_old = Document(text.decode(), language_for(None, label))
-            assert error_count(Document(new, d_old.language)) <= error_count(d_old)
-            assert f"+++ b/{label}\n" in patch
-
-    # --check: 1 while changes are pending, 0 once they are applied with --apply
-    shutil.rmtree(repo)
-    repo = make_repo(tmp_path / "repo")
-    capsys.readouterr()
-    assert batch("src", "--action", "docstrings", *MODEL, "--check") == 1
-    assert capsys.readouterr().out == patch
-    assert snapshot(repo) == before
-    assert batch("src", "--action", "docstrings", *MODEL, "--apply") == 0
-    assert snapshot(repo) == after
-    assert batch("src", "--action", "docstrings", *MODEL, "--check") == 0
+    return snapshot(repo)
 
 
-def test_a_ray_cluster_of_two_workers_gives_the_local_patch(tmp_path, monkeypatch, engine):
-    ray = pytest.importorskip("ray", reason="Ray is optional: pip install 'dg-lsp[distributed]'")
-    repo = make_repo(tmp_path / "repo")
+def check_patch(tmp_path: Path, patch: str, expected: dict[str, str]) -> None:
+    """Apply the patch with git to a fresh fixture; every file must then be as expected
+    (files without an entry byte-identical) and parse with no more errors than before."""
+    before = snapshot(make_repo(tmp_path / "original"))
+    after = git_applied(tmp_path, patch)
+    assert after.keys() == before.keys()
+    for label, old in before.items():
+        new = expected.get(label, old.decode())
+        assert after[label].decode() == new, label
+        if new != old.decode():
+            language = language_for(None, label)
+            assert error_count(Document(new, language)) <= error_count(
+                Document(old.decode(), language))
+            assert f"--- a/{label}\n+++ b/{label}\n" in patch
+
+
+def test_docstrings_patch_is_each_targets_edit_and_applies_with_git(tmp_path, engine,
+                                                                    docstrings_run):
+    status, patch, report = docstrings_run
+    assert status == 1  # --check: changes are pending
+    expected = {label: expected_text(engine, label, DOCSTRING)
+                for label in ("src/shapes.py", "src/util.js")}
+    assert expected["src/shapes.py"] != SHAPES  # the model does write Python docstrings
+    check_patch(tmp_path, patch, expected)
+    assert report["summary"] == {"edited": 5, "refused": 0, "error": 0}
+    assert [(t["file"], t["name"], t["start"]) for t in report["targets"]] == [
+        ("src/shapes.py", "area", [4, 18]), ("src/shapes.py", "perimeter", [8, 23]),
+        ("src/shapes.py", "__init__", [15, 32]), ("src/shapes.py", "diameter", [18, 24]),
+        ("src/util.js", "later", [6, 1])]
+    assert all(t["steps"] > 0 and t["tokens_per_step"] > 0 for t in report["targets"])
+
+
+def test_check_is_1_before_apply_and_0_after(tmp_path, monkeypatch, capsys, docstrings_run):
+    _, patch, _ = docstrings_run
+    repo = make_repo(tmp_path)
     monkeypatch.chdir(repo)
-    assert batch(".", "--action", "docstrings", *MODEL, "--output", "../local.patch") == 0
+    assert batch("src", "--action", "docstrings", *MODEL, "--apply") == 0
+    assert capsys.readouterr().out == ""
+    assert snapshot(repo) == git_applied(tmp_path / "git", patch)
+    assert batch("src", "--action", "docstrings", *MODEL, "--check") == 0
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("action", ["complete-bodies", "fix-syntax"])
+def test_bodies_and_syntax_fixes_are_each_targets_edit_and_leave_files_parseable(
+        tmp_path, engine, action):
+    status, patch, report = run_on_fixture(tmp_path, action)
+    assert status == 0
+    files = {"complete-bodies": ("src/shapes.py", "src/util.js"),
+             "fix-syntax": ("src/broken.py",)}[action]
+    expected = {label: expected_text(engine, label, ACTION_NAMES[action]) for label in files}
+    check_patch(tmp_path, patch, expected)
+    assert [(t["file"], t["name"]) for t in report["targets"]] == {
+        "complete-bodies": [("src/shapes.py", "perimeter"), ("src/util.js", "later")],
+        "fix-syntax": [("src/broken.py", "")]}[action]
+
+
+def test_a_ray_cluster_of_two_workers_gives_the_local_patch(tmp_path, docstrings_run):
+    ray = pytest.importorskip("ray", reason="Ray is optional: pip install 'dg-lsp[distributed]'")
     started = time.perf_counter()
     ray.init(num_cpus=2, include_dashboard=False, logging_level="warning")
     try:
-        assert batch(".", "--action", "docstrings", *MODEL, "--ray", "--workers", "2",
-                     "--output", "../ray.patch", "--json", "../ray.json") == 0
+        status, patch, report = run_on_fixture(tmp_path, "docstrings", "--check", "--ray",
+                                               "--workers", "2")
     finally:
         ray.shutdown()
     print(f"ray run: {time.perf_counter() - started:.1f} s")
-    local = (tmp_path / "local.patch").read_bytes()
-    assert local and (tmp_path / "ray.patch").read_bytes() == local
-    assert len(json.loads((tmp_path / "ray.json").read_text())["workers"]) == 2
+    assert patch and (status, patch) == docstrings_run[:2]
+    assert len(report["workers"]) == 2
+    assert [t["result"] for t in report["targets"]] == [
+        t["result"] for t in docstrings_run[2]["targets"]]
+
+
+def test_the_resident_engine_batches_the_targets_and_gives_the_local_patch(tmp_path,
+                                                                           docstrings_run):
+    from engine.client import EngineClient, EngineUnavailable
+
+    def stats() -> dict:
+        try:
+            return EngineClient.connect_or_start(str(BUNDLED), "cpu", start=False).stats()
+        except EngineUnavailable:
+            return {"batchedPasses": 0, "batchedRows": 0}
+
+    before = stats()
+    status, patch, report = run_on_fixture(tmp_path, "docstrings", "--check",
+                                           "--engine", "resident")
+    after = stats()
+    assert (status, patch) == docstrings_run[:2]
+    assert [t["result"] for t in report["targets"]] == ["edited"] * 5
+    assert all(t["tokens_per_step"] is None for t in report["targets"])  # not on the wire
+    # several targets shared forward passes: more rows than passes
+    assert (after["batchedRows"] - before["batchedRows"]
+            > after["batchedPasses"] - before["batchedPasses"] > 0)
