@@ -26,7 +26,8 @@ from dg_lsp.batch import (
     merge,
     process_file,
 )
-from dg_lsp.cli import main
+from dg_lsp.batch_cli import prepare
+from dg_lsp.cli import build_parser, main
 from dg_lsp.discover import discover, gitignore_regex
 from dg_lsp.languages import language_for
 from dg_lsp.rewrite import Edit, RewriteError, compute_edit, model_input
@@ -230,6 +231,22 @@ def test_bad_input_exits_2_with_a_clear_message_and_writes_nothing(tmp_path, mon
     assert status == 2
     assert message in capsys.readouterr().err
     assert snapshot(tmp_path) == before
+
+
+def test_a_query_replaces_the_built_in_one_and_files_it_does_not_fit_are_skipped(
+        tmp_path, monkeypatch):
+    make_repo(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "methods.scm").write_text(
+        "(class_definition body: (block (function_definition name: (identifier) @name"
+        " body: (block) @body) @function))")
+    args = build_parser().parse_args(["batch", "src", "--action", "docstrings",
+                                      "--query", "methods.scm"])
+    _, plans, skipped = prepare(args)
+    assert {label: [t.name for t in plan[2]] for label, plan in plans.items()} == {
+        "src/shapes.py": ["__init__", "diameter"]}
+    assert [(label, reason.split(":")[0]) for label, reason in skipped] == [
+        ("src/util.js", "the query does not fit javascript")]
 
 
 # -- whole runs with the bundled model --------------------------------------------------------
