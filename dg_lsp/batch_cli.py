@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from dg_lsp.actions import FIX_SYNTAX, REWRITE, Document
+from dg_lsp.actions import FIX_SYNTAX, REWRITE, Document, Target
 from dg_lsp.batch import (
     ACTION_NAMES,
     FileResult,
@@ -45,6 +45,7 @@ from dg_lsp.languages import LANGUAGES, LanguageSpec, language_for
 from dg_lsp.settings import ENGINE_MODES, Settings
 
 RESIDENT_WORKERS = 8  # concurrent targets sent to the resident engine (its default batch size)
+BUSY_RETRIES = (1.0, 2.0, 4.0, 8.0, 0.0)  # seconds to wait after "busy" before trying again
 
 
 class BadInput(Exception):
@@ -137,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
 # -- preparing --------------------------------------------------------------------------------
 
 
-Plan = tuple[SourceFile, Document, list]  # the file, its document, its targets
+Plan = tuple[SourceFile, Document, list[Target]]  # the file, its document, its targets
 
 
 def prepare(args: argparse.Namespace) -> tuple[Job, dict[str, Plan], list[tuple[str, str]]]:
@@ -221,11 +222,14 @@ def _run_inproc(args: argparse.Namespace, job: Job, plans: dict[str, Plan],
                 finish: Callable[[FileResult], None], progress: Progress) -> None:
     if not plans:
         return
-    from engine import Engine
+    from engine import CheckpointError, Engine
 
-    engine = Engine.load(args.model, device=args.device)
+    try:
+        engine = Engine.load(args.model, device=args.device)
+    except (CheckpointError, OSError, ValueError) as exc:
+        raise BadInput(f"cannot load the model: {exc}") from None
     for label in sorted(plans):
-        file, doc, targets = plans[label]
+        _, doc, targets = plans[label]
         outcomes = []
         for target in targets:
             outcomes.append(run_target(engine, doc, label, target, job))
@@ -252,8 +256,12 @@ def _run_resident(args: argparse.Namespace, job: Job, plans: dict[str, Plan],
         if not hasattr(local, "client"):
             local.client = EngineClient(first.endpoint, args.model, args.device, "batch")
         _, doc, targets = plans[label]
-        return label, index, run_target(local.client, doc, label, targets[index], job,
-                                        cancel=stop.is_set)
+        for wait in BUSY_RETRIES:  # the engine's queue is shared with every other client
+            outcome = run_target(local.client, doc, label, targets[index], job,
+                                 cancel=stop.is_set)
+            if not outcome[0].result.startswith("error: EngineBusy") or stop.wait(wait):
+                break
+        return label, index, outcome
 
     outcomes: dict[str, list] = {label: [None] * len(plan[2]) for label, plan in plans.items()}
     left = {label: len(plan[2]) for label, plan in plans.items()}

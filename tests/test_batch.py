@@ -216,6 +216,8 @@ def test_a_failing_target_is_recorded_and_the_others_still_run():
     (["src", "--action", "rewrite"], "--action rewrite needs --query"),
     (["src", "--action", "docstrings", "--strength", "2"], "--strength must be between"),
     (["src", "--action", "rename-everything"], "invalid choice: 'rename-everything'"),
+    (["src", "--action", "docstrings", "--engine", "inproc", "--model", "./no/such/model"],
+     "cannot load the model: ./no/such/model: no such checkpoint folder"),
 ])
 def test_bad_input_exits_2_with_a_clear_message_and_writes_nothing(tmp_path, monkeypatch,
                                                                    capsys, args, message):
