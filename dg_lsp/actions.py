@@ -94,13 +94,17 @@ class Document:
             end += 1
         return self.text[start:end]
 
-    def definitions(self) -> list[tuple[str, ts.Node, ts.Node | None, str]]:
-        """(kind "function" | "class", node, body or None, name) for every definition."""
+    def definitions(self, query: ts.Query | None = None
+                    ) -> list[tuple[str, ts.Node, ts.Node | None, str]]:
+        """(kind "function" | "class", node, body or None, name) for every definition that
+        `query` (default: the language's actions.scm) captures as @function or @class."""
         if self.tree is None:
             return []
         found = []
-        cursor = ts.QueryCursor(self.language.query("actions"))
+        cursor = ts.QueryCursor(query or self.language.query("actions"))
         for _, caps in cursor.matches(self.tree.root_node):
+            if "function" not in caps and "class" not in caps:
+                continue
             kind = "function" if "function" in caps else "class"
             node = caps[kind][0]
             body = caps["body"][0] if "body" in caps else None
@@ -248,12 +252,13 @@ def targets_at(doc: Document, start: int, end: int) -> list[Target]:
     return found
 
 
-def all_targets(doc: Document, action: str) -> list[Target]:
-    """Every place in the document `action` applies (batch mode), in document order."""
+def all_targets(doc: Document, action: str, query: ts.Query | None = None) -> list[Target]:
+    """Every place in the document `action` applies (batch mode), in document order;
+    `query` replaces the language's actions.scm in finding definitions."""
     if action == FIX_SYNTAX:
         return syntax_targets(doc)
     found = []
-    for kind, node, body, name in doc.definitions():
+    for kind, node, body, name in doc.definitions(query):
         target = None
         if action == COMPLETE_BODY and kind == "function" and body is not None:
             target = body_target(doc, node, body, name)

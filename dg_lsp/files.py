@@ -52,6 +52,14 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
+def diff_label(path: Path) -> str:
+    """The path as a diff names it: relative to the working folder when inside it."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return path.resolve().as_posix().lstrip("/")
+
+
 def unified_diff(label: str, old: str, new: str) -> str:
     """A unified diff of one file, with a/ and b/ prefixes as `git apply` expects."""
     lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from dg_lsp.actions import ACTIONS, REWRITE, Document, targets_at
 from dg_lsp.complete import cursor_offset
-from dg_lsp.files import SourceError, read_source, unified_diff, write_atomic
+from dg_lsp.files import SourceError, diff_label, read_source, unified_diff, write_atomic
 from dg_lsp.languages import language_for
 from dg_lsp.rewrite import DEFAULT_STRENGTH, RewriteError, compute_edit
 from dg_lsp.settings import Settings
@@ -91,18 +91,10 @@ def run(args: argparse.Namespace) -> int:
     if args.apply:
         write_atomic(args.file, new)
     elif args.diff:
-        sys.stdout.write(unified_diff(_label(args.file), text, new))
+        sys.stdout.write(unified_diff(diff_label(args.file), text, new))
     elif args.json:
         print(json.dumps({"action": target.action, "start": edit.start, "end": edit.end,
                           "text": edit.text, "steps": edit.steps}, ensure_ascii=False))
     else:
         print(edit.text)
     return 0
-
-
-def _label(path: Path) -> str:
-    """The path as a diff names it: relative to the working folder when inside it."""
-    try:
-        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
-    except ValueError:
-        return path.as_posix().lstrip("/")

@@ -1,0 +1,379 @@
+"""`dg-lsp batch PATHS... --action A`: one infill action over every file of a repository.
+
+Prints one unified diff (`git apply` takes it; files in sorted order), or writes the files
+(`--apply`, each atomically once all its targets are done, so Ctrl-C leaves every file either
+untouched or fully written), or gates CI (`--check`: exit 1 when anything would change,
+nothing written). `--json REPORT` records every target: span, result, steps, tokens per step,
+seconds. A failing target is recorded and the run goes on.
+
+The work goes to the resident engine by default, several targets at a time at "batch"
+priority (the engine steps them in one batched forward pass, after interactive requests);
+`--engine inproc` loads the model here and runs one target at a time; `--ray [ADDRESS]`
+spreads files over a Ray cluster (dg_lsp.batch_ray).
+
+Exit status: 0 done, 1 `--check` found changes, 2 bad input or no engine (nothing written),
+3 a target failed with an error (not a refusal) or a Ray worker died, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from dg_lsp.actions import FIX_SYNTAX, REWRITE, Document, Target
+from dg_lsp.batch import (
+    ACTION_NAMES,
+    FileResult,
+    Job,
+    Queries,
+    QueryError,
+    Record,
+    file_targets,
+    merge,
+    run_target,
+)
+from dg_lsp.discover import SourceFile, discover
+from dg_lsp.files import SourceError, read_source, unified_diff, write_atomic
+from dg_lsp.languages import LANGUAGES, LanguageSpec, language_for
+from dg_lsp.settings import ENGINE_MODES, Settings
+
+RESIDENT_WORKERS = 8  # concurrent targets sent to the resident engine (its default batch size)
+BUSY_RETRIES = (1.0, 2.0, 4.0, 8.0, 0.0)  # seconds to wait after "busy" before trying again
+
+
+class BadInput(Exception):
+    """A command line the run cannot start with, or no engine (exit 2, nothing written)."""
+
+
+class RunFailed(Exception):
+    """The run broke off (a Ray worker died): exit 3; what was written is whole."""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("batch", help="run an action over every file under PATHS")
+    parser.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    parser.add_argument("--action", required=True, choices=list(ACTION_NAMES))
+    parser.add_argument("--query", type=Path, default=None, metavar="FILE.scm",
+                        help="tree-sitter query: its @target captures are what `rewrite` "
+                             "rewrites; for docstrings / complete-bodies it replaces the "
+                             "built-in query (@function / @class, @body, @name)")
+    parser.add_argument("--instruction", default=None, help="what to change, in words")
+    parser.add_argument("--strength", type=float, default=None,
+                        help="share of a rewrite's tokens written again (0..1)")
+    parser.add_argument("--include", action="append", default=None, metavar="GLOB",
+                        help="only files whose path or name matches (repeatable)")
+    parser.add_argument("--exclude", action="append", default=None, metavar="GLOB",
+                        help="skip files whose path or name matches (repeatable)")
+    parser.add_argument("--seed", type=int, default=0, help="sampler seed (default 0)")
+    parser.add_argument("--output", type=Path, default=None, metavar="FILE",
+                        help="write the patch here instead of stdout")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--apply", action="store_true", help="write the edited files")
+    mode.add_argument("--check", action="store_true",
+                      help="exit 1 when anything would change; write no file")
+    parser.add_argument("--json", type=Path, default=None, metavar="REPORT",
+                        help="write a report of every target")
+    parser.add_argument("--model", default=None, help="checkpoint folder or hub id")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--engine", choices=ENGINE_MODES, default="resident")
+    parser.add_argument("--workers", type=int, default=None,
+                        help=f"concurrent targets (resident engine, default {RESIDENT_WORKERS})"
+                             " or Ray actors (default: one per GPU, else per CPU)")
+    parser.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                        help="distribute files over a Ray cluster (no ADDRESS: a local one)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        job, plans, skipped = prepare(args)
+    except BadInput as exc:
+        print(f"dg-lsp batch: {exc}", file=sys.stderr)
+        return 2
+    for label, reason in skipped:
+        if reason != "unknown language":
+            print(f"dg-lsp batch: skipped {label}: {reason}", file=sys.stderr)
+
+    results: dict[str, FileResult] = {}
+    written: list[str] = []
+
+    def finish(result: FileResult) -> None:
+        results[result.label] = result
+        if args.apply and result.new != result.old:
+            _write(plans[result.label][0].path, result, written)
+
+    progress = Progress(sum(len(targets) for _, _, targets in plans.values()), len(plans))
+    try:
+        if args.ray is not None:
+            _run_ray(args, job, plans, finish, progress)
+        elif args.engine == "inproc":
+            _run_inproc(args, job, plans, finish, progress)
+        else:
+            _run_resident(args, job, plans, finish, progress)
+    except KeyboardInterrupt:
+        progress.close()
+        print(f"dg-lsp batch: interrupted; {len(written)} files written whole, the others "
+              "untouched", file=sys.stderr)
+        return 130
+    except BadInput as exc:
+        progress.close()
+        print(f"dg-lsp batch: {exc}", file=sys.stderr)
+        return 2
+    except RunFailed as exc:
+        progress.close()
+        print(f"dg-lsp batch: {exc}; {len(written)} files written whole, the others untouched",
+              file=sys.stderr)
+        return 3
+    progress.close()
+    return report(args, job, results, skipped)
+
+
+# -- preparing --------------------------------------------------------------------------------
+
+
+Plan = tuple[SourceFile, Document, list[Target]]  # the file, its document, its targets
+
+
+def prepare(args: argparse.Namespace) -> tuple[Job, dict[str, Plan], list[tuple[str, str]]]:
+    """The job, the files with work in them (by label) and the files skipped, with why."""
+    action = ACTION_NAMES[args.action]
+    if args.strength is not None and not 0.0 <= args.strength <= 1.0:
+        raise BadInput("--strength must be between 0 and 1")
+    if args.workers is not None and args.workers < 1:
+        raise BadInput("--workers must be at least 1")
+    if action == REWRITE and args.query is None:
+        raise BadInput("--action rewrite needs --query FILE.scm (its @target captures are the "
+                       "code to rewrite)")
+    if action == FIX_SYNTAX and args.query is not None:
+        raise BadInput("--query does not apply to fix-syntax (its targets are syntax errors)")
+    if args.ray is not None:
+        from dg_lsp.batch_ray import RayMissing, import_ray
+
+        try:
+            import_ray()
+        except RayMissing as exc:
+            raise BadInput(str(exc)) from None
+    source = None
+    if args.query is not None:
+        try:
+            source = args.query.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BadInput(f"cannot read the query {args.query}: {exc}") from None
+    try:
+        files = discover(args.paths, args.include, args.exclude)
+    except FileNotFoundError as exc:
+        raise BadInput(str(exc)) from None
+
+    settings = Settings(model=args.model, device=args.device, engine=args.engine)
+    settings.sampler = dataclasses.replace(settings.sampler, seed=args.seed)
+    job = Job(action, settings, source, args.instruction, args.strength)
+    queries = Queries(source, action)
+    languages = {f.label: language_for(None, f.label) for f in files}
+    _check_query(queries, [spec for spec in languages.values() if spec is not None])
+
+    plans: dict[str, Plan] = {}
+    skipped: list[tuple[str, str]] = []
+    for file in files:
+        language = languages[file.label]
+        if language is None:
+            skipped.append((file.label, "unknown language"))
+            continue
+        try:
+            text = read_source(file.path)
+            query = queries.for_language(language)
+        except SourceError as exc:
+            skipped.append((file.label, str(exc).removeprefix(f"{file.path}: ")))
+            continue
+        except QueryError as exc:
+            skipped.append((file.label, f"the query does not fit {exc}"))
+            continue
+        doc = Document(text, language)
+        targets = file_targets(doc, action, query)
+        if targets:
+            plans[file.label] = (file, doc, targets)
+    return job, plans, skipped
+
+
+def _check_query(queries: Queries, present: list[LanguageSpec]) -> None:
+    """BadInput unless the query compiles for at least one language the run meets."""
+    if queries.source is None:
+        return
+    errors = []
+    for spec in dict.fromkeys(present) or LANGUAGES:
+        try:
+            queries.for_language(spec)
+            return
+        except QueryError as exc:
+            errors.append(str(exc))
+    raise BadInput("malformed query: " + "; ".join(dict.fromkeys(errors)))
+
+
+# -- running ----------------------------------------------------------------------------------
+
+
+def _run_inproc(args: argparse.Namespace, job: Job, plans: dict[str, Plan],
+                finish: Callable[[FileResult], None], progress: Progress) -> None:
+    if not plans:
+        return
+    from engine import CheckpointError, Engine
+
+    try:
+        engine = Engine.load(args.model, device=args.device)
+    except (CheckpointError, OSError, ValueError) as exc:
+        raise BadInput(f"cannot load the model: {exc}") from None
+    for label in sorted(plans):
+        _, doc, targets = plans[label]
+        outcomes = []
+        for target in targets:
+            outcomes.append(run_target(engine, doc, label, target, job))
+            progress.target_done()
+        finish(merge(label, doc, outcomes))
+        progress.file_done()
+
+
+def _run_resident(args: argparse.Namespace, job: Job, plans: dict[str, Plan],
+                  finish: Callable[[FileResult], None], progress: Progress) -> None:
+    """Several targets at once, each its own connection: the engine batches them."""
+    if not plans:
+        return
+    from engine.client import EngineClient, EngineUnavailable
+
+    try:
+        first = EngineClient.connect_or_start(args.model, args.device, priority="batch")
+    except EngineUnavailable as exc:
+        raise BadInput(f"no engine: {exc}") from None
+    local = threading.local()
+    stop = threading.Event()
+
+    def one(label: str, index: int) -> tuple[str, int, Any]:
+        if not hasattr(local, "client"):
+            local.client = EngineClient(first.endpoint, args.model, args.device, "batch")
+        _, doc, targets = plans[label]
+        for wait in BUSY_RETRIES:  # the engine's queue is shared with every other client
+            outcome = run_target(local.client, doc, label, targets[index], job,
+                                 cancel=stop.is_set)
+            if not outcome[0].result.startswith("error: EngineBusy") or stop.wait(wait):
+                break
+        return label, index, outcome
+
+    outcomes: dict[str, list] = {label: [None] * len(plan[2]) for label, plan in plans.items()}
+    left = {label: len(plan[2]) for label, plan in plans.items()}
+    pool = ThreadPoolExecutor(args.workers or RESIDENT_WORKERS, thread_name_prefix="dg-batch")
+    try:
+        futures = [pool.submit(one, label, i) for label in sorted(plans)
+                   for i in range(len(plans[label][2]))]
+        for future in as_completed(futures):
+            label, index, outcome = future.result()
+            outcomes[label][index] = outcome
+            progress.target_done()
+            left[label] -= 1
+            if not left[label]:
+                finish(merge(label, plans[label][1], outcomes[label]))
+                progress.file_done()
+    finally:
+        stop.set()  # on Ctrl-C: running targets stop at their next step
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _run_ray(args: argparse.Namespace, job: Job, plans: dict[str, Plan],
+             finish: Callable[[FileResult], None], progress: Progress) -> None:
+    from dg_lsp import batch_ray
+
+    files = [(label, plans[label][1].text) for label in sorted(plans)]
+    try:
+        for result in batch_ray.run_on_ray(args.ray or None, files, job, args.workers):
+            finish(result)
+            progress.file_done(len(result.records))
+    except batch_ray.RayRunFailed as exc:
+        raise RunFailed(str(exc)) from None
+
+
+def _write(path: Path, result: FileResult, written: list[str]) -> None:
+    """Write the file whole, unless it changed on disk since it was read."""
+    try:
+        if read_source(path) != result.old:
+            raise SourceError("changed on disk while the run was computing its edits")
+        write_atomic(path, result.new)
+    except (SourceError, OSError) as exc:
+        result.new = result.old
+        for record in result.records:
+            if record.result == "edited":
+                record.result = f"error: not written: {exc}"
+        print(f"dg-lsp batch: {result.label}: not written: {exc}", file=sys.stderr)
+        return
+    written.append(result.label)
+
+
+# -- reporting --------------------------------------------------------------------------------
+
+
+def report(args: argparse.Namespace, job: Job, results: dict[str, FileResult],
+           skipped: list[tuple[str, str]]) -> int:
+    """The patch, the JSON report and the summary line; the exit status."""
+    ordered = [results[label] for label in sorted(results)]
+    changed = [r for r in ordered if r.new != r.old]
+    patch = "".join(unified_diff(r.label, r.old, r.new) for r in changed)
+    if args.output is not None:
+        args.output.write_text(patch, encoding="utf-8")
+    elif not args.apply:
+        sys.stdout.write(patch)
+    records = [record for r in ordered for record in r.records]
+    counts = summarize(records)
+    if args.json is not None:
+        args.json.write_text(json.dumps({
+            "action": args.action, "seed": args.seed, "files_changed": len(changed),
+            "summary": counts, "targets": [r.to_json() for r in records],
+            "skipped": [{"file": label, "reason": reason} for label, reason in skipped],
+            "workers": sorted({r.worker for r in ordered if r.worker}),
+        }, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    verb = "changed" if args.apply else "would change"
+    print(f"dg-lsp batch: {len(records)} targets in {len(ordered)} files: {counts['edited']} "
+          f"edited, {counts['refused']} refused, {counts['error']} failed; {len(changed)} files "
+          f"{verb}", file=sys.stderr)
+    if args.check and changed:
+        return 1
+    return 3 if counts["error"] else 0
+
+
+def summarize(records: Iterable[Record]) -> dict[str, int]:
+    counts = {"edited": 0, "refused": 0, "error": 0}
+    for record in records:
+        counts[record.result.split(":", 1)[0]] += 1
+    return counts
+
+
+class Progress:
+    """`targets n/N, files m/M` on stderr, redrawn in place; only when stderr is a terminal."""
+
+    def __init__(self, targets: int, files: int) -> None:
+        self.targets, self.files = targets, files
+        self.done_targets = self.done_files = 0
+        self.enabled = sys.stderr.isatty() and targets > 0
+
+    def target_done(self, n: int = 1) -> None:
+        self.done_targets += n
+        self._draw()
+
+    def file_done(self, targets: int = 0) -> None:
+        self.done_files += 1
+        self.target_done(targets)
+
+    def _draw(self) -> None:
+        if self.enabled:
+            width = 30
+            filled = width * self.done_targets // self.targets
+            sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] targets "
+                             f"{self.done_targets}/{self.targets}, files "
+                             f"{self.done_files}/{self.files}")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
