@@ -104,6 +104,8 @@ async def lsp_section(cases: list, model: str | None, device: str) -> dict[str, 
     command = [sys.executable, "-m", "dg_lsp.cli", "serve", "--engine", "inproc",
                "--device", device] + (["--model", model] if model else [])
     client = LanguageClient("dg-lsp-bench", "1")
+    for method in ("window/logMessage", "window/showMessage", "dg-lsp/engineState"):
+        client.feature(method)(lambda *args: None)  # read, not printed
     await client.start_io(*command)
     caps = types.ClientCapabilities(text_document=types.TextDocumentClientCapabilities(
         inline_completion=types.InlineCompletionClientCapabilities()))

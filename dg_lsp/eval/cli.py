@@ -52,6 +52,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--sampler", default="threshold", choices=["threshold", "entropy", "topk"])
     p.add_argument("--threshold", type=float, default=0.9)
     p.add_argument("--eos-penalty", type=float, default=0.0)
+    p.add_argument("--cache-refresh", type=int, default=1, metavar="R",
+                   help="recompute the context's keys/values every R steps (1: exact)")
     p.add_argument("--no-stop-run", action="store_true",
                    help="commit padding one position per step (the plain sampler)")
     p.add_argument("--canvas-length", type=int, default=DEFAULT_CANVAS_LENGTH,
@@ -74,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
     protocols = list(PROTOCOLS) if args.protocol == "both" else [args.protocol]
     settings = SamplerSettings(sampler=args.sampler, threshold=args.threshold,
                                eos_penalty=args.eos_penalty, seed=args.seed,
-                               stop_run=not args.no_stop_run)
+                               stop_run=not args.no_stop_run,
+                               cache_refresh=args.cache_refresh)
     models = args.models or DEFAULT_MODELS
     # A generator, so only one model is held in memory at a time.
     predictors = (load_predictor(m, settings, hole_tokens, args.device, args.dtype,
