@@ -251,7 +251,7 @@ async def bundled():
 # Contexts in which the bundled model (trained on Python only) gives a short, valid
 # completion in each language, with multi-byte characters and an emoji earlier on the line.
 CASES = [
-    ("python", "def add(a, b):\n    s = \"é🎉\"; return ", "\n"),
+    ("python", "import os\n\ns = \"é🎉\"; path = os.path.", "\n"),
     ("javascript", "function add(a, b) {\n  const s = \"é🎉\"; const total = ",
      "\n  return total;\n}\n"),
     ("rust", "fn add(a: i32, b: i32) -> i32 {\n    let s = \"é🎉\"; let total = ",
