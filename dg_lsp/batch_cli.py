@@ -18,7 +18,6 @@ Exit status: 0 done, 1 `--check` found changes, 2 bad input or no engine (nothin
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import threading
@@ -42,7 +41,7 @@ from dg_lsp.batch import (
 from dg_lsp.discover import SourceFile, discover
 from dg_lsp.files import SourceError, read_source, unified_diff, write_atomic
 from dg_lsp.languages import LANGUAGES, LanguageSpec, language_for
-from dg_lsp.settings import ENGINE_MODES, Settings
+from dg_lsp.settings import ENGINE_MODES, add_model_arguments, settings_from_arguments
 
 RESIDENT_WORKERS = 8  # concurrent targets sent to the resident engine (its default batch size)
 BUSY_RETRIES = (1.0, 2.0, 4.0, 8.0, 0.0)  # seconds to wait after "busy" before trying again
@@ -71,7 +70,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="only files whose path or name matches (repeatable)")
     parser.add_argument("--exclude", action="append", default=None, metavar="GLOB",
                         help="skip files whose path or name matches (repeatable)")
-    parser.add_argument("--seed", type=int, default=0, help="sampler seed (default 0)")
     parser.add_argument("--output", type=Path, default=None, metavar="FILE",
                         help="write the patch here instead of stdout")
     mode = parser.add_mutually_exclusive_group()
@@ -80,8 +78,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="exit 1 when anything would change; write no file")
     parser.add_argument("--json", type=Path, default=None, metavar="REPORT",
                         help="write a report of every target")
-    parser.add_argument("--model", default=None, help="checkpoint folder or hub id")
-    parser.add_argument("--device", default="auto")
+    add_model_arguments(parser)
     parser.add_argument("--engine", choices=ENGINE_MODES, default="resident")
     parser.add_argument("--workers", type=int, default=None,
                         help=f"concurrent targets (resident engine, default {RESIDENT_WORKERS})"
@@ -171,8 +168,7 @@ def prepare(args: argparse.Namespace) -> tuple[Job, dict[str, Plan], list[tuple[
     except FileNotFoundError as exc:
         raise BadInput(str(exc)) from None
 
-    settings = Settings(model=args.model, device=args.device, engine=args.engine)
-    settings.sampler = dataclasses.replace(settings.sampler, seed=args.seed)
+    settings = settings_from_arguments(args, engine=args.engine)
     job = Job(action, settings, source, args.instruction, args.strength)
     queries = Queries(source, action)
     languages = {f.label: language_for(None, f.label) for f in files}

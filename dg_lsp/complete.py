@@ -7,23 +7,20 @@ pipeline as the language server's, with the engine in this process.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
 
 from dg_lsp.languages import language_for
 from dg_lsp.pipeline import Completion, CompletionRequest, Pipeline
-from dg_lsp.settings import Settings
+from dg_lsp.settings import add_model_arguments, settings_from_arguments
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("complete", help="print the completion at FILE:LINE:COL")
     parser.add_argument("location", metavar="FILE:LINE:COL", help="1-based line and column")
     parser.add_argument("--json", action="store_true", help="print text, range and stats")
-    parser.add_argument("--seed", type=int, default=None, help="sampler seed")
-    parser.add_argument("--model", default=None, help="checkpoint folder or hub id")
-    parser.add_argument("--device", default="auto")
+    add_model_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -59,9 +56,7 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"dg-lsp complete: {exc}", file=sys.stderr)
         return 2
-    settings = Settings(model=args.model, device=args.device)
-    if args.seed is not None:
-        settings.sampler = dataclasses.replace(settings.sampler, seed=args.seed)
+    settings = settings_from_arguments(args)
     pipeline = Pipeline(Engine.load(args.model, device=args.device), settings)
     request = CompletionRequest(text, offset, language_for(None, str(path)),
                                 path.resolve().as_uri())

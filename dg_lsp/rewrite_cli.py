@@ -10,7 +10,6 @@ stderr), 2 bad input; the file is never left half written.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ from dg_lsp.complete import cursor_offset
 from dg_lsp.files import SourceError, diff_label, read_source, unified_diff, write_atomic
 from dg_lsp.languages import language_for
 from dg_lsp.rewrite import DEFAULT_STRENGTH, RewriteError, compute_edit
-from dg_lsp.settings import Settings
+from dg_lsp.settings import add_model_arguments, settings_from_arguments
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -37,9 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     out.add_argument("--diff", action="store_true", help="print a unified diff")
     out.add_argument("--apply", action="store_true", help="write the file")
     out.add_argument("--json", action="store_true", help="print the edit as JSON")
-    parser.add_argument("--seed", type=int, default=None, help="sampler seed")
-    parser.add_argument("--model", default=None, help="checkpoint folder or hub id")
-    parser.add_argument("--device", default="auto")
+    add_model_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -78,9 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
     from engine import Engine
 
-    settings = Settings(model=args.model, device=args.device)
-    if args.seed is not None:
-        settings.sampler = dataclasses.replace(settings.sampler, seed=args.seed)
+    settings = settings_from_arguments(args)
     engine = Engine.load(args.model, device=args.device)
     try:
         edit = compute_edit(engine, doc, target, settings, args.instruction, args.strength)

@@ -6,6 +6,7 @@ A wrong value is reported and replaced by its default; it never stops the server
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -150,3 +151,18 @@ def _is_int(value: Any) -> bool:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """--model, --device and --seed, as every one-shot command takes them."""
+    parser.add_argument("--model", default=None,
+                        help="checkpoint folder or hub id (default: the bundled model)")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N, mps")
+    parser.add_argument("--seed", type=int, default=0, help="sampler seed (default 0)")
+
+
+def settings_from_arguments(args: argparse.Namespace, **fields: Any) -> Settings:
+    """The server's default settings with a command's --model, --device and --seed."""
+    settings = Settings(model=args.model, device=args.device, **fields)
+    settings.sampler = replace(settings.sampler, seed=args.seed)
+    return settings
