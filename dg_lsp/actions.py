@@ -18,7 +18,9 @@ The editor (code actions), the command line (`dg-lsp rewrite`) and batch mode al
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from dataclasses import dataclass
+from itertools import accumulate
 
 import tree_sitter as ts
 
@@ -73,12 +75,16 @@ class Document:
         self.language = language
         self.data = text.encode("utf-8")
         self.tree = language.parser().parse(self.data) if language else None
+        self._char_starts: list[int] | None = None  # byte offset of every character
 
     def char(self, byte: int) -> int:
-        return len(self.data[:byte].decode("utf-8", errors="replace"))
-
-    def byte(self, char: int) -> int:
-        return len(self.text[:char].encode("utf-8"))
+        """The character offset of a byte offset at a character boundary."""
+        if len(self.data) == len(self.text):
+            return byte  # ASCII: the same offsets
+        if self._char_starts is None:  # built once: code actions ask on every cursor move
+            self._char_starts = list(accumulate((len(ch.encode("utf-8")) for ch in self.text),
+                                                initial=0))
+        return bisect_left(self._char_starts, byte)
 
     def span(self, node: ts.Node) -> tuple[int, int]:
         return self.char(node.start_byte), self.char(node.end_byte)

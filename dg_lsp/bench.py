@@ -215,15 +215,13 @@ def concurrency_section(engine: Any, cases: list) -> list[dict]:
 
 
 def _percentiles(seconds: list[float]) -> dict[str, float | None]:
+    from engine.bench import percentile
+
     if not seconds:
         return {"p50Ms": None, "p95Ms": None, "p99Ms": None}
-    ordered = sorted(seconds)
-
-    def at(q: float) -> float:
-        return round(1000 * ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))], 1)
-
-    return {"p50Ms": round(1000 * statistics.median(ordered), 1), "p95Ms": at(0.95),
-            "p99Ms": at(0.99)}
+    return {"p50Ms": round(1000 * statistics.median(seconds), 1),
+            "p95Ms": round(1000 * percentile(seconds, 0.95), 1),
+            "p99Ms": round(1000 * percentile(seconds, 0.99), 1)}
 
 
 def _peak_rss_mb(pid: int) -> float | None:

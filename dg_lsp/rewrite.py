@@ -23,6 +23,7 @@ from typing import Protocol
 
 from dg_lsp.actions import COMPLETE_BODY, DOCSTRING, FIX_SYNTAX, Document, Target, error_count
 from dg_lsp.context import windows
+from dg_lsp.pipeline import CHARS_PER_TOKEN
 from dg_lsp.settings import Settings
 from engine.types import Draft, SamplerSettings
 
@@ -30,7 +31,6 @@ from engine.types import Draft, SamplerSettings
 DEFAULT_STRENGTH = 0.5
 # A body or a doc comment is not empty: no stop token in its first few positions.
 MIN_TOKENS = {COMPLETE_BODY: 4, DOCSTRING: 2}
-CHARS_PER_TOKEN = 3  # as the completion pipeline budgets its windows
 MAX_DOCUMENT_CHARS = 5_000_000
 
 
@@ -76,7 +76,7 @@ def compute_edit(
     strength = DEFAULT_STRENGTH if strength is None else strength
     if not 0.0 <= strength <= 1.0:
         raise RewriteError(f"strength must be between 0 and 1, got {strength}")
-    before = errors = error_count(doc)
+    before = error_count(doc)
     steps = 0
     for attempt in _strengths(target, strength):
         generated, used = _generate(backend, doc, target, settings, instruction, attempt, cancel)
@@ -90,9 +90,8 @@ def compute_edit(
             raise RewriteError("the model's version is the same as the original")
         if text is not None:
             return Edit(target.start, target.end, text, steps)
-        errors = before
     if target.action == FIX_SYNTAX:
-        raise RewriteError(f"the model found no fix for the syntax error ({errors} errors)")
+        raise RewriteError(f"the model found no fix for the syntax error ({before} errors)")
     raise RewriteError(f"the model wrote nothing usable for '{target.title}'")
 
 

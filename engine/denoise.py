@@ -206,6 +206,9 @@ class MaskedDenoiser:
         self.timings.setdefault("forward", 0.0)
         self.timings.setdefault("sample", 0.0)
         self.stop_ids = config.stop_token_ids
+        # Built once: the stop-run rule and min_tokens index by them at every step.
+        self.stop_list = sorted(self.stop_ids)
+        self.stop_tensor = torch.tensor(self.stop_list, dtype=torch.long, device=device)
         pad = config.pad_token_id
         self.pad_id = pad if pad is not None else config.eos_token_id
         self.expand_id = config.expand_token_id
@@ -313,8 +316,8 @@ class MaskedDenoiser:
         logits = adjust_logits(logits.float(), self.stop_ids, settings.eos_penalty, step_banned)
         if self.heal_allowed is not None and bool(masked[0]):
             logits[0, ~self.heal_allowed] = float("-inf")
-        if settings.min_tokens and self.stop_ids:
-            logits[: settings.min_tokens, sorted(self.stop_ids)] = float("-inf")
+        if settings.min_tokens and self.stop_list:
+            logits[: settings.min_tokens, self.stop_list] = float("-inf")
         min_commit = 1
         if steps_left is not None:
             min_commit = math.ceil(int(masked.sum()) / steps_left)
@@ -322,7 +325,7 @@ class MaskedDenoiser:
         commit &= masked
         region = hole.x[hole.start : hole.end]
         if settings.stop_run and self.expand_id is None:
-            commit |= _stop_run(region, hole.committed, commit, proposed, self.stop_ids)
+            commit |= _stop_run(region, hole.committed, commit, proposed, self.stop_tensor)
         region[commit] = proposed[commit]
         hole.committed |= commit
 
@@ -378,12 +381,12 @@ def denoise(
 
 
 def _stop_run(region: Tensor, committed: Tensor, commit: Tensor, proposed: Tensor,
-              stop_ids: set[int]) -> Tensor:
+              stop_ids: Tensor) -> Tensor:
     """Positions to commit with this step's: the trailing run of stop tokens (committed or
     proposed) when any of it is committed now or before, but for its first STOP_RUN_MARGIN
     positions; else none."""
     tokens = torch.where(committed, region, proposed)
-    is_stop = torch.isin(tokens, torch.tensor(sorted(stop_ids), device=tokens.device))
+    is_stop = torch.isin(tokens, stop_ids)
     run = int(torch.cumprod(is_stop.flip(0).int(), 0).sum())
     extra = torch.zeros_like(commit)
     if run and bool((commit | committed)[-run:].any()):

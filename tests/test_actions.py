@@ -154,6 +154,13 @@ def test_doc_comment_targets_frame_the_hole_as_the_language_does():
     assert shape(target, "   \n", py) is None
 
 
+def test_targets_are_character_offsets_in_files_with_multibyte_text():
+    text = 's = "é🎉"\n\n\ndef f():\n    """Ünïcode 🎉."""\n    pass\n'
+    (body,) = all_targets(doc(text), COMPLETE_BODY)
+    assert text[body.start:body.end] == "\n    pass"
+    assert all_targets(doc(text), DOCSTRING) == []
+
+
 def test_syntax_targets_are_whole_lines_of_each_broken_region():
     broken = doc("a = 1\nb = [1, 2\nc = 3\n")
     assert error_count(broken) >= 1
