@@ -50,22 +50,42 @@ class Engine:
         self._vocab: VocabText | None = None
         # Prefix keys/values shared by successive requests (used with cache_refresh > 1).
         self.prefix_cache = PrefixCache()
+        self.quantized = False  # linear layers in int8 (see Engine.load)
 
     @classmethod
     def load(
         cls, path_or_hub_id: str | None = None, device: str = "auto", dtype: str = "auto"
     ) -> Engine:
-        """Load a checkpoint folder or a hub id from the local cache (None: the bundled model)."""
-        from engine.checkpoint import load_model, read_checkpoint, resolve
+        """Load a checkpoint folder or a hub id from the local cache (None: the bundled model).
+
+        `dtype`: "auto" (bfloat16 on a GPU; on the CPU float32 weights with the linear layers
+        quantized to int8, see `quantize_int8`), "int8", or a float dtype ("float32" is the
+        exact CPU path).
+        """
+        from engine.checkpoint import (
+            load_model,
+            quantize_int8,
+            quantized_on,
+            read_checkpoint,
+            resolve,
+            resolve_device,
+        )
 
         ckpt = read_checkpoint(resolve(path_or_hub_id))
+        quantized = False
         if ckpt.config.family == "block":
             from engine.models.block import load_block_model
 
-            model = load_block_model(ckpt, device, dtype)
+            model = load_block_model(ckpt, device, "auto" if dtype == "int8" else dtype)
+        elif quantized_on(dtype, resolve_device(device)):
+            float_model = load_model(ckpt, device, "float32")
+            model = quantize_int8(float_model)
+            quantized = model is not float_model
         else:
             model = load_model(ckpt, device, dtype)
-        return cls(model, ckpt.tokenizer, ckpt.config, checkpoint=ckpt)
+        engine = cls(model, ckpt.tokenizer, ckpt.config, checkpoint=ckpt)
+        engine.quantized = quantized
+        return engine
 
     @property
     def vocab(self) -> VocabText:

@@ -210,7 +210,11 @@ class Scheduler:
 
     def _round(self) -> None:
         self.counters["rounds"] += 1
-        batch = [lv for lv in self._live if lv.batchable()]
+        # An int8 model's activations are quantized with one scale per pass: a canvas batched
+        # with others would get another completion than alone. Its canvases run one by one
+        # (on the CPU, where it runs, a batch costs what its rows cost alone anyway).
+        quantized = getattr(self.engine, "quantized", False)
+        batch = [] if quantized else [lv for lv in self._live if lv.batchable()]
         drafts: dict[int, Draft] = {}
         if len(batch) > 1:
             for live, logits in zip(batch, self._batched_forward(batch), strict=True):
@@ -249,12 +253,15 @@ class Scheduler:
         for i, (hole, n) in enumerate(zip(holes, lengths, strict=True)):
             x[i, :n] = hole.x
             valid[i, :n] = True
+        # Logits only for the rows some hole reads (the vocabulary projection is costly).
+        rows = [live.denoiser.logit_rows() for live in batch]
+        first, last = min(r[0] for r in rows), max(r[1] for r in rows)
         with torch.inference_mode():
-            raw, kv = self.engine.model(x, key_valid=valid)
+            raw, kv = self.engine.model(x, key_valid=valid, logit_rows=(first, last))
             out = []
             for i, (live, n) in enumerate(zip(batch, lengths, strict=True)):
                 row_kv = [LayerKV(layer.k[i : i + 1, :, :n], layer.v[i : i + 1, :, :n])
                           for layer in kv]
-                out.append(live.denoiser.hole_from_full(raw[i : i + 1, :n], row_kv))
+                out.append(live.denoiser.hole_from_full(raw[i : i + 1], row_kv, offset=first))
         return out
 

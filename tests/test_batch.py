@@ -383,15 +383,15 @@ def test_a_ray_cluster_of_two_workers_gives_the_local_patch(tmp_path, docstrings
         t["result"] for t in docstrings_run[2]["targets"]]
 
 
-def test_the_resident_engine_batches_the_targets_and_gives_the_local_patch(tmp_path,
-                                                                           docstrings_run):
+def test_the_resident_engine_takes_every_target_and_gives_the_local_patch(tmp_path,
+                                                                         docstrings_run):
     from engine.client import EngineClient, EngineUnavailable
 
     def stats() -> dict:
         try:
             return EngineClient.connect_or_start(str(BUNDLED), "cpu", start=False).stats()
         except EngineUnavailable:
-            return {"batchedPasses": 0, "batchedRows": 0}
+            return {"batchedPasses": 0, "completed": 0}
 
     before = stats()
     status, patch, report = run_on_fixture(tmp_path, "docstrings", "--check",
@@ -400,6 +400,7 @@ def test_the_resident_engine_batches_the_targets_and_gives_the_local_patch(tmp_p
     assert (status, patch) == docstrings_run[:2]
     assert [t["result"] for t in report["targets"]] == ["edited"] * 5
     assert all(t["tokens_per_step"] is None for t in report["targets"])  # not on the wire
-    # several targets shared forward passes: more rows than passes
-    assert (after["batchedRows"] - before["batchedRows"]
-            > after["batchedPasses"] - before["batchedPasses"] > 0)
+    assert after["completed"] - before["completed"] >= 5
+    # the CPU engine is int8: its canvases run one by one, so each equals the local run
+    # (batching is tested with a float32 engine in test_resident)
+    assert after["batchedPasses"] == before["batchedPasses"]

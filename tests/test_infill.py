@@ -22,7 +22,7 @@ from engine import Engine
 from engine.ar import fim_prompt
 from engine.canvas import layout
 from engine.config import ModelConfig
-from engine.denoise import ContextCache, PrefixCache, hole_logits, live_span
+from engine.denoise import ContextCache, PrefixCache, hole_logits
 from engine.models.transformer import Transformer
 from engine.tokenizer import EOS, MASK, PAD, Tokenizer
 from engine.types import SamplerSettings
@@ -205,8 +205,7 @@ def test_cached_step_on_a_fresh_cache_equals_the_full_pass(
     hole = (canvas.hole_start, canvas.hole_end)
     with torch.inference_mode():
         full, kv = hole_logits(eng.model, x, hole, None)
-        span = live_span(*hole, eng.config.shift_logits)
-        cached, _ = hole_logits(eng.model, x, hole, ContextCache(kv, span, x.shape[0]))
+        cached, _ = hole_logits(eng.model, x, hole, ContextCache(kv, x.shape[0]))
     torch.testing.assert_close(cached, full, rtol=1e-5, atol=1e-5)
     expected = eng.forward_logits(x[None])[0, hole[0] : hole[1]]
     torch.testing.assert_close(full, expected, rtol=0, atol=0)

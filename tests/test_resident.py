@@ -40,7 +40,7 @@ PREFIXES = [f"def f{i}(x):\n    y = x + {i}\n    return " for i in range(8)]
 def inproc(dream_ckpt: Path):
     from engine import Engine
 
-    return Engine.load(str(dream_ckpt), device="cpu")
+    return Engine.load(str(dream_ckpt), device="cpu", dtype="float32")
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def engine(dream_ckpt: Path, tcp: tuple[int, str]):
     port, token = tcp
     process = subprocess.Popen(
         [sys.executable, "-m", "engine.cli", "serve", "--model", str(dream_ckpt), "--device",
-         "cpu", "--listen", f"127.0.0.1:{port}", "--token-file", token])
+         "cpu", "--dtype", "float32", "--listen", f"127.0.0.1:{port}", "--token-file", token])
     endpoint = endpoint_for(str(dream_ckpt), "cpu")
     assert endpoint.wait_alive(timeout=900, give_up=lambda: process.poll() is not None)
     client = EngineClient.connect_or_start(str(dream_ckpt), "cpu")

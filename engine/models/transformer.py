@@ -80,10 +80,8 @@ class Attention(nn.Module):
         new = LayerKV(k, v)
         if past is not None:
             k, v = torch.cat([past.k, k], dim=2), torch.cat([past.v, v], dim=2)
-        if cfg.num_kv_heads != cfg.num_heads:
-            rep = cfg.num_heads // cfg.num_kv_heads
-            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+                                             enable_gqa=cfg.num_kv_heads != cfg.num_heads)
         return self.o_proj(out.transpose(1, 2).reshape(b, s, -1)), new
 
 
@@ -157,12 +155,15 @@ class Transformer(nn.Module):
         past: list[LayerKV] | None = None,
         past_positions: Tensor | None = None,
         key_valid: Tensor | None = None,
+        logit_rows: tuple[int, int] | None = None,
     ) -> tuple[Tensor, list[LayerKV]]:
         """Raw logits [B, S, V] for `input_ids` (no shift applied) and their keys/values.
 
         `past` holds keys/values of other positions (`past_positions`) that every token may
         attend to, subject to causality. `key_valid` [B, S_past + S] marks real (non-padding)
-        keys when a batch mixes lengths.
+        keys when a batch mixes lengths. `logit_rows` (a, b) computes logits for input rows
+        a..b-1 only: the vocabulary projection of a whole canvas costs a fifth of the pass
+        when only the hole's rows are read.
         """
         b, s = input_ids.shape
         if positions is None:
@@ -179,6 +180,8 @@ class Transformer(nn.Module):
         for i, layer in enumerate(self.model.layers):
             x, kv = layer(x, cos, sin, mask, None if past is None else past[i], plain_causal)
             new_kv.append(kv)
+        if logit_rows is not None:
+            x = x[:, logit_rows[0] : logit_rows[1]]
         return self.lm_head(self.model.norm(x)), new_kv
 
 
