@@ -70,11 +70,16 @@ class Target:
 class Document:
     """A document's text and its tree, with byte ↔ character conversion for tree positions."""
 
-    def __init__(self, text: str, language: LanguageSpec | None) -> None:
+    def __init__(
+        self, text: str, language: LanguageSpec | None, tree: ts.Tree | None = None
+    ) -> None:
+        """`tree`: the tree of `text` where one is kept (dg_lsp.trees), else it is parsed."""
         self.text = text
         self.language = language
         self.data = text.encode("utf-8")
-        self.tree = language.parser().parse(self.data) if language else None
+        if tree is None and language is not None:
+            tree = language.parser().parse(self.data)
+        self.tree = tree if language is not None else None
         self._char_starts: list[int] | None = None  # byte offset of every character
 
     def char(self, byte: int) -> int:

@@ -32,6 +32,7 @@ from dg_lsp.languages import language_for
 from dg_lsp.pipeline import Completion, CompletionBackend, CompletionRequest, Pipeline
 from dg_lsp.rewrite import Edit, RewriteError, compute_edit
 from dg_lsp.settings import Settings, parse_settings
+from dg_lsp.trees import DocumentTrees
 from engine.client import EngineUnavailable
 
 STATS_COMMAND = "dg-lsp.stats"
@@ -70,6 +71,7 @@ class DgLanguageServer(LanguageServer):
         super().__init__("dg-lsp", __version__, protocol_cls=DgProtocol)
         self.settings = Settings()
         self.cache = CompletionCache()
+        self.trees = DocumentTrees()
         # The engine is not thread-safe: one worker runs every load and denoising step.
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dg-engine")
         self._backend = backend
@@ -208,7 +210,7 @@ class DgLanguageServer(LanguageServer):
         doc = self.workspace.get_text_document(uri)
         if not self.settings.enabled(doc.language_id or ""):
             return None
-        offset = offset_at(doc, position, self.position_encoding)
+        offset = offset_at(doc.source, position, self.position_encoding)
         if offset is None:
             self.log(f"position {position.line}:{position.character} is outside {uri}")
             return None
@@ -325,10 +327,12 @@ class DgLanguageServer(LanguageServer):
             return None
         doc = self.workspace.get_text_document(uri)
         enc = self.position_encoding
-        start, end = offset_at(doc, lsp_range.start, enc), offset_at(doc, lsp_range.end, enc)
+        start = offset_at(doc.source, lsp_range.start, enc)
+        end = offset_at(doc.source, lsp_range.end, enc)
         if start is None or end is None or end < start or "\x00" in doc.source:
             return None
-        parsed = Document(doc.source, language_for(doc.language_id, uri))
+        language = language_for(doc.language_id, uri)
+        parsed = Document(doc.source, language, self.trees.tree(uri, doc.source, language))
         return parsed, targets_at(parsed, start, end)
 
     def _check_version(self, uri: str, version: int | None) -> None:
@@ -393,16 +397,16 @@ def _char_column(line: str, units: int, encoding: str) -> int | None:
     return len(line) if count == units else None
 
 
-def offset_at(doc: TextDocument, position: types.Position, encoding: str) -> int | None:
-    """Character offset of an LSP position in `doc`, or None when it is outside the text."""
-    lines = doc.lines
+def offset_at(text: str, position: types.Position, encoding: str) -> int | None:
+    """Character offset of an LSP position in `text`, or None when it is outside the text."""
+    lines = text.splitlines(True)  # as pygls splits a document
     if position.line < 0 or position.character < 0:
         return None
     if position.line >= len(lines):
         # the empty line after a final newline is still a position in the file
         ends_open = not lines or lines[-1].endswith("\n")
         if position.line == len(lines) and position.character == 0 and ends_open:
-            return len(doc.source)
+            return len(text)
         return None
     col = _char_column(lines[position.line], position.character, encoding)
     if col is None:
@@ -453,9 +457,22 @@ def create_server(backend: CompletionBackend | None = None) -> DgLanguageServer:
     ) -> None:
         ls.apply_settings(params.settings)
 
+    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(ls: DgLanguageServer, params: types.DidOpenTextDocumentParams) -> None:
+        doc = params.text_document
+        if "\x00" not in doc.text:  # binary: nothing to parse
+            ls.trees.open(doc.uri, doc.text, language_for(doc.language_id, doc.uri))
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls: DgLanguageServer, params: types.DidChangeTextDocumentParams) -> None:
+        enc = ls.position_encoding
+        ls.trees.change(params.text_document.uri, params.content_changes,
+                        lambda text, position: offset_at(text, position, enc))
+
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: DgLanguageServer, params: types.DidCloseTextDocumentParams) -> None:
         ls.cache.clear(params.text_document.uri)
+        ls.trees.close(params.text_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def inline_completion(
@@ -549,7 +566,8 @@ def create_server(backend: CompletionBackend | None = None) -> DgLanguageServer:
 
     @server.command(STATS_COMMAND)
     def stats(ls: DgLanguageServer, *args: Any) -> dict[str, int]:
-        return dict(ls.stats)
+        return {**ls.stats, "fullParses": ls.trees.full_parses,
+                "incrementalParses": ls.trees.incremental_parses}
 
     return server
 

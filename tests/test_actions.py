@@ -8,6 +8,7 @@ target's range and leave a file that parses with no new errors.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 import uuid
@@ -245,8 +246,8 @@ def apply_edit(text: str, edit: types.WorkspaceEdit, uri: str, version: int) -> 
     for text_edit in sorted(change.edits, key=lambda e: (e.range.start.line,
                                                          e.range.start.character),
                             reverse=True):
-        start = offset_at(document, text_edit.range.start, UTF16)
-        end = offset_at(document, text_edit.range.end, UTF16)
+        start = offset_at(document.source, text_edit.range.start, UTF16)
+        end = offset_at(document.source, text_edit.range.end, UTF16)
         text = text[:start] + text_edit.new_text + text[end:]
         document = TextDocument(uri, text)
     return text
@@ -318,12 +319,19 @@ async def test_each_action_resolves_to_the_edit_the_pipeline_computes(
     listed = await code_actions(client, uri, lsp_range(text, start, start + length))
     (offered,) = [a for a in listed if getattr(a, "data", None) and a.data["action"] == action]
     assert offered.edit is None  # listing is cheap: the model runs in resolve
-    resolved = await client.code_action_resolve_async(offered)
-    new = apply_edit(text, resolved.edit, uri, 1)
-
     d = doc(text, language)
     target = target_of(d, start, start + length, action)
-    expected = compute_edit(engine, d, target, Settings())
+    try:
+        expected = compute_edit(engine, d, target, Settings())
+    except RewriteError as refused:
+        # the small bundled model writes no usable JavaScript doc comment: the client is
+        # told why, in the pipeline's words, and gets no edit
+        with pytest.raises(JsonRpcException, match=re.escape(str(refused))):
+            await client.code_action_resolve_async(offered)
+        assert (language, action) == ("javascript", DOCSTRING)
+        return
+    resolved = await client.code_action_resolve_async(offered)
+    new = apply_edit(text, resolved.edit, uri, 1)
     assert new == text[:expected.start] + expected.text + text[expected.end:]
     assert new != text
     # only the target's span changed, and the file parses with no new errors
@@ -331,6 +339,30 @@ async def test_each_action_resolves_to_the_edit_the_pipeline_computes(
     assert new[len(new) - (len(text) - target.end):] == text[target.end:]
     allowed = error_count(d) - (1 if action == FIX_SYNTAX else 0)
     assert error_count(Document(new, language_for(language))) <= allowed
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_typing_reparses_incrementally_and_actions_follow_the_new_text(client):
+    from tests.test_lsp import stats
+
+    before = await stats(client)
+    uri = open_doc(client, PY, "python")
+    # the user types a new stub at the top of the file, a keystroke or a paste at a time
+    text, cursor = PY, 0
+    for version, typed in enumerate(["def sc", "ale(v, k):\n", "    ...\n\n\n"], start=2):
+        at = types.Position(text.count("\n", 0, cursor),
+                            cursor - text.rfind("\n", 0, cursor) - 1)
+        client.text_document_did_change(types.DidChangeTextDocumentParams(
+            types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            [types.TextDocumentContentChangePartial(range=types.Range(at, at), text=typed)]))
+        text, cursor = text[:cursor] + typed + text[cursor:], cursor + len(typed)
+    stub = text.index("...")
+    listed = await code_actions(client, uri, lsp_range(text, stub, stub))
+    assert [a.title for a in listed] == ["Complete function body of scale",
+                                        "Add docstring of scale"]
+    after = await stats(client)
+    assert after["fullParses"] - before["fullParses"] == 1  # when the document opened
+    assert after["incrementalParses"] - before["incrementalParses"] == 3
 
 
 @pytest.mark.asyncio(loop_scope="module")

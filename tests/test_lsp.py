@@ -226,13 +226,13 @@ async def test_ten_megabyte_file_is_served(tiny):
 def test_offset_at_counts_code_units_of_the_negotiated_encoding():
     doc = TextDocument("file:///a.py", "s = 'é🎉' + x\nnext\n")
     # "s = 'é🎉'" is 8 characters, 9 UTF-16 units, 12 UTF-8 bytes
-    assert offset_at(doc, types.Position(0, 9), UTF16) == 8
-    assert offset_at(doc, types.Position(0, 12), UTF8) == 8
-    assert offset_at(doc, types.Position(0, 7), UTF16) is None  # inside the emoji's pair
-    assert offset_at(doc, types.Position(1, 4), UTF16) == len("s = 'é🎉' + x\nnext")
-    assert offset_at(doc, types.Position(2, 0), UTF16) == len(doc.source)
-    assert offset_at(doc, types.Position(1, 5), UTF16) is None
-    assert offset_at(doc, types.Position(3, 0), UTF16) is None
+    assert offset_at(doc.source, types.Position(0, 9), UTF16) == 8
+    assert offset_at(doc.source, types.Position(0, 12), UTF8) == 8
+    assert offset_at(doc.source, types.Position(0, 7), UTF16) is None  # inside the emoji's pair
+    assert offset_at(doc.source, types.Position(1, 4), UTF16) == len("s = 'é🎉' + x\nnext")
+    assert offset_at(doc.source, types.Position(2, 0), UTF16) == len(doc.source)
+    assert offset_at(doc.source, types.Position(1, 5), UTF16) is None
+    assert offset_at(doc.source, types.Position(3, 0), UTF16) is None
 
 
 # -- with the bundled model ----------------------------------------------------------------------
