@@ -182,9 +182,16 @@ def sampler_section(engine: Any, cases: list, args: argparse.Namespace) -> list[
     from dg_lsp.eval.runner import Predictor, evaluate, load_predictor
     from engine.types import SamplerSettings
 
-    configs = [("top-k k=1", SamplerSettings(sampler="topk", k=1)),
-               ("threshold 0.9", SamplerSettings(sampler="threshold", threshold=0.9)),
-               ("entropy 0.1", SamplerSettings(sampler="entropy", gamma=0.1))]
+    from dg_lsp.settings import Settings
+
+    refresh = Settings().sampler.cache_refresh  # as editors get them
+    configs = [("top-k k=1", SamplerSettings(sampler="topk", k=1, cache_refresh=refresh)),
+               ("threshold 0.9", SamplerSettings(sampler="threshold", threshold=0.9,
+                                                 cache_refresh=refresh)),
+               ("threshold 0.5", SamplerSettings(sampler="threshold", threshold=0.5,
+                                                 cache_refresh=refresh)),
+               ("entropy 0.1", SamplerSettings(sampler="entropy", gamma=0.1,
+                                               cache_refresh=refresh))]
     holes = {"single-line": SINGLE_LINE_TOKENS}
     predictors = [Predictor.engine(name, engine, s, holes) for name, s in configs]
     if args.ar_model:

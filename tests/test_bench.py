@@ -32,7 +32,7 @@ def test_bench_reports_lsp_request_classes_and_each_sampler(tmp_path: Path):
     assert latency["cold"]["count"] == latency["warm"]["count"] == 2
     assert latency["cold"]["p50Ms"] > 0
     assert [row["sampler"] for row in report["samplers"]] == [
-        "top-k k=1", "threshold 0.9", "entropy 0.1"]
+        "top-k k=1", "threshold 0.9", "threshold 0.5", "entropy 0.1"]
     assert all(row["cases"] == 2 and row["passesPerCompletion"] >= 1
                for row in report["samplers"])
     assert report["memory"]["serverPeakRssMb"] > 100
