@@ -180,9 +180,8 @@ async def ask_warmup(client: Any, types: Any) -> None:
 
 def sampler_section(engine: Any, cases: list, args: argparse.Namespace) -> list[dict]:
     from dg_lsp.eval.runner import Predictor, evaluate, load_predictor
-    from engine.types import SamplerSettings
-
     from dg_lsp.settings import Settings
+    from engine.types import SamplerSettings
 
     refresh = Settings().sampler.cache_refresh  # as editors get them
     configs = [("top-k k=1", SamplerSettings(sampler="topk", k=1, cache_refresh=refresh)),

@@ -58,9 +58,9 @@ class Engine:
     ) -> Engine:
         """Load a checkpoint folder or a hub id from the local cache (None: the bundled model).
 
-        `dtype`: "auto" (bfloat16 on a GPU; on the CPU float32 weights with the linear layers
-        quantized to int8, see `quantize_int8`), "int8", or a float dtype ("float32" is the
-        exact CPU path).
+        `dtype`: "auto" (bfloat16 on a GPU; on the CPU float32, with the linear layers of a
+        masked-family model quantized to int8, see `quantize_int8`), "int8", or a float dtype
+        ("float32" is the exact CPU path).
         """
         from engine.checkpoint import (
             load_model,
@@ -77,7 +77,7 @@ class Engine:
             from engine.models.block import load_block_model
 
             model = load_block_model(ckpt, device, "auto" if dtype == "int8" else dtype)
-        elif quantized_on(dtype, resolve_device(device)):
+        elif quantized_on(dtype, resolve_device(device), ckpt.config.family):
             float_model = load_model(ckpt, device, "float32")
             model = quantize_int8(float_model)
             quantized = model is not float_model

@@ -217,8 +217,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "the bundled model)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto",
-                        help="auto (int8 linear layers on the CPU, bfloat16 on a GPU), int8, "
-                        "float32, bfloat16, float16")
+                        help="auto (masked models: int8 linear layers on the CPU; bfloat16 "
+                        "on a GPU), int8, float32, bfloat16, float16")
     parser.add_argument("--socket", type=Path, default=None,
                         help="Unix socket path (default: derived from model and device)")
     parser.add_argument("--listen", metavar="HOST:PORT", help="also listen on TCP (needs a token)")

@@ -60,8 +60,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="tokens of context + hole the model sees (default: %(default)s)")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto",
-                   help="auto (int8 linear layers on the CPU, bfloat16 on a GPU), int8, float32, "
-                   "bfloat16, float16")
+                   help="auto (masked models: int8 linear layers on the CPU; bfloat16 on a GPU), "
+                   "int8, float32, bfloat16, float16")
     p.add_argument("--exec-timeout", type=float, default=5.0,
                    help="seconds one HumanEval program may run")
     p.add_argument("--samples", type=Path, metavar="FILE",
