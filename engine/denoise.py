@@ -269,6 +269,7 @@ class MaskedDenoiser:
         self.stale = True  # the cache no longer matches the canvas layout
         self.stopped = False
         self.steps = 0
+        self._masked_range: tuple[int, int] | None = None  # this step's; advance() clears it
 
     @property
     def done(self) -> bool:
@@ -296,11 +297,12 @@ class MaskedDenoiser:
         """Hole positions [lo, hi), first masked to last: the rows a step reads and samples.
 
         Committed positions around them need no logits, and a cached pass need not run them
-        (a trailing run of committed pads is most of a single-line hole)."""
-        idx = self.hole.masked().nonzero()
-        if idx.numel() == 0:
-            return 0, 0
-        return int(idx[0]), int(idx[-1]) + 1
+        (a trailing run of committed pads is most of a single-line hole). Read once a step
+        (forward, then advance): it syncs with the device."""
+        if self._masked_range is None:
+            idx = self.hole.masked().nonzero()
+            self._masked_range = (0, 0) if idx.numel() == 0 else (int(idx[0]), int(idx[-1]) + 1)
+        return self._masked_range
 
     def _span(self) -> tuple[int, int]:
         lo, hi = self.masked_range()
@@ -345,12 +347,12 @@ class MaskedDenoiser:
         r0, r1 = self.logit_rows()
         if past is None or reuse < PrefixCache.MIN_REUSE:
             reuse = 0
-            raw, kv = model(self.hole.x[None], logit_rows=(r0, r1))
+            raw, kv = model(hole.x[None], logit_rows=(r0, r1))
         else:
             past = [LayerKV(layer.k[:, :, :reuse], layer.v[:, :, :reuse]) for layer in past]
             device = hole.x.device
             positions = torch.arange(reuse, hole.x.shape[0], device=device)[None]
-            raw, new = model(self.hole.x[None, reuse:], positions, past,
+            raw, new = model(hole.x[None, reuse:], positions, past,
                              torch.arange(reuse, device=device)[None],
                              logit_rows=(r0 - reuse, r1 - reuse))
             kv = [LayerKV(torch.cat([p.k, n.k], 2), torch.cat([p.v, n.v], 2))
@@ -392,6 +394,7 @@ class MaskedDenoiser:
             commit |= _stop_run(region, hole.committed, commit, proposed, self.stop_tensor)
         region[commit] = proposed[commit]
         hole.committed |= commit
+        self._masked_range = None
 
         if self.expand_id is not None:
             resized, deleted = _edit_dreamon(hole, self.config, self.canvas.max_length,

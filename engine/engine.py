@@ -40,8 +40,10 @@ class Engine:
         tokenizer: Tokenizer,
         config: ModelConfig | None = None,
         checkpoint: Any = None,
+        quantized: bool = False,
     ) -> None:
-        """Wrap a loaded model; `config` defaults to the model's own (`model.cfg`)."""
+        """Wrap a loaded model; `config` defaults to the model's own (`model.cfg`);
+        `quantized`: its linear layers are int8 (see Engine.load)."""
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.config: ModelConfig = config if config is not None else model.cfg
@@ -50,7 +52,7 @@ class Engine:
         self._vocab: VocabText | None = None
         # Prefix keys/values shared by successive requests (used with cache_refresh > 1).
         self.prefix_cache = PrefixCache()
-        self.quantized = False  # linear layers in int8 (see Engine.load)
+        self.quantized = quantized
 
     @classmethod
     def load(
@@ -76,16 +78,16 @@ class Engine:
         if ckpt.config.family == "block":
             from engine.models.block import load_block_model
 
-            model = load_block_model(ckpt, device, "auto" if dtype == "int8" else dtype)
+            if dtype == "int8":
+                raise ValueError("dtype 'int8' is for the masked and AR families")
+            model = load_block_model(ckpt, device, dtype)
         elif quantized_on(dtype, resolve_device(device), ckpt.config.family):
             float_model = load_model(ckpt, device, "float32")
             model = quantize_int8(float_model)
             quantized = model is not float_model
         else:
             model = load_model(ckpt, device, dtype)
-        engine = cls(model, ckpt.tokenizer, ckpt.config, checkpoint=ckpt)
-        engine.quantized = quantized
-        return engine
+        return cls(model, ckpt.tokenizer, ckpt.config, checkpoint=ckpt, quantized=quantized)
 
     @property
     def vocab(self) -> VocabText:

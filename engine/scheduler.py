@@ -213,8 +213,7 @@ class Scheduler:
         # An int8 model's activations are quantized with one scale per pass: a canvas batched
         # with others would get another completion than alone. Its canvases run one by one
         # (on the CPU, where it runs, a batch costs what its rows cost alone anyway).
-        quantized = getattr(self.engine, "quantized", False)
-        batch = [] if quantized else [lv for lv in self._live if lv.batchable()]
+        batch = [] if self.engine.quantized else [lv for lv in self._live if lv.batchable()]
         drafts: dict[int, Draft] = {}
         if len(batch) > 1:
             for live, logits in zip(batch, self._batched_forward(batch), strict=True):
