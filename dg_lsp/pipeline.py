@@ -3,6 +3,10 @@
 inlineCompletion, completion and `dg-lsp complete` all call `Pipeline`; they differ only in
 how they wait for the engine (`complete` blocks, `complete_async` awaits every denoising step
 so a cancelled request stops at the next step boundary).
+
+Both stop asking for steps once the committed text holds the end of the hole kind's unit (the
+line of a rest-of-line hole, the dedent that ends a block): what the editor would show can no
+longer change, and the hole's remaining positions would cost passes for text that is cut away.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Protocol
 from dg_lsp.cache import CompletionCache
 from dg_lsp.context import Context, OtherDocument, build_context
 from dg_lsp.languages import LanguageSpec
-from dg_lsp.postprocess import Suggestion, postprocess
+from dg_lsp.postprocess import Suggestion, postprocess, unit_ended
 from dg_lsp.settings import Settings
 from engine.types import Draft, SamplerSettings
 
@@ -116,6 +120,9 @@ class Pipeline:
         last = None
         for draft in drafts:
             last = draft
+            if unit_ended(draft.text, ctx):
+                drafts.close()
+                break
         return self.finish(request, ctx, last)
 
     async def complete_async(
@@ -136,6 +143,8 @@ class Pipeline:
         try:
             while (draft := await loop.run_in_executor(executor, next, drafts, None)) is not None:
                 last = draft
+                if unit_ended(draft.text, ctx):
+                    break
         finally:
             stop.set()
             executor.submit(drafts.close)

@@ -39,6 +39,20 @@ def postprocess(raw: str, ctx: Context) -> Suggestion | None:
     return _check_syntax(suggestion, ctx)
 
 
+def unit_ended(raw: str, ctx: Context) -> bool:
+    """Whether committed text `raw` already holds the end of the hole kind's unit, so the
+    suggestion cannot change however the rest of the hole is filled (committed text is final:
+    the engine never revises it)."""
+    text = cut_at_stop(raw)
+    if text != raw:
+        return True
+    if ctx.kind == BLOCK:
+        return _trim_block(text, ctx) != text
+    if ctx.kind == BRACKETS:
+        return _cut_at_unmatched_closer(text) != text
+    return "\n" in text  # rest of line, comment: one line
+
+
 def cut_at_stop(text: str) -> str:
     match = _STOP.search(text)
     return text if match is None else text[: match.start()]

@@ -1,14 +1,20 @@
-"""Post-processing of raw hole text, the completion cache and settings parsing."""
+"""Post-processing of raw hole text, when the pipeline stops denoising, the completion cache
+and settings parsing."""
 
 from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from dg_lsp.cache import CompletionCache
 from dg_lsp.context import build_context
 from dg_lsp.languages import language_for
-from dg_lsp.postprocess import Suggestion, postprocess
+from dg_lsp.pipeline import CompletionRequest, Pipeline
+from dg_lsp.postprocess import Suggestion, postprocess, unit_ended
 from dg_lsp.settings import Settings, parse_settings
+from engine.types import Draft
 
 
 def run(language_id: str | None, marked: str, raw: str) -> Suggestion | None:
@@ -65,6 +71,56 @@ def test_suggestion(language_id, source, raw, text, replace):
 )
 def test_rejected(language_id, source, raw):
     assert run(language_id, source, raw) is None
+
+
+@pytest.mark.parametrize(
+    "source, raw, ended",
+    [
+        ("def f(x):\n    y = x + |\n", "1", False),
+        ("def f(x):\n    y = x + |\n", "1\n", True),
+        ("def f(x):\n    y = x + |\n", "g(1,", False),  # an open bracket is not an end yet
+        ("def f(x):\n    y = x + |\n", "1<|endoftext|>", True),
+        ("def f(x):\n    |\n", "return x\n", False),  # the body may go on
+        ("def f(x):\n    |\n", "y = x\n    return y\n", False),
+        ("def f(x):\n    |\n", "return x\ndef", True),  # dedented to the opener: body over
+        ("def f(x):\n    return g(x, |)\n", "y, z", False),
+        ("def f(x):\n    return g(x, |)\n", "y, z)", True),
+        ("# add the |\nx = 1\n", "two numbers", False),
+        ("# add the |\nx = 1\n", "two numbers\n", True),
+    ],
+)
+def test_unit_ended(source, raw, ended):
+    offset = source.index("|")
+    ctx = build_context(source.replace("|", "", 1), offset, language_for("python"))
+    assert unit_ended(raw, ctx) is ended
+
+
+class ScriptedEngine:
+    """Yields the given committed texts as successive drafts; counts the drafts taken."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts, self.taken = texts, 0
+
+    def infill_stream(self, prefix, suffix, max_tokens=32, **kwargs):
+        for step, text in enumerate(self.texts, 1):
+            self.taken += 1
+            yield Draft(step=step, token_ids=[], committed=step, text=text,
+                        done=step == len(self.texts), finish_reason="stop")
+
+
+def test_pipeline_stops_denoising_once_the_line_is_complete():
+    texts = ["x", "x +", "x + 1\n", "x + 1\n    return", "x + 1\n    return y"]
+    source = "def f(x):\n    y = |\n"
+    request = CompletionRequest(source.replace("|", ""), source.index("|"),
+                                language_for("python"))
+    engine = ScriptedEngine(texts)
+    completion = Pipeline(engine).complete(request)
+    assert (completion.text, completion.steps, engine.taken) == ("x + 1", 3, 3)
+
+    engine = ScriptedEngine(texts)
+    with ThreadPoolExecutor(1) as executor:
+        completion = asyncio.run(Pipeline(engine).complete_async(request, executor))
+    assert (completion.text, completion.steps, engine.taken) == ("x + 1", 3, 3)
 
 
 def test_parse_error_repaired_by_dropping_lines():
