@@ -82,11 +82,11 @@ class Engine:
                 raise ValueError("dtype 'int8' is for the masked and AR families")
             model = load_block_model(ckpt, device, dtype)
         elif quantized_on(dtype, resolve_device(device), ckpt.config.family):
-            float_model = load_model(ckpt, device, "float32")
+            float_model = load_model(ckpt, device, "float32").fuse_projections()
             model = quantize_int8(float_model)
             quantized = model is not float_model
         else:
-            model = load_model(ckpt, device, dtype)
+            model = load_model(ckpt, device, dtype).fuse_projections()
         return cls(model, ckpt.tokenizer, ckpt.config, checkpoint=ckpt, quantized=quantized)
 
     @property

@@ -9,7 +9,8 @@ is None`), so an all-zeros additive mask means full, non-causal attention.
 
 Weights reach our model through `engine.checkpoint.load_model`, and reach the reference
 through a renaming written out here independently of the loader's, so a loader that swaps two
-tensors fails the comparison.
+tensors fails the comparison. The engine's fused projections (`fuse_projections`: q/k/v and
+gate/up in one matmul each) are held to the same references.
 """
 
 from __future__ import annotations
@@ -126,11 +127,13 @@ def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("tie", [False, True])
-def test_dream_layout_matches_bidirectional_qwen2(tmp_path: Path, tie: bool) -> None:
+@pytest.mark.parametrize(("tie", "fused"), [(False, False), (True, False), (False, True)])
+def test_dream_layout_matches_bidirectional_qwen2(tmp_path: Path, tie: bool, fused: bool) -> None:
     folder = write_dream_checkpoint(tmp_path, tie=tie, seed=1)
     ckpt = read_checkpoint(folder)
     ours = load_model(ckpt, device="cpu", dtype="float32")
+    if fused:
+        ours.fuse_projections()
     ref = reference_qwen2(ckpt.config, stored_tensors(folder))
     ids = random_ids(ckpt.config.vocab_size)
 
@@ -143,14 +146,17 @@ def test_dream_layout_matches_bidirectional_qwen2(tmp_path: Path, tie: bool) -> 
 
 
 @torch.no_grad()
-@pytest.mark.parametrize(("tie", "qkv_bias"), [(False, False), (True, True)])
+@pytest.mark.parametrize(("tie", "qkv_bias", "fused"),
+                         [(False, False, False), (True, True, False), (True, True, True)])
 def test_llada_layout_matches_bidirectional_llama(
-    tmp_path: Path, tie: bool, qkv_bias: bool
+    tmp_path: Path, tie: bool, qkv_bias: bool, fused: bool
 ) -> None:
     folder = write_llada_checkpoint(tmp_path, tie=tie, qkv_bias=qkv_bias, seed=2)
     ckpt = read_checkpoint(folder)
     assert not ckpt.config.shift_logits
     ours = load_model(ckpt, device="cpu", dtype="float32")
+    if fused:
+        ours.fuse_projections()
     ref = reference_llama(ckpt.config, stored_tensors(folder))
     ids = random_ids(ckpt.config.vocab_size, seed=1)
 
@@ -177,10 +183,13 @@ def test_padding_keys_are_ignored_like_the_reference(dream_ckpt: Path) -> None:
 
 
 @torch.no_grad()
-def test_ar_layout_matches_causal_qwen2(ar_ckpt: Path) -> None:
+@pytest.mark.parametrize("fused", [False, True])
+def test_ar_layout_matches_causal_qwen2(ar_ckpt: Path, fused: bool) -> None:
     ckpt = read_checkpoint(ar_ckpt)
     assert ckpt.config.causal and not ckpt.config.shift_logits
     ours = load_model(ckpt, device="cpu", dtype="float32")
+    if fused:
+        ours.fuse_projections()
     ref = reference_qwen2(ckpt.config, stored_tensors(ar_ckpt))
     ids = random_ids(ckpt.config.vocab_size, seed=3)
     # The reference's own default: no mask given means causal.
