@@ -44,7 +44,8 @@ _HOLE_KEYS = {"restOfLine": REST_OF_LINE, "brackets": BRACKETS, "comment": COMME
               "block": BLOCK}
 _SAMPLER_KEYS = {"name": "sampler", "k": "k", "threshold": "threshold", "gamma": "gamma",
                  "temperature": "temperature", "eosPenalty": "eos_penalty", "seed": "seed",
-                 "maxSteps": "max_steps", "cacheRefresh": "cache_refresh"}
+                 "maxSteps": "max_steps", "cacheRefresh": "cache_refresh",
+                 "refreshWindow": "refresh_window"}
 
 
 def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, list[str]]:
@@ -136,7 +137,7 @@ def _parse_sampler(value: Any, current: SamplerSettings, errors: list[str]) -> S
             else:
                 errors.append(f"sampler.name: expected one of {', '.join(SAMPLERS)}, got {v!r}")
         elif "int" in str(types[name]) and not (_is_int(v) and v >= 0
-                                                 or (v is None and name == "max_steps")):
+                                                 or (v is None and "None" in str(types[name]))):
             errors.append(f"sampler.{key}: expected a non-negative integer, got {v!r}")
         elif "float" in str(types[name]) and not (_is_number(v) and v >= 0):
             errors.append(f"sampler.{key}: expected a non-negative number, got {v!r}")

@@ -116,9 +116,13 @@ def rows_per_pass(stats: dict[str, Any]) -> float:
 
 
 def cache_levels(engine: Any, count: int, max_tokens: int) -> list[dict[str, Any]]:
-    """Context cache: full pass every step (R=1) vs refresh every R steps vs, at R=4, keys
-    reused from the previous keystroke's request. Agreement = same completion as R=1."""
+    """Context cache: full pass every step (R=1) vs refresh every R steps (of a window around
+    the hole, and at R=4 also of the whole canvas) vs, at R=4, keys reused from the previous
+    keystroke's request. Agreement = same completion as R=1."""
     from engine.denoise import PrefixCache
+    from engine.types import SamplerSettings
+
+    window = SamplerSettings().refresh_window
 
     cases = cursor_cases_with_lines(count)
     # The keystroke scenario: the user typed the line's first 3 characters since the last
@@ -126,15 +130,17 @@ def cache_levels(engine: Any, count: int, max_tokens: int) -> list[dict[str, Any
     typed = [(p + line[:3], s) for p, s, line in cases]
     plain = [(p, s) for p, s, _ in cases]
     rows = []
-    for label, refresh, reuse in (("R=1 (exact)", 1, False), ("R=2", 2, False),
-                                  ("R=4", 4, False), ("R=8", 8, False),
-                                  ("R=4 + keystroke reuse", 4, True)):
+    levels = (("R=1 (exact)", 1, None, False), ("R=2", 2, window, False),
+              ("R=4, whole-canvas refresh", 4, None, False), ("R=4", 4, window, False),
+              ("R=8", 8, window, False), ("R=4 + keystroke reuse", 4, window, True))
+    for label, refresh, refresh_window, reuse in levels:
         latencies, same, steps = [], 0, 0
+        kwargs = dict(cache_refresh=refresh, refresh_window=refresh_window)
         for (p, s), (tp, ts) in zip(plain, typed, strict=True):
             engine.prefix_cache = PrefixCache(max_entries=32 if reuse else 0)
-            engine.infill(p, s, max_tokens, cache_refresh=refresh)  # the previous keystroke
+            engine.infill(p, s, max_tokens, **kwargs)  # the previous keystroke
             start = time.perf_counter()
-            res = engine.infill(tp, ts, max_tokens, cache_refresh=refresh)
+            res = engine.infill(tp, ts, max_tokens, **kwargs)
             latencies.append(time.perf_counter() - start)
             exact = engine.infill(tp, ts, max_tokens).text if refresh > 1 else res.text
             same += res.text == exact

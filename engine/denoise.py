@@ -18,8 +18,12 @@ Context cache. A full pass keeps every position's keys/values. Later steps run o
 live span: the masked range plus, for models that shift logits, the token just before it
 (its output fills the first masked position, and that output changes as the hole fills in,
 so it must be a query again). The live span attends to the cached keys/values of every other
-position, which went stale when the hole changed; every `cache_refresh` steps (R) a full
-pass refreshes them. R=1 is a full pass every step: exactly the uncached computation.
+position, which went stale when the hole changed; every `cache_refresh` steps (R) a refresh
+pass recomputes the hole and `refresh_window` tokens on each side of it (None: the whole
+canvas, a full pass). R=1 is a full pass every step: exactly the uncached computation.
+What goes stale is mostly the hole itself: on 200 held-out single-line holes (R=4) a window
+of 4, 16 or 48 tokens kept edit similarity at 0.441-0.447 against 0.445 for whole-canvas
+refreshes, and cut p50 latency 177 -> 139 ms.
 Positions committed since the last full pass, such as the run of pads that ends a
 single-line hole, are seen as the masks they were until the next refresh; on held-out
 single-line holes that is also what lets the bundled model write whole lines instead of
@@ -65,6 +69,16 @@ class ContextCache:
         self._span: tuple[int, int] | None = None
         self.past: list[LayerKV] = []
         self.positions = torch.empty(0)
+
+    def refreshed(self, span: tuple[int, int], kv: list[LayerKV]) -> ContextCache:
+        """This cache with positions [a, b) replaced by `kv` (a window's new keys/values)."""
+        a, b = span
+        layers = []
+        for old, new in zip(self.kv, kv, strict=True):
+            k, v = old.k.clone(), old.v.clone()
+            k[:, :, a:b], v[:, :, a:b] = new.k, new.v
+            layers.append(LayerKV(k, v))
+        return ContextCache(layers, self.length)
 
     def outside(self, span: tuple[int, int]) -> tuple[list[LayerKV], Tensor]:
         """Keys/values and positions of the positions outside `span` (kept while it stays)."""
@@ -140,20 +154,26 @@ def rows_to_logits(raw: Tensor, p0: int, p1: int, shifted: bool) -> Tensor:
     return raw
 
 
-def live_span(p0: int, p1: int, shifted: bool) -> tuple[int, int]:
-    """Canvas positions [a, b) a cached pass runs to get the logits of positions [p0, p1)."""
-    if shifted and p0 > 0:
-        return p0 - 1, p1
-    return p0, p1
+def live_span(
+    p0: int, p1: int, shifted: bool, window: int = 0, length: int = 0
+) -> tuple[int, int]:
+    """Canvas positions [a, b) a cached pass runs to get the logits of positions [p0, p1),
+    widened by `window` positions on each side within a canvas of `length`."""
+    a = p0 - 1 if shifted and p0 > 0 else p0
+    if window:
+        return max(0, a - window), min(length, p1 + window)
+    return a, p1
 
 
 def hole_logits(
-    model: Transformer, x: Tensor, span: tuple[int, int], cache: ContextCache | None
+    model: Transformer, x: Tensor, span: tuple[int, int], cache: ContextCache | None,
+    window: int = 0,
 ) -> tuple[Tensor, list[LayerKV]]:
     """Logits [p1 - p0, V] of canvas positions span = [p0, p1) of canvas `x` [S], in the
     model's own convention, and the keys/values the pass computed.
 
-    Without a cache the whole canvas runs; with one only the live span does.
+    Without a cache the whole canvas runs; with one only the live span does, widened by
+    `window` positions on each side (clipped to the canvas).
     """
     shifted = model.cfg.shift_logits
     p0, p1 = span
@@ -161,7 +181,7 @@ def hole_logits(
     if cache is None:
         raw, kv = model(x[None], logit_rows=(r0, r1))
     else:
-        a, b = live_span(p0, p1, shifted)
+        a, b = live_span(p0, p1, shifted, window, x.shape[0])
         past, past_positions = cache.outside((a, b))
         positions = torch.arange(a, b, device=x.device)[None]
         raw, kv = model(x[None, a:b], positions, past, past_positions,
@@ -290,8 +310,14 @@ class MaskedDenoiser:
         return self.draft(True, reason or ("stop" if self.stopped else "length"))
 
     def full_pass_next(self) -> bool:
-        """Whether the next step runs the whole canvas (else only the live span, cached)."""
-        return self.refresh == 1 or self.stale or self.steps % self.refresh == 0
+        """Whether the next step runs the whole canvas (else the live span, cached)."""
+        if self.refresh == 1 or self.stale:
+            return True
+        return self.refresh_next() and self.settings.refresh_window is None
+
+    def refresh_next(self) -> bool:
+        """Whether the next step refreshes the cache (a full pass, or a windowed one)."""
+        return self.steps % self.refresh == 0
 
     def masked_range(self) -> tuple[int, int]:
         """Hole positions [lo, hi), first masked to last: the rows a step reads and samples.
@@ -336,8 +362,20 @@ class MaskedDenoiser:
                 rows = self.logit_rows()
                 raw, kv = self.model(self.hole.x[None], logit_rows=rows)
                 return self.hole_from_full(raw, kv, offset=rows[0])
-            logits, _ = hole_logits(self.model, self.hole.x, self._span(), self.cache)
-            return logits
+            if not self.refresh_next():
+                logits, _ = hole_logits(self.model, self.hole.x, self._span(), self.cache)
+                return logits
+            return self._windowed_refresh()
+
+    def _windowed_refresh(self) -> Tensor:
+        """The live span and `refresh_window` positions around it recomputed, their new
+        keys/values kept; the hole's logits."""
+        window = self.settings.refresh_window or 0
+        span = self._span()
+        logits, kv = hole_logits(self.model, self.hole.x, span, self.cache, window)
+        live = live_span(*span, self.model.cfg.shift_logits, window, self.hole.x.shape[0])
+        self.cache = self.cache.refreshed(live, kv)
+        return logits
 
     def _first_pass_from_prefix_cache(self) -> Tensor:
         hole, model = self.hole, self.model

@@ -113,7 +113,7 @@ def settings_from_wire(raw: Any) -> SamplerSettings:
     defaults = SamplerSettings()
     for name, value in raw.items():
         default = getattr(defaults, name)
-        if name == "max_steps":
+        if "None" in str(_SETTINGS_FIELDS[name].type):  # max_steps, refresh_window: int | None
             ok = value is None or (isinstance(value, int) and not isinstance(value, bool))
         elif isinstance(default, float):
             ok = isinstance(value, int | float) and not isinstance(value, bool)

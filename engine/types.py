@@ -18,6 +18,8 @@ class SamplerSettings:
     seed: int = 0
     max_steps: int | None = None  # None: at most one step per hole token
     cache_refresh: int = 1  # recompute context keys/values every R steps (1 = exact, no reuse)
+    # A refresh recomputes the hole and this many tokens on each side (None: the whole canvas).
+    refresh_window: int | None = 16
     min_tokens: int = 0  # no stop token in the hole's first N positions (a body is not empty)
     # Once a stop token is committed, commit with it the hole's trailing run of positions
     # whose proposal is a stop token: the end of the hole is settled in one step instead of

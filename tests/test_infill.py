@@ -211,6 +211,34 @@ def test_cached_step_on_a_fresh_cache_equals_the_full_pass(
     torch.testing.assert_close(full, expected, rtol=0, atol=0)
 
 
+def test_windowed_refresh_recomputes_the_window_and_spanning_the_canvas_is_a_full_pass(
+    dream: Engine,
+) -> None:
+    lengths: list[int] = []
+    hook = dream.model.register_forward_pre_hook(lambda _, args: lengths.append(args[0].shape[1]))
+    kwargs = dict(max_tokens=6, sampler="topk", k=1, stop_early=False, cache_refresh=2)
+    try:
+        full = dream.infill(PREFIX, SUFFIX, refresh_window=None, **kwargs)
+        full_lengths, lengths[:] = list(lengths), []
+        spanning = dream.infill(PREFIX, SUFFIX, refresh_window=10_000, **kwargs)
+        spanning_lengths, lengths[:] = list(lengths), []
+        drafts = list(dream.infill_stream(PREFIX, SUFFIX, refresh_window=3, **kwargs))
+    finally:
+        hook.remove()
+    canvas = len(layout(dream.tokenizer, dream.config, PREFIX, SUFFIX, 6, vocab=dream.vocab).ids)
+    assert (spanning.token_ids, spanning.steps) == (full.token_ids, full.steps)
+    assert full_lengths[::2] == spanning_lengths[::2] == [canvas] * 3  # steps 1, 3, 5 refresh
+    # Windowed: the first pass is whole; a refresh runs the masked range (first to last
+    # masked position before it), the token before it (shifted logits) and 3 on each side.
+    mask = dream.config.mask_token_id
+    ranges = []
+    for before in (drafts[1], drafts[3]):
+        masked = [i for i, t in enumerate(before.token_ids) if t == mask]
+        ranges.append(masked[-1] - masked[0] + 1)
+    assert lengths[0] == canvas
+    assert lengths[2::2] == [r + 1 + 2 * 3 for r in ranges]
+
+
 def test_sampling_is_deterministic_under_a_seed(dream: Engine) -> None:
     kwargs = dict(max_tokens=6, temperature=1.0, sampler="entropy", gamma=0.5)
     a = dream.infill(PREFIX, SUFFIX, seed=3, **kwargs)

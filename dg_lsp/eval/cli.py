@@ -19,6 +19,7 @@ from dg_lsp.eval.runner import (
     evaluate,
     load_predictor,
 )
+from engine.types import SamplerSettings
 
 DEFAULT_MODELS = ["empty", "copy-prev-line", BUNDLED]
 DEFAULT_CUT_CASES = 100
@@ -54,6 +55,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--eos-penalty", type=float, default=0.0)
     p.add_argument("--cache-refresh", type=int, default=1, metavar="R",
                    help="recompute the context's keys/values every R steps (1: exact)")
+    p.add_argument("--refresh-window", type=int, default=SamplerSettings.refresh_window,
+                   metavar="N", help="a refresh recomputes the hole and N tokens on each side "
+                   "(-1: the whole canvas)")
     p.add_argument("--no-stop-run", action="store_true",
                    help="commit padding one position per step (the plain sampler)")
     p.add_argument("--canvas-length", type=int, default=DEFAULT_CANVAS_LENGTH,
@@ -71,7 +75,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine import SamplerSettings
 
     hole_tokens = parse_hole_tokens(args.hole_tokens)
     cases = select_cases(args)
@@ -79,7 +82,9 @@ def run(args: argparse.Namespace) -> int:
     settings = SamplerSettings(sampler=args.sampler, threshold=args.threshold,
                                eos_penalty=args.eos_penalty, seed=args.seed,
                                stop_run=not args.no_stop_run,
-                               cache_refresh=args.cache_refresh)
+                               cache_refresh=args.cache_refresh,
+                               refresh_window=None if args.refresh_window < 0
+                               else args.refresh_window)
     models = args.models or DEFAULT_MODELS
     # A generator, so only one model is held in memory at a time.
     predictors = (load_predictor(m, settings, hole_tokens, args.device, args.dtype,
