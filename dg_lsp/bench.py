@@ -50,6 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--ar-model", default=str(AR_BASELINE),
                         help="autoregressive baseline to compare ('' to skip)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the engine of the samplers, cache and concurrency "
+                        "sections (a GPU switch; see engine.engine.compile_model)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
     parser.set_defaults(func=run)
@@ -72,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     if {"samplers", "cache", "concurrency"} & set(sections):
         from engine import Engine
 
-        engine = Engine.load(args.model, device=args.device)
+        engine = Engine.load(args.model, device=args.device, compile=args.compile)
     if "samplers" in sections:
         report["samplers"] = sampler_section(engine, cases, args)
         _show(args, "samplers (single-line holes)", report["samplers"])

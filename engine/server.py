@@ -219,6 +219,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--dtype", default="auto",
                         help="auto (masked models: int8 linear layers on the CPU; bfloat16 "
                         "on a GPU), int8, float32, bfloat16, float16")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the model (slow start; see the README)")
     parser.add_argument("--socket", type=Path, default=None,
                         help="Unix socket path (default: derived from model and device)")
     parser.add_argument("--listen", metavar="HOST:PORT", help="also listen on TCP (needs a token)")
@@ -263,7 +265,8 @@ def serve(args: argparse.Namespace) -> int:
 
         print(f"dg-engine: loading {args.model or 'the bundled model'} ...", file=sys.stderr)
         try:
-            engine = Engine.load(args.model, device=args.device, dtype=args.dtype)
+            engine = Engine.load(args.model, device=args.device, dtype=args.dtype,
+                                 compile=args.compile)
         except Exception as exc:
             print(f"dg-engine: cannot load the model: {exc}", file=sys.stderr)
             return 1

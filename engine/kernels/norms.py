@@ -60,7 +60,10 @@ _failed = False
 
 
 def use_triton(x: Tensor) -> bool:
-    """Whether `rms_norm` would run the triton kernel on `x`."""
+    """Whether `rms_norm` would run the triton kernel on `x`. Not inside torch.compile:
+    inductor fuses the torch ops into a kernel of its own."""
+    if torch.compiler.is_compiling():
+        return False
     return (not _failed and not torch.is_grad_enabled() and x.shape[-1] <= MAX_D
             and wanted(x))
 
