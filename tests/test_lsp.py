@@ -223,7 +223,7 @@ async def test_ten_megabyte_file_is_served(tiny):
 # -- positions (no server) ---------------------------------------------------------------------
 
 
-def test_offset_at_counts_code_units_of_the_negotiated_encoding():
+async def test_offset_at_counts_code_units_of_the_negotiated_encoding():
     doc = TextDocument("file:///a.py", "s = 'é🎉' + x\nnext\n")
     # "s = 'é🎉'" is 8 characters, 9 UTF-16 units, 12 UTF-8 bytes
     assert offset_at(doc.source, types.Position(0, 9), UTF16) == 8
