@@ -370,7 +370,7 @@ class MaskedDenoiser:
     def _windowed_refresh(self) -> Tensor:
         """The live span and `refresh_window` positions around it recomputed, their new
         keys/values kept; the hole's logits."""
-        window = self.settings.refresh_window or 0
+        window = max(0, self.settings.refresh_window or 0)
         span = self._span()
         logits, kv = hole_logits(self.model, self.hole.x, span, self.cache, window)
         live = live_span(*span, self.model.cfg.shift_logits, window, self.hole.x.shape[0])
