@@ -24,7 +24,7 @@ canvas, a full pass). R=1 is a full pass every step: exactly the uncached comput
 What goes stale is mostly the hole itself: on 200 held-out single-line holes (R=4) a window
 of 4, 16 or 48 tokens kept edit similarity at 0.441-0.447 against 0.445 for whole-canvas
 refreshes, and cut p50 latency 177 -> 139 ms.
-Positions committed since the last full pass, such as the run of pads that ends a
+Positions committed since the last refresh, such as the run of pads that ends a
 single-line hole, are seen as the masks they were until the next refresh; on held-out
 single-line holes that is also what lets the bundled model write whole lines instead of
 stopping after a token or two (R=4: edit similarity 0.325 -> 0.444).
