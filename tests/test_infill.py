@@ -211,32 +211,36 @@ def test_cached_step_on_a_fresh_cache_equals_the_full_pass(
     torch.testing.assert_close(full, expected, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("family", ["dream", "llada"])
 def test_windowed_refresh_recomputes_the_window_and_spanning_the_canvas_is_a_full_pass(
-    dream: Engine,
+    family: str, request: pytest.FixtureRequest
 ) -> None:
+    eng: Engine = request.getfixturevalue(family)
     lengths: list[int] = []
-    hook = dream.model.register_forward_pre_hook(lambda _, args: lengths.append(args[0].shape[1]))
+    hook = eng.model.register_forward_pre_hook(lambda _, args: lengths.append(args[0].shape[1]))
     kwargs = dict(max_tokens=6, sampler="topk", k=1, stop_early=False, cache_refresh=2)
     try:
-        full = dream.infill(PREFIX, SUFFIX, refresh_window=None, **kwargs)
+        full = eng.infill(PREFIX, SUFFIX, refresh_window=None, **kwargs)
         full_lengths, lengths[:] = list(lengths), []
-        spanning = dream.infill(PREFIX, SUFFIX, refresh_window=10_000, **kwargs)
+        spanning = eng.infill(PREFIX, SUFFIX, refresh_window=10_000, **kwargs)
         spanning_lengths, lengths[:] = list(lengths), []
-        drafts = list(dream.infill_stream(PREFIX, SUFFIX, refresh_window=3, **kwargs))
+        drafts = list(eng.infill_stream(PREFIX, SUFFIX, refresh_window=3, **kwargs))
     finally:
         hook.remove()
-    canvas = len(layout(dream.tokenizer, dream.config, PREFIX, SUFFIX, 6, vocab=dream.vocab).ids)
+    canvas = len(layout(eng.tokenizer, eng.config, PREFIX, SUFFIX, 6, vocab=eng.vocab).ids)
     assert (spanning.token_ids, spanning.steps) == (full.token_ids, full.steps)
     assert full_lengths[::2] == spanning_lengths[::2] == [canvas] * 3  # steps 1, 3, 5 refresh
     # Windowed: the first pass is whole; a refresh runs the masked range (first to last
-    # masked position before it), the token before it (shifted logits) and 3 on each side.
-    mask = dream.config.mask_token_id
+    # masked position before it), the token before it where logits are shifted (Dream), and
+    # 3 positions on each side.
+    mask = eng.config.mask_token_id
+    before_it = 1 if eng.config.shift_logits else 0
     ranges = []
     for before in (drafts[1], drafts[3]):
         masked = [i for i, t in enumerate(before.token_ids) if t == mask]
         ranges.append(masked[-1] - masked[0] + 1)
     assert lengths[0] == canvas
-    assert lengths[2::2] == [r + 1 + 2 * 3 for r in ranges]
+    assert lengths[2::2] == [r + before_it + 2 * 3 for r in ranges]
 
 
 def test_compiled_engine_fills_like_the_eager_one(dream_ckpt: Path) -> None:
