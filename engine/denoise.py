@@ -167,13 +167,13 @@ def live_span(
 
 def hole_logits(
     model: Transformer, x: Tensor, span: tuple[int, int], cache: ContextCache | None,
-    window: int = 0,
+    live: tuple[int, int] | None = None,
 ) -> tuple[Tensor, list[LayerKV]]:
     """Logits [p1 - p0, V] of canvas positions span = [p0, p1) of canvas `x` [S], in the
     model's own convention, and the keys/values the pass computed.
 
-    Without a cache the whole canvas runs; with one only the live span does, widened by
-    `window` positions on each side (clipped to the canvas).
+    Without a cache the whole canvas runs; with one only the positions `live` do (default:
+    the `live_span` of `span`).
     """
     shifted = model.cfg.shift_logits
     p0, p1 = span
@@ -181,7 +181,7 @@ def hole_logits(
     if cache is None:
         raw, kv = model(x[None], logit_rows=(r0, r1))
     else:
-        a, b = live_span(p0, p1, shifted, window, x.shape[0])
+        a, b = live if live is not None else live_span(p0, p1, shifted)
         past, past_positions = cache.outside((a, b))
         positions = torch.arange(a, b, device=x.device)[None]
         raw, kv = model(x[None, a:b], positions, past, past_positions,
@@ -372,8 +372,8 @@ class MaskedDenoiser:
         keys/values kept; the hole's logits."""
         window = max(0, self.settings.refresh_window or 0)
         span = self._span()
-        logits, kv = hole_logits(self.model, self.hole.x, span, self.cache, window)
         live = live_span(*span, self.model.cfg.shift_logits, window, self.hole.x.shape[0])
+        logits, kv = hole_logits(self.model, self.hole.x, span, self.cache, live)
         self.cache = self.cache.refreshed(live, kv)
         return logits
 

@@ -89,13 +89,14 @@ class Engine:
             if dtype == "int8" or compile:
                 raise ValueError("dtype 'int8' and compile are for the masked and AR families")
             model = load_block_model(ckpt, device, dtype)
-        elif not compile and quantized_on(dtype, resolve_device(device), ckpt.config.family):
-            float_model = load_model(ckpt, device, "float32").fuse_projections()
-            model = quantize_int8(float_model)
-            quantized = model is not float_model
         else:
-            model = load_model(ckpt, device, dtype).fuse_projections()
-            if compile:
+            int8 = not compile and quantized_on(dtype, resolve_device(device),
+                                                ckpt.config.family)
+            model = load_model(ckpt, device, "float32" if int8 else dtype).fuse_projections()
+            if int8:
+                float_model, model = model, quantize_int8(model)
+                quantized = model is not float_model
+            elif compile:
                 model = compile_model(model)
         return cls(model, ckpt.tokenizer, ckpt.config, checkpoint=ckpt, quantized=quantized)
 
