@@ -63,6 +63,16 @@ def model(request: pytest.FixtureRequest) -> Path:
     return request.getfixturevalue("dream_ckpt")
 
 
+def nvim_env(tmp: Path, model: Path, source: Path, out: Path, line: int, character: int,
+             **extra: str) -> dict[str, str]:
+    """What the Lua scripts read: the server command (JSON), the file, the cursor, the output."""
+    command = [sys.executable, "-m", "dg_lsp.cli", "serve", "--engine", "inproc",
+               "--model", str(model), "--device", "cpu"]
+    return {"PATH": "/usr/bin:/bin", "HOME": str(tmp), "PYTHONPATH": str(ROOT),
+            "DG_CMD": json.dumps(command), "DG_FILE": str(source), "DG_OUT": str(out),
+            "DG_LINE": str(line), "DG_CHAR": str(character), **extra}
+
+
 def nvim_or_skip() -> str:
     nvim = shutil.which("nvim")
     if nvim is None:
@@ -78,13 +88,8 @@ def test_neovim_gets_the_pipelines_completion(tmp_path: Path, model: Path):
     script = tmp_path / "client.lua"
     script.write_text(LUA)
     out = tmp_path / "responses.json"
-    env = {
-        "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(ROOT),
-        "DG_CMD": json.dumps([sys.executable, "-m", "dg_lsp.cli", "serve", "--engine",
-                              "inproc", "--model", str(model), "--device", "cpu"]),
-        "DG_ROOT": str(tmp_path), "DG_FILE": str(source), "DG_OUT": str(out),
-        "DG_LINE": str(LINE), "DG_CHAR": str(CHARACTER), "DG_OPTIONS": json.dumps(OPTIONS),
-    }
+    env = nvim_env(tmp_path, model, source, out, LINE, CHARACTER, DG_ROOT=str(tmp_path),
+                   DG_OPTIONS=json.dumps(OPTIONS))
     subprocess.run([nvim, "--headless", "-u", "NONE", "-c", f"luafile {script}"], env=env,
                    cwd=tmp_path, timeout=500, check=True, capture_output=True)
     responses = json.loads(out.read_text())
@@ -182,15 +187,9 @@ def plugin_run(tmp_path_factory: pytest.TempPathFactory, model: Path) -> dict[st
     script = tmp / "plugin.lua"
     script.write_text(PLUGIN_LUA)
     out = tmp / "out.json"
-    env = {
-        "PATH": "/usr/bin:/bin", "HOME": str(tmp), "PYTHONPATH": str(ROOT),
-        "OMP_NUM_THREADS": "1", "XDG_RUNTIME_DIR": str(tmp),
-        "DG_CMD": json.dumps([sys.executable, "-m", "dg_lsp.cli", "serve", "--engine",
-                              "inproc", "--model", str(model), "--device", "cpu"]),
-        "DG_FILE": str(source), "DG_OUT": str(out), "DG_INSTRUCTION": INSTRUCTION,
-        "DG_LINE": str(FIB_LINE), "DG_CHAR": str(FIB_CHARACTER),
-        "DG_RANGE": f"{REWRITE_LINES[0]},{REWRITE_LINES[1]}",
-    }
+    env = nvim_env(tmp, model, source, out, FIB_LINE, FIB_CHARACTER, OMP_NUM_THREADS="1",
+                   XDG_RUNTIME_DIR=str(tmp), DG_INSTRUCTION=INSTRUCTION,
+                   DG_RANGE=f"{REWRITE_LINES[0]},{REWRITE_LINES[1]}")
     command = [nvim, "--headless", "-u", "NONE", "--cmd", f"set runtimepath^={PLUGIN}",
                "-c", f"luafile {script}"]
     # Its own process group: a timeout kills Neovim and the server it started.
