@@ -38,10 +38,11 @@ class EngineBusy(EngineUnavailable):
 
 class EngineClient:
     def __init__(self, endpoint: Endpoint, model: str | None = None, device: str = "auto",
-                 priority: str = "interactive") -> None:
+                 priority: str = "interactive", dtype: str = "auto") -> None:
         self.endpoint = endpoint
         self.model = model
         self.device = device
+        self.dtype = dtype
         self.priority = priority
         self.info: dict[str, Any] = {}
         self._ids = itertools.count(1)
@@ -51,11 +52,12 @@ class EngineClient:
     @classmethod
     def connect_or_start(
         cls, model: str | None = None, device: str = "auto", *, start: bool = True,
-        idle_exit: float = IDLE_EXIT, priority: str = "interactive",
+        idle_exit: float = IDLE_EXIT, priority: str = "interactive", dtype: str = "auto",
     ) -> EngineClient:
-        """A client of the engine for (model, device), starting the engine when none runs."""
-        endpoint = endpoint_for(model, device)
-        client = cls(endpoint, model, device, priority)
+        """A client of the engine for (model, device, dtype), starting the engine when none
+        runs."""
+        endpoint = endpoint_for(model, device, dtype)
+        client = cls(endpoint, model, device, priority, dtype)
         if endpoint.alive():
             client.hello()
             return client
@@ -64,7 +66,7 @@ class EngineClient:
         with endpoint.spawn_lock():
             # Whoever held the lock before us may have started it meanwhile.
             if not endpoint.alive() and not endpoint.serving():
-                process = _spawn(endpoint, model, device, idle_exit)
+                process = _spawn(endpoint, model, device, dtype, idle_exit)
                 gone = lambda: process.poll() is not None  # noqa: E731
             else:
                 gone = lambda: not endpoint.serving()  # noqa: E731
@@ -189,9 +191,9 @@ def _send_quietly(sock: socket.socket, message: dict[str, Any]) -> None:
         pass
 
 
-def _spawn(endpoint: Endpoint, model: str | None, device: str, idle_exit: float
+def _spawn(endpoint: Endpoint, model: str | None, device: str, dtype: str, idle_exit: float
            ) -> subprocess.Popen:
-    command = [sys.executable, "-m", "engine.cli", "serve", "--device", device,
+    command = [sys.executable, "-m", "engine.cli", "serve", "--device", device, "--dtype", dtype,
                "--socket", str(endpoint.socket), "--idle-exit", str(idle_exit)]
     if model:
         command += ["--model", model]

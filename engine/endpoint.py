@@ -1,4 +1,4 @@
-"""Where the resident engine for a (model, device) listens, and the locks around starting it.
+"""Where the resident engine for a (model, device, dtype) listens, and the locks around starting it.
 
     $XDG_RUNTIME_DIR/dg-engine/<key>.sock     (else <tmp>/dg-engine-<uid>/, mode 0700)
     <key>.lock    held by the serving process for its whole life (flock): one engine per key
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import importlib.util
 import os
 import socket
 import tempfile
@@ -104,6 +105,41 @@ class Endpoint:
         return False
 
 
-def endpoint_for(model: str | None, device: str) -> Endpoint:
-    digest = hashlib.sha256(f"{model_key(model)}\0{device}".encode()).hexdigest()[:16]
+def resolved_device(device: str) -> str:
+    """The device an engine asked for `device` would load onto, without importing torch:
+    "auto" is "cuda:0" where torch was built with CUDA and an NVIDIA device is present, else
+    "cpu" (as `engine.checkpoint.resolve_device` decides), and "cuda" is "cuda:0"."""
+    device = device.strip().lower()
+    if device == "auto":
+        device = "cuda" if _torch_has_cuda() and _nvidia_device_present() else "cpu"
+    if device == "cuda":
+        return "cuda:0"
+    return device
+
+
+def _torch_has_cuda() -> bool:
+    """Whether the installed torch is a CUDA build (its generated version.py names a CUDA)."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    version_file = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+    try:
+        text = version_file.read_text()
+    except OSError:
+        return False
+    for line in text.splitlines():
+        if line.startswith("cuda"):
+            return "None" not in line.partition("=")[2]
+    return False
+
+
+def _nvidia_device_present() -> bool:
+    return Path("/dev/nvidiactl").exists() or Path("/proc/driver/nvidia/gpus").is_dir()
+
+
+def endpoint_for(model: str | None, device: str, dtype: str = "auto") -> Endpoint:
+    """Every client that would load the same model on the same device in the same dtype
+    shares one engine, however it names the device ("auto", "cpu", "cuda", "cuda:0")."""
+    key = f"{model_key(model)}\0{resolved_device(device)}\0{dtype}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return Endpoint(runtime_dir() / f"{digest}.sock")

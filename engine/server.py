@@ -233,7 +233,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
-    endpoint = endpoint_for(args.model, args.device)
+    endpoint = endpoint_for(args.model, args.device, args.dtype)
     if args.socket is not None:
         endpoint = Endpoint(args.socket)
     token = None

@@ -60,9 +60,9 @@ def engine(dream_ckpt: Path, tcp: tuple[int, str]):
     process = subprocess.Popen(
         [sys.executable, "-m", "engine.cli", "serve", "--model", str(dream_ckpt), "--device",
          "cpu", "--dtype", "float32", "--listen", f"127.0.0.1:{port}", "--token-file", token])
-    endpoint = endpoint_for(str(dream_ckpt), "cpu")
+    endpoint = endpoint_for(str(dream_ckpt), "cpu", "float32")
     assert endpoint.wait_alive(timeout=900, give_up=lambda: process.poll() is not None)
-    client = EngineClient.connect_or_start(str(dream_ckpt), "cpu")
+    client = EngineClient.connect_or_start(str(dream_ckpt), "cpu", dtype="float32")
     yield client
     process.send_signal(signal.SIGTERM)
     process.wait(timeout=120)
@@ -192,7 +192,7 @@ def test_oversized_message_is_refused_and_the_engine_keeps_serving(engine):
 def test_second_serve_for_the_same_model_and_device_reuses_the_first(engine, dream_ckpt):
     run = subprocess.run(
         [sys.executable, "-m", "engine.cli", "serve", "--model", str(dream_ckpt),
-         "--device", "cpu"], capture_output=True, text=True, timeout=300)
+         "--device", "cpu", "--dtype", "float32"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0
     assert f"already serving {dream_ckpt} on cpu at {engine.endpoint.socket}" in run.stderr
     assert engine.hello()["pid"] == engine.info["pid"]  # the first one, still serving
