@@ -2,7 +2,7 @@
 
 A `Target` is one place an action can run: the span of the document it replaces, and the text
 the model reads around its hole there (an opening `\"\"\"` before a docstring, the indentation
-of a body). tree-sitter finds them, with the queries in `grammars/<language>/actions.scm`:
+of a body). tree-sitter finds them, with the queries in `dg_lsp/grammars/<language>/actions.scm`:
 
 - rewrite: any selection (its surrounding whitespace stays as it is);
 - complete-body: a function whose body is empty, `pass`, `...`, a TODO comment,

@@ -33,9 +33,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from engine import BUNDLED_MODELS
+
 SECTIONS = ("lsp", "samplers", "cache", "concurrency", "memory")
-AR_BASELINE = ROOT / "engine" / "bundled" / "ar-baseline"
+AR_BASELINE = BUNDLED_MODELS / "ar-baseline"
+ENGINE_SOURCES = BUNDLED_MODELS.parent
 SINGLE_LINE_TOKENS = 24  # the server's rest-of-line hole
 
 
@@ -43,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("bench", help="latency, throughput, quality and memory")
     parser.add_argument("--section", action="append", choices=SECTIONS,
                         help="sections to run (repeatable; default: all)")
-    parser.add_argument("--cases-from", type=Path, default=ROOT / "engine",
+    parser.add_argument("--cases-from", type=Path, default=ENGINE_SOURCES,
                         help="folder of source files to cut single-line holes from")
     parser.add_argument("--limit", type=int, default=30, help="cases per section")
     parser.add_argument("--model", default=None, help="checkpoint (default: bundled)")

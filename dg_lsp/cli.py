@@ -14,11 +14,15 @@ SUBCOMMAND_MODULES = [
     "dg_lsp.batch_cli",
     "dg_lsp.eval.cli",
     "dg_lsp.bench",
+    "dg_lsp.doctor",
 ]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from dg_lsp.doctor import version
+
     parser = argparse.ArgumentParser(prog="dg-lsp", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"dg-lsp {version()}")
     sub = parser.add_subparsers(dest="command")
     for name in SUBCOMMAND_MODULES:
         importlib.import_module(name).register(sub)
@@ -28,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
-    if not argv or argv[0].startswith("--"):
+    if not argv or argv[0].startswith("--") and argv[0] not in ("--version", "--help"):
         argv = ["serve", *argv]
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)

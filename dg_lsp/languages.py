@@ -1,7 +1,8 @@
 """Which tree-sitter grammar reads a document, from its LSP language id or file extension.
 
 Grammars are the official wheels on PyPI, imported only when a document of that language is
-first seen. Queries live beside each language in `grammars/<name>/*.scm`, as editors keep them.
+first seen. Queries live beside each language in `dg_lsp/grammars/<name>/*.scm`, as editors
+keep them.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from urllib.parse import unquote, urlparse
 
 import tree_sitter as ts
 
-GRAMMARS_DIR = Path(__file__).resolve().parent.parent / "grammars"
+# Package data: found beside this module in a wheel, an sdist and the source tree alike.
+GRAMMARS_DIR = Path(__file__).resolve().parent / "grammars"
 
 
 @dataclass(frozen=True)
 class LanguageSpec:
-    name: str  # folder under grammars/
+    name: str  # folder under dg_lsp/grammars/
     module: str  # the grammar wheel's import name
     function: str  # the wheel's function returning the language pointer
     line_comment: str

@@ -28,13 +28,14 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
+from engine import BUNDLED_MODELS
 from engine.config import CheckpointError, ModelConfig, config_from_hf
 from engine.models.transformer import Transformer
 from engine.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
-BUNDLED_MODEL_DIR = Path(__file__).parent / "bundled" / "default"
+BUNDLED_MODEL_DIR = BUNDLED_MODELS / "default"
 
 SAFETENSORS_FILE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"

@@ -208,7 +208,10 @@ def test_cached_step_on_a_fresh_cache_equals_the_full_pass(
         cached, _ = hole_logits(eng.model, x, hole, ContextCache(kv, x.shape[0]))
     torch.testing.assert_close(cached, full, rtol=1e-5, atol=1e-5)
     expected = eng.forward_logits(x[None])[0, hole[0] : hole[1]]
-    torch.testing.assert_close(full, expected, rtol=0, atol=0)
+    # Not the same computation (the head over the hole's rows only vs over the whole
+    # sequence): the CPU kernels may block the matmuls differently and sum in another order,
+    # a few float32 ulps on logits of magnitude ~1 (<= 4.8e-7 seen with AVX2 kernels).
+    torch.testing.assert_close(full, expected, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("family", ["dream", "llada"])

@@ -30,7 +30,7 @@ from dg_lsp.pipeline import CompletionRequest, Pipeline
 from dg_lsp.settings import parse_settings
 from engine import protocol
 from engine.client import EngineClient
-from engine.endpoint import endpoint_for
+from engine.endpoint import endpoint_for, resolved_device
 from engine.types import SamplerSettings
 
 PREFIXES = [f"def f{i}(x):\n    y = x + {i}\n    return " for i in range(8)]
@@ -189,13 +189,35 @@ def test_oversized_message_is_refused_and_the_engine_keeps_serving(engine):
     assert list(engine.infill_stream("y = ", "\n", 4))[-1].done
 
 
+@pytest.mark.skipif(resolved_device("auto") != "cpu", reason="a GPU is present: auto is cuda")
 def test_second_serve_for_the_same_model_and_device_reuses_the_first(engine, dream_ckpt):
+    # The module's engine was started with --device cpu; "auto" resolves to the same device
+    # on a machine without a GPU, so it is the same engine.
     run = subprocess.run(
         [sys.executable, "-m", "engine.cli", "serve", "--model", str(dream_ckpt),
-         "--device", "cpu", "--dtype", "float32"], capture_output=True, text=True, timeout=300)
+         "--device", "auto", "--dtype", "float32"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0
-    assert f"already serving {dream_ckpt} on cpu at {engine.endpoint.socket}" in run.stderr
+    assert f"already serving {dream_ckpt} on auto at {engine.endpoint.socket}" in run.stderr
     assert engine.hello()["pid"] == engine.info["pid"]  # the first one, still serving
+
+
+def test_one_engine_per_resolved_device_whatever_its_name(dream_ckpt):
+    model = str(dream_ckpt)
+    assert endpoint_for(model, "cuda").socket == endpoint_for(model, "cuda:0").socket
+    assert endpoint_for(model, "auto").socket == endpoint_for(model, resolved_device("auto")).socket
+    assert endpoint_for(model, "cpu").socket != endpoint_for(model, "cuda:0").socket
+    assert endpoint_for(model, "cpu").socket != endpoint_for(model, "cpu", "float32").socket
+
+
+def test_doctor_shows_the_running_engine(engine, dream_ckpt):
+    run = subprocess.run(
+        [sys.executable, "-m", "dg_lsp.cli", "doctor", "--model", str(dream_ckpt), "--device",
+         "cpu", "--dtype", "float32"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout
+    pid = engine.info["pid"]
+    assert (f"engine:      running at {engine.endpoint.socket}: pid {pid}, model {dream_ckpt}, "
+            "device cpu, masked family, up ") in run.stdout
+    assert "no problems found" in run.stdout
 
 
 def test_tcp_listener_refuses_a_connection_without_the_token(engine, tcp):

@@ -1,9 +1,10 @@
 """The VS Code extension in editors/vscode builds and passes its own tests.
 
-`npm ci && npm run build && npm test` as the extension's README says: the unit tests of its
-settings mapping, status bar text and rewrite arguments, and an end-to-end test that drives this
-package's `dg-lsp serve --engine inproc` (one process, the bundled model on the CPU) through
-vscode-languageserver-protocol. Skipped, with the reason, where npm is missing.
+`npm ci && npm run build && npm test`, then `npm run package`, as the extension's README says:
+the unit tests of its settings mapping, status bar text and rewrite arguments, an end-to-end test
+that drives this package's `dg-lsp serve --engine inproc` (one process, the bundled model on the
+CPU) through vscode-languageserver-protocol, and the `.vsix` users install. Skipped, with the
+reason, where npm is missing.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -62,3 +64,15 @@ def test_vscode_extension_builds_and_passes_its_tests(tmp_path: Path):
                        "fail": "0", "skipped": "0", "cancelled": "0"}, output[-6000:]
     # the server loaded the model itself: no resident engine was started
     assert not (tmp_path / "dg-engine").exists()
+
+    # The package users install (`code --install-extension dg-lsp-VERSION.vsix`).
+    version = json.loads((VSCODE / "package.json").read_text())["version"]
+    vsix = VSCODE / f"dg-lsp-{version}.vsix"
+    vsix.unlink(missing_ok=True)
+    run([npm, "run", "package"], env, timeout=300)
+    with zipfile.ZipFile(vsix) as package:
+        names = set(package.namelist())
+    vsix.unlink()
+    assert {"extension/package.json", "extension/out/src/extension.js",
+            "extension/README.md"} <= names
+    assert not any(name.startswith("extension/src/") for name in names)  # sources stay out
