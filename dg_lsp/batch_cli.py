@@ -221,7 +221,7 @@ def _run_inproc(args: argparse.Namespace, job: Job, plans: dict[str, Plan],
     from engine import CheckpointError, Engine
 
     try:
-        engine = Engine.load(args.model, device=args.device)
+        engine = Engine.load(args.model, device=args.device, dtype=args.dtype)
     except (CheckpointError, OSError, ValueError) as exc:
         raise BadInput(f"cannot load the model: {exc}") from None
     for label in sorted(plans):
@@ -242,7 +242,8 @@ def _run_resident(args: argparse.Namespace, job: Job, plans: dict[str, Plan],
     from engine.client import EngineClient, EngineUnavailable
 
     try:
-        first = EngineClient.connect_or_start(args.model, args.device, priority="batch")
+        first = EngineClient.connect_or_start(args.model, args.device, priority="batch",
+                                                  dtype=args.dtype)
     except EngineUnavailable as exc:
         raise BadInput(f"no engine: {exc}") from None
     local = threading.local()
@@ -250,7 +251,8 @@ def _run_resident(args: argparse.Namespace, job: Job, plans: dict[str, Plan],
 
     def one(label: str, index: int) -> tuple[str, int, Any]:
         if not hasattr(local, "client"):
-            local.client = EngineClient(first.endpoint, args.model, args.device, "batch")
+            local.client = EngineClient(first.endpoint, args.model, args.device, "batch",
+                                        args.dtype)
         _, doc, targets = plans[label]
         for wait in BUSY_RETRIES:  # the engine's queue is shared with every other client
             outcome = run_target(local.client, doc, label, targets[index], job,

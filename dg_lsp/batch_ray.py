@@ -37,7 +37,8 @@ class BatchWorker:
         from engine import Engine
 
         self.job = job
-        self.engine = Engine.load(job.settings.model, device=job.settings.device)
+        settings = job.settings
+        self.engine = Engine.load(settings.model, device=settings.device, dtype=settings.dtype)
         self.queries = Queries(job.query, job.action)
         self.name = f"{socket.gethostname()}:{os.getpid()}"
 

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"dg-lsp complete: {exc}", file=sys.stderr)
         return 2
     settings = settings_from_arguments(args)
-    pipeline = Pipeline(Engine.load(args.model, device=args.device), settings)
+    pipeline = Pipeline(Engine.load(args.model, device=args.device, dtype=args.dtype), settings)
     request = CompletionRequest(text, offset, language_for(None, str(path)),
                                 path.resolve().as_uri())
     completion = pipeline.complete(request)

@@ -41,8 +41,6 @@ class Report:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("doctor", help="versions, model, device, engine: what is wrong")
     add_model_arguments(parser)
-    parser.add_argument("--dtype", default="auto",
-                        help="the engine's dtype, if it was started with one (editors: auto)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.set_defaults(func=run)
 

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from engine import Engine
 
     settings = settings_from_arguments(args)
-    engine = Engine.load(args.model, device=args.device)
+    engine = Engine.load(args.model, device=args.device, dtype=args.dtype)
     try:
         edit = compute_edit(engine, doc, target, settings, args.instruction, args.strength)
     except RewriteError as exc:

@@ -24,6 +24,7 @@ ENGINE_MODES = ("resident", "inproc")
 class Settings:
     model: str | None = None  # checkpoint folder or hub id; None: the bundled model
     device: str = "auto"
+    dtype: str = "auto"  # see engine.Engine.load
     engine: str = "resident"
     canvas_length: int = 256  # tokens: context + hole
     hole_size: dict[str, int] = field(default_factory=lambda: {
@@ -155,15 +156,18 @@ def _is_number(value: Any) -> bool:
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """--model, --device and --seed, as every one-shot command takes them."""
+    """--model, --device, --dtype and --seed, as every one-shot command takes them."""
     parser.add_argument("--model", default=None,
                         help="checkpoint folder or hub id (default: the bundled model)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N, mps")
+    parser.add_argument("--dtype", default="auto",
+                        help="auto (int8 linear layers on the CPU, bfloat16 on a GPU), int8, "
+                        "float32, bfloat16, float16, float64")
     parser.add_argument("--seed", type=int, default=0, help="sampler seed (default 0)")
 
 
 def settings_from_arguments(args: argparse.Namespace, **fields: Any) -> Settings:
-    """The server's default settings with a command's --model, --device and --seed."""
-    settings = Settings(model=args.model, device=args.device, **fields)
+    """The server's default settings with a command's --model, --device, --dtype and --seed."""
+    settings = Settings(model=args.model, device=args.device, dtype=args.dtype, **fields)
     settings.sampler = replace(settings.sampler, seed=args.seed)
     return settings

@@ -119,6 +119,9 @@ DTYPES = {
     "float32": torch.float32, "fp32": torch.float32,
     "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
     "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+    # Not fast anywhere; it makes outputs the same on every CPU whatever its kernels (the
+    # golden test's outputs: float32 sums in another order can flip a near-tied token).
+    "float64": torch.float64,
 }
 
 
