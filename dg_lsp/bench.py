@@ -2,23 +2,22 @@
 
 Sections (all by default, `--section` to pick):
 
-- lsp: `textDocument/inlineCompletion` through a real stdio LSP client (pygls) against
-  `dg-lsp serve --engine inproc`, replaying typing on single-line holes cut from source files
-  the model never trained on (no debounce): cold requests (a newly opened document), warm
-  ones (the user typed a character the suggestion did not predict; same document) and cache
-  hits (the user typed the suggestion's next character);
+- lsp: `textDocument/inlineCompletion` through a real LSP client against `dg-lsp serve` as an
+  editor starts it (the resident engine, default settings) and, on the same requests, with the
+  model in the server (`--engine inproc`): latency of cold, warm and typed-through requests, and
+  what was shown scored per cursor class (dg_lsp/bench_lsp.py says how);
 - samplers: per-completion latency, forward passes, tokens per forward and edit similarity for
   top-k k=1 (one token per step), confidence threshold and entropy bound, and the
-  autoregressive baseline (KV cache) on the same cases;
+  autoregressive baseline (KV cache) on single-line holes;
 - cache: the context cache, from `dg-engine bench` (full pass every step vs refresh every R
   steps vs reuse across keystrokes);
 - concurrency: 1 / 4 / 8 clients through the resident engine's scheduler, from
   `dg-engine bench`;
-- memory: peak RSS of the `dg-lsp` server (which holds the model in the lsp section) and of
-  this process (which holds the engine the other sections use).
+- memory: peak RSS of the `dg-lsp` servers (with the engine each used) and of this process
+  (which holds the engine the other sections use).
 
-Cases come from `--cases-from` (default: this project's own `engine/` sources, which no
-bundled model saw).
+Cases come from `--cases-from`, by default held-out third-party code no model here trained on
+(dg_lsp/eval/heldout.py: a pinned PyPI package, fetched once).
 """
 
 from __future__ import annotations
@@ -27,9 +26,7 @@ import argparse
 import asyncio
 import json
 import resource
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +34,6 @@ from engine import BUNDLED_MODELS
 
 SECTIONS = ("lsp", "samplers", "cache", "concurrency", "memory")
 AR_BASELINE = BUNDLED_MODELS / "ar-baseline"
-ENGINE_SOURCES = BUNDLED_MODELS.parent
 SINGLE_LINE_TOKENS = 24  # the server's rest-of-line hole
 
 
@@ -45,13 +41,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("bench", help="latency, throughput, quality and memory")
     parser.add_argument("--section", action="append", choices=SECTIONS,
                         help="sections to run (repeatable; default: all)")
-    parser.add_argument("--cases-from", type=Path, default=ENGINE_SOURCES,
-                        help="folder of source files to cut single-line holes from")
-    parser.add_argument("--limit", type=int, default=30, help="cases per section")
+    parser.add_argument("--cases-from", type=Path, default=None,
+                        help="folder of Python sources to cut cases from (default: the "
+                        "held-out third-party package, see dg_lsp/eval/heldout.py)")
+    parser.add_argument("--limit", type=int, default=32, help="cases per section")
+    parser.add_argument("--functions", type=int, default=2,
+                        help="whole functions typed keystroke by keystroke (lsp section)")
     parser.add_argument("--model", default=None, help="checkpoint (default: bundled)")
     parser.add_argument("--ar-model", default=str(AR_BASELINE),
                         help="autoregressive baseline to compare ('' to skip)")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="auto")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the engine of the samplers, cache and concurrency "
                         "sections (a GPU switch; see engine.engine.compile_model)")
@@ -61,18 +60,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dg_lsp.eval.cases import cut_cases
+    from dg_lsp.bench_lsp import cut_functions, measure
+    from dg_lsp.eval.cases import cut_cases, cut_cursor_cases
+    from dg_lsp.eval.heldout import PACKAGE, VERSION, heldout_sources
 
     sections = args.section or list(SECTIONS)
-    cases = cut_cases(args.cases_from, args.limit, seed=args.seed, kinds=("single-line",))
-    if not cases:
-        print(f"dg-lsp bench: no cases could be cut from {args.cases_from}", file=sys.stderr)
+    try:
+        folder = args.cases_from or heldout_sources()
+        cases = cut_cases(folder, args.limit, seed=args.seed, kinds=("single-line",))
+    except (OSError, ValueError) as exc:
+        print(f"dg-lsp bench: {exc}", file=sys.stderr)
         return 2
+    source = str(folder) if args.cases_from else f"{PACKAGE} {VERSION} (held out)"
     report: dict[str, Any] = {"model": args.model or "bundled", "device": args.device,
-                              "cases": len(cases)}
+                              "cases": len(cases), "source": source}
     if "lsp" in sections:
-        report["lsp"] = asyncio.run(lsp_section(cases, args.model, args.device))
-        _show(args, "end to end over LSP", report["lsp"]["latency"])
+        cursors = cut_cursor_cases(folder, args.limit, seed=args.seed)
+        functions = cut_functions(folder, args.functions)
+        report["lsp"] = asyncio.run(measure(cursors, functions, args.model, args.device))
+        report["lsp"]["cursorCases"] = len(cursors)
+        report["lsp"]["typedFunctions"] = [f.id for f in functions]
+        _show(args, f"end to end over LSP: request latency ({source})", report["lsp"]["latency"])
+        _show(args, "what the cold request showed, by cursor class",
+              report["lsp"]["cursorClasses"])
     engine = None
     if {"samplers", "cache", "concurrency"} & set(sections):
         from engine import Engine
@@ -99,88 +109,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 # -- sections ---------------------------------------------------------------------------------
-
-
-async def lsp_section(cases: list, model: str | None, device: str) -> dict[str, Any]:
-    """Replay typing over LSP; latency per request class and the server's peak RSS."""
-    from lsprotocol import types
-    from pygls.lsp.client import LanguageClient
-
-    command = [sys.executable, "-m", "dg_lsp.cli", "serve", "--engine", "inproc",
-               "--device", device] + (["--model", model] if model else [])
-    client = LanguageClient("dg-lsp-bench", "1")
-    for method in ("window/logMessage", "window/showMessage", "dg-lsp/engineState"):
-        client.feature(method)(lambda *args: None)  # read, not printed
-    await client.start_io(*command)
-    caps = types.ClientCapabilities(text_document=types.TextDocumentClientCapabilities(
-        inline_completion=types.InlineCompletionClientCapabilities()))
-    await client.initialize_async(types.InitializeParams(capabilities=caps))
-    client.initialized(types.InitializedParams())
-    timings: dict[str, list[float]] = {"cold": [], "warm": [], "cache hit": []}
-
-    async def ask(uri: str, line: int, character: int) -> tuple[str, float]:
-        start = time.perf_counter()
-        result = await client.text_document_inline_completion_async(
-            types.InlineCompletionParams(
-                text_document=types.TextDocumentIdentifier(uri),
-                position=types.Position(line, character),
-                context=types.InlineCompletionContext(
-                    types.InlineCompletionTriggerKind.Automatic)))
-        seconds = time.perf_counter() - start
-        items = result.items if result is not None else []
-        return (items[0].insert_text if items else ""), seconds
-
-    def type_char(uri: str, version: int, line: int, character: int, ch: str) -> None:
-        client.text_document_did_change(types.DidChangeTextDocumentParams(
-            types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-            [types.TextDocumentContentChangePartial(
-                range=types.Range(types.Position(line, character),
-                                  types.Position(line, character)), text=ch)]))
-
-    await ask_warmup(client, types)
-    for i, case in enumerate(cases):
-        uri = f"file:///bench/{i}.py"
-        client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(
-            uri=uri, language_id="python", version=1, text=case.prefix + case.suffix)))
-        line = case.prefix.count("\n")
-        col = len(case.prefix) - (case.prefix.rfind("\n") + 1)
-        shown, seconds = await ask(uri, line, col)
-        timings["cold"].append(seconds)
-        version = 1
-        if shown.strip():  # the user types what the suggestion shows: served from cache
-            version += 1
-            type_char(uri, version, line, col, shown[0])
-            _, seconds = await ask(uri, line, col + 1)
-            timings["cache hit"].append(seconds)
-            col += 1
-        # then a character the suggestion did not predict: the engine runs again
-        other = "#" if not shown[1:2] or shown[1:2] != "#" else "@"
-        version += 1
-        type_char(uri, version, line, col, other)
-        _, seconds = await ask(uri, line, col + 1)
-        timings["warm"].append(seconds)
-        client.text_document_did_close(types.DidCloseTextDocumentParams(
-            types.TextDocumentIdentifier(uri)))
-    stats = await client.workspace_execute_command_async(
-        types.ExecuteCommandParams(command="dg-lsp.stats"))
-    server_rss = _peak_rss_mb(client._server.pid) if client._server else None
-    await client.shutdown_async(None)
-    client.exit(None)
-    await client.stop()
-    latency = [{"requests": name, "count": len(values), **_percentiles(values)}
-               for name, values in timings.items()]
-    return {"latency": latency, "serverStats": stats,
-            "memory": {"serverPeakRssMb": server_rss}}
-
-
-async def ask_warmup(client: Any, types: Any) -> None:
-    """One untimed request: the model loads on the first one."""
-    uri = "file:///bench/warmup.py"
-    client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(
-        uri=uri, language_id="python", version=1, text="def f(x):\n    return \n")))
-    await client.text_document_inline_completion_async(types.InlineCompletionParams(
-        text_document=types.TextDocumentIdentifier(uri), position=types.Position(1, 11),
-        context=types.InlineCompletionContext(types.InlineCompletionTriggerKind.Invoked)))
 
 
 def sampler_section(engine: Any, cases: list, args: argparse.Namespace) -> list[dict]:
@@ -223,27 +151,6 @@ def concurrency_section(engine: Any, cases: list) -> list[dict]:
 
 
 # -- helpers ----------------------------------------------------------------------------------
-
-
-def _percentiles(seconds: list[float]) -> dict[str, float | None]:
-    from engine.bench import percentile
-
-    if not seconds:
-        return {"p50Ms": None, "p95Ms": None, "p99Ms": None}
-    return {"p50Ms": round(1000 * statistics.median(seconds), 1),
-            "p95Ms": round(1000 * percentile(seconds, 0.95), 1),
-            "p99Ms": round(1000 * percentile(seconds, 0.99), 1)}
-
-
-def _peak_rss_mb(pid: int) -> float | None:
-    """A live process's peak resident set (Linux /proc), in MB."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        return None
-    return None
 
 
 def _self_peak_rss_mb() -> float:

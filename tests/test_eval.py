@@ -12,7 +12,7 @@ import pytest
 
 from dg_lsp.eval import cli as eval_cli
 from dg_lsp.eval.baselines import predict_copy_prev_line, predict_empty
-from dg_lsp.eval.cases import KINDS, cut_cases
+from dg_lsp.eval.cases import CURSOR_CLASSES, KINDS, cursor_spans, cut_cases, cut_cursor_cases
 from dg_lsp.eval.humaneval import SUITES, load_suite
 from dg_lsp.eval.runner import Predictor, evaluate, percentile
 from dg_lsp.eval.sandbox import check_completion, run_program
@@ -310,3 +310,52 @@ def test_runner_end_to_end_on_tiny_model(
     assert cut["kinds"] == {"multi-line": 1, "random-span": 1, "single-line": 1}
     written = [json.loads(line) for line in samples.read_text().splitlines()]
     assert len(written) == 2 * 2 * 3  # models x protocols x cases
+
+
+CURSOR_SOURCE = """import os
+
+
+def total(values, start=0):
+    result = start
+    for value in values:
+        result = result + value.size
+    return max(result, 0)
+"""
+
+
+def test_cursor_spans_cut_what_the_user_has_not_typed_at_each_class() -> None:
+    def line_before(offset: int) -> str:
+        return CURSOR_SOURCE[:offset].split("\n")[-1]
+
+    spans = [(cls, line_before(start), CURSOR_SOURCE[start:end])
+             for cls, start, end in cursor_spans(CURSOR_SOURCE)]
+    assert spans == [
+        ("after keyword", "import ", "os"),
+        ("after (", "def total(", "values, start=0):"),
+        ("argument list", "def total(", "values, start=0"),
+        ("after ,", "def total(values, ", "start=0):"),
+        ("block header", "def total(values, start=0):", "\n    result = start"),
+        ("new line", "    ", "result = start"),
+        ("after =", "    result = ", "start"),
+        ("new line", "    ", "for value in values:"),
+        ("after keyword", "    for ", "value in values:"),
+        ("after keyword", "    for value in ", "values:"),
+        ("block header", "    for value in values:", "\n        result = result + value.size"),
+        ("new line", "        ", "result = result + value.size"),
+        ("after =", "        result = ", "result + value.size"),
+        ("after .", "        result = result + value.", "size"),
+        ("new line", "    ", "return max(result, 0)"),
+        ("after (", "    return max(", "result, 0)"),
+        ("argument list", "    return max(", "result, 0"),
+        ("after ,", "    return max(result, ", "0)"),
+        ("after keyword", "    return ", "max(result, 0)"),
+    ]
+
+
+def test_cursor_cases_interleave_the_classes_and_skip_strings_and_comments(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text(CURSOR_SOURCE + 'NAME = "x"  # a string and a comment\n')
+    cases = cut_cursor_cases(tmp_path, 16, seed=3)
+    assert cases == cut_cursor_cases(tmp_path, 16, seed=3)
+    assert [c.kind for c in cases[:8]] == list(CURSOR_CLASSES)
+    assert all(c.prefix + c.middle + c.suffix == (tmp_path / "a.py").read_text() for c in cases)
+    assert not any("NAME" in c.middle for c in cases)

@@ -14,6 +14,7 @@ Each case carries a bounded window of context (whole lines, at most `prefix_char
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,6 +99,115 @@ def cut_cases(
             )
         )
     return cases
+
+
+# Where editors ask for completions, as `dg-lsp bench` reports them (Python sources):
+CURSOR_CLASSES = (
+    "new line",  # after the indentation of a line whose text was cut (the whole line)
+    "after =",  # the rest of the line cut after an assignment's `= `
+    "after (",  # the rest of the line cut after an opening bracket
+    "after .",  # the rest of the line cut after an attribute's dot
+    "after ,",  # the rest of the line cut after `, `
+    "after keyword",  # the rest of the line cut after `return `, `if `, `import ` ...
+    "argument list",  # inside a call's brackets: the arguments cut, `)` and the rest kept
+    "block header",  # at the end of a line ending in `:`: the next line cut
+)
+_KEYWORD = re.compile(r"\b(?:return|if|elif|while|for|in|not|and|or|import|from|raise|yield|"
+                      r"with|assert|lambda|await|del|as|is) (?=\S)")
+_HEADER = re.compile(r"^\s*(?:async\s+)?(?:def|class|if|elif|else|for|while|with|try|except|"
+                     r"finally|match|case)\b.*:\s*$")
+
+
+def cut_cursor_cases(
+    folder: Path,
+    count: int,
+    seed: int = 0,
+    classes: tuple[str, ...] = CURSOR_CLASSES,
+    prefix_chars: int = 2000,
+    suffix_chars: int = 1000,
+) -> list[Case]:
+    """`count` cases at the cursors editors complete at, about as many of each class, cut from
+    the Python files under `folder`; `kind` is the cursor class. Deterministic by `seed`."""
+    candidates: dict[str, list[tuple[str, str, int, int]]] = {c: [] for c in classes}
+    for path in source_files(folder):
+        if path.suffix != ".py":
+            continue
+        try:
+            text = path.read_text(encoding="utf-8").replace("\r\n", "\n")
+        except (UnicodeDecodeError, OSError):
+            continue
+        name = path.relative_to(folder).as_posix()
+        for cls, start, end in cursor_spans(text):
+            if cls in candidates:
+                candidates[cls].append((name, text, start, end))
+    rng = random.Random(seed)
+    per_class = -(-count // len(classes))
+    picked = {c: rng.sample(found, min(per_class, len(found))) for c, found in candidates.items()}
+    cases: list[Case] = []
+    for index in range(per_class):  # interleaved, so that a --limit keeps every class
+        for cls in classes:
+            if index < len(picked[cls]) and len(cases) < count:
+                name, text, start, end = picked[cls][index]
+                line = text.count("\n", 0, start) + 1
+                cases.append(Case(id=f"{cls}/{name}:{line}:{len(cases)}", kind=cls,
+                                  prefix=_tail_lines(text[:start], prefix_chars),
+                                  middle=text[start:end],
+                                  suffix=_head_lines(text[end:], suffix_chars)))
+    if not cases:
+        raise ValueError(f"no Python source to cut cursor cases from under {folder}")
+    return cases
+
+
+def cursor_spans(text: str) -> list[tuple[str, int, int]]:
+    """(cursor class, start, end) of every hole of each class in `text`: [start, end) is what
+    the user has not typed yet. Lines in docstrings, and lines holding a string literal or a
+    comment (whose text no cursor class describes), are left out."""
+    spans: list[tuple[str, int, int]] = []
+    lines = text.split("\n")
+    offset, in_docstring = 0, False
+    for number, line in enumerate(lines):
+        start_of_line, offset = offset, offset + len(line) + 1
+        stripped = line.strip()
+        quotes = line.count('"""') + line.count("'''")
+        skip = in_docstring or quotes > 0 or stripped.startswith("#") or "#" in line
+        if quotes % 2:
+            in_docstring = not in_docstring
+        if skip or len(stripped) < 4 or "'" in line or '"' in line:
+            continue
+        indent = len(line) - len(line.lstrip())
+        end_of_line = start_of_line + len(line)
+        if indent:
+            spans.append(("new line", start_of_line + indent, end_of_line))
+        for match in re.finditer(r"[^=!<>]= (?=\S)", line):
+            spans.append(("after =", start_of_line + match.end(), end_of_line))
+        for match in re.finditer(r"\w\((?=[^)])", line):
+            spans.append(("after (", start_of_line + match.end(), end_of_line))
+            close = _closing_bracket(line, match.end())
+            if close is not None and close > match.end():
+                spans.append(("argument list", start_of_line + match.end(),
+                              start_of_line + close))
+        for match in re.finditer(r"\w\.(?=[A-Za-z_])", line):
+            spans.append(("after .", start_of_line + match.end(), end_of_line))
+        for match in re.finditer(r", (?=\S)", line):
+            spans.append(("after ,", start_of_line + match.end(), end_of_line))
+        for match in _KEYWORD.finditer(line):
+            if match.start() >= indent:
+                spans.append(("after keyword", start_of_line + match.end(), end_of_line))
+        following = lines[number + 1] if number + 1 < len(lines) else ""
+        if _HEADER.match(line) and following.strip() and not following.lstrip().startswith(
+                ("#", '"""', "'''")):
+            spans.append(("block header", end_of_line, end_of_line + 1 + len(following)))
+    return spans
+
+
+def _closing_bracket(line: str, after: int) -> int | None:
+    """Index of the `)` that closes the bracket opened just before `after`, on this line."""
+    depth = 1
+    for i in range(after, len(line)):
+        depth += {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}.get(line[i], 0)
+        if depth == 0:
+            return i if line[i] == ")" else None
+    return None
 
 
 def _pick_span(kind: str, text: str, rng: random.Random) -> tuple[int, int] | None:

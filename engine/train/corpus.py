@@ -34,8 +34,12 @@ SKIP_PARTS = {
     "test", "tests", "testing", "idle_test", "__pycache__", "site-packages", "_vendor",
     "vendor", "benchmarks", "examples", "docs", "fixtures", "testdata",
 }
-# Anything that might hold evaluation data is refused outright.
-FORBIDDEN = re.compile(r"human[-_]?eval|shared/eval", re.IGNORECASE)
+# Anything that might hold evaluation data is refused outright, and so are the third-party
+# packages `dg-lsp bench` measures on (dg_lsp/eval/heldout.py): no model here may train on them.
+BENCHMARK_PACKAGES = ("more_itertools",)
+FORBIDDEN = re.compile(r"human[-_]?eval|shared/eval|(?:^|/)(?:"
+                       + "|".join(BENCHMARK_PACKAGES) + r")(?:/|\.py$|-[\d.]+\.dist-info)",
+                       re.IGNORECASE)
 MAX_FILE_BYTES = 400_000
 HELDOUT_EVERY = 40  # one file in 40 (by a hash of its relative path) is held out
 VAL_EVERY = 97
