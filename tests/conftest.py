@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -10,6 +13,13 @@ import pytest
 # Servers and CLIs the tests start inherit this: tiny models gain nothing from intra-op
 # threads, and on a busy 2-core machine their spin-waits make forward passes erratic.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# torch.compile's kernel cache is shared by every process of the user, and its key leaves out
+# the CPU capability a run holds the kernels to (ATEN_CPU_CAPABILITY): kernels cached by CI's
+# AVX2 pass made the next run's compiled test segfault. Each test session compiles afresh.
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="dg-lsp-inductor-")
+    atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], True)
 
 from tests.tiny_checkpoints import (
     write_dream_checkpoint,
