@@ -1,8 +1,9 @@
 """Turns the model's raw hole text into a suggestion an editor can show, or rejects it.
 
-The steps run in order: cut at stop tokens, trim to the hole kind's syntactic unit, re-indent
-to the file's style, drop what repeats the suffix, reuse closing brackets already after the
-cursor, reject junk, and check that the insertion does not add parse errors.
+The steps run in order: cut at stop tokens, trim to the hole kind's syntactic unit, cut a line
+the suggestion repeats, re-indent to the file's style, drop what repeats the suffix, reuse
+closing brackets already after the cursor, reject junk, and check that the insertion does not
+add parse errors.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class Suggestion:
 def postprocess(raw: str, ctx: Context) -> Suggestion | None:
     text = cut_at_stop(raw)
     text = _trim_to_unit(text, ctx)
+    text = _cut_repeated_line(text, ctx)
     text = _reindent(text, ctx)
     text = _drop_suffix_overlap(text, ctx.suffix)
     text = text.rstrip()
@@ -68,6 +70,27 @@ def _trim_to_unit(text: str, ctx: Context) -> str:
     if ctx.kind != COMMENT and _opens_unclosed(line):
         return ""  # a line that leaves a bracket open is half a statement
     return line
+
+
+def _cut_repeated_line(text: str, ctx: Context) -> str:
+    """Cut before a line that repeats the line just written (`curr = self.root[0]` three times
+    in a row is a small model stuck, not code), unless the context itself has that line twice
+    in a row."""
+    lines = text.split("\n")
+    previous = (ctx.line_prefix + lines[0]).strip()
+    for i in range(1, len(lines)):
+        line = lines[i].strip()
+        if not line:
+            continue
+        if line == previous and not _written_twice(line, ctx.prefix_window + ctx.suffix):
+            return "\n".join(lines[:i]).rstrip()
+        previous = line
+    return text
+
+
+def _written_twice(line: str, context: str) -> bool:
+    stripped = [ln.strip() for ln in context.split("\n") if ln.strip()]
+    return any(a == b == line for a, b in zip(stripped, stripped[1:], strict=False))
 
 
 def _trim_block(text: str, ctx: Context) -> str:

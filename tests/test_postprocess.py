@@ -57,6 +57,19 @@ def test_suggestion(language_id, source, raw, text, replace):
     assert run(language_id, source, raw) == Suggestion(text, replace)
 
 
+def test_a_line_repeated_in_a_row_is_cut_unless_the_context_repeats_it():
+    stuck = "curr = self.root[0]\n    curr = self.root[0]\n    curr = self.root[0]\n    return curr"
+    assert run("python", "def first(self):\n    |\n", stuck) == Suggestion(
+        "curr = self.root[0]", 0)
+    # a line may come back after another one
+    assert run("python", "def f(a):\n    |\n", "a.pop()\n    b = 1\n    a.pop()") == Suggestion(
+        "a.pop()\n    b = 1\n    a.pop()", 0)
+    # the file writes it twice in a row itself: so may the suggestion
+    twice = "def g(it):\n    next(it)\n    next(it)\n\n\ndef f(it):\n    |\n"
+    assert run("python", twice, "next(it)\n    next(it)") == Suggestion(
+        "next(it)\n    next(it)", 0)
+
+
 @pytest.mark.parametrize(
     "language_id, source, raw",
     [
