@@ -6,6 +6,12 @@ socket, and the engine drops that work at its next step boundary. When the engin
 every call raises `EngineUnavailable`; the caller decides whether to restart it
 (`EngineClient.connect_or_start`).
 
+A hung engine is a dead engine. Every connect and read has a deadline: a request starts with
+a ping that must be answered within `PING_TIMEOUT`, and a stream fails when the engine sends
+nothing for `read_timeout` seconds (default `READ_TIMEOUT`, or $DG_ENGINE_READ_TIMEOUT).
+`connect_or_start` kills an engine that accepts connections but answers no ping twice
+(SIGKILL: a stopped process ignores anything milder) and starts a new one.
+
 No torch here: `dg-lsp` talking to a resident engine never imports it.
 """
 
@@ -13,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -21,11 +28,21 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from engine import protocol
-from engine.endpoint import Endpoint, endpoint_for
+from engine.endpoint import (
+    PING_TIMEOUT,
+    Endpoint,
+    UnsafeRuntimeDir,
+    endpoint_for,
+    open_private,
+)
 from engine.types import Draft, SamplerSettings
 
 START_TIMEOUT = 600.0  # seconds to wait for a starting engine to load a model
 IDLE_EXIT = 1800.0  # an engine started by a client exits after this long without clients
+# Seconds a stream waits for the engine's next message: the engine sends a draft after every
+# step, and one step of a full canvas on a slow CPU takes a second or two at most.
+READ_TIMEOUT = 30.0
+KILL_WAIT = 10.0  # seconds for a killed engine to release its lock
 
 
 class EngineUnavailable(Exception):
@@ -38,8 +55,10 @@ class EngineBusy(EngineUnavailable):
 
 class EngineClient:
     def __init__(self, endpoint: Endpoint, model: str | None = None, device: str = "auto",
-                 priority: str = "interactive", dtype: str = "auto") -> None:
+                 priority: str = "interactive", dtype: str = "auto",
+                 read_timeout: float | None = None) -> None:
         self.endpoint = endpoint
+        self.read_timeout = read_timeout if read_timeout is not None else _read_timeout_env()
         self.model = model
         self.device = device
         self.dtype = dtype
@@ -53,29 +72,40 @@ class EngineClient:
     def connect_or_start(
         cls, model: str | None = None, device: str = "auto", *, start: bool = True,
         idle_exit: float = IDLE_EXIT, priority: str = "interactive", dtype: str = "auto",
+        read_timeout: float | None = None,
     ) -> EngineClient:
         """A client of the engine for (model, device, dtype), starting the engine when none
-        runs."""
-        endpoint = endpoint_for(model, device, dtype)
-        client = cls(endpoint, model, device, priority, dtype)
-        if endpoint.alive():
-            client.hello()
-            return client
-        if not start:
-            raise EngineUnavailable(f"no engine at {endpoint.socket}")
-        with endpoint.spawn_lock():
-            # Whoever held the lock before us may have started it meanwhile.
-            if not endpoint.alive() and not endpoint.serving():
-                process = _spawn(endpoint, model, device, dtype, idle_exit)
-                gone = lambda: process.poll() is not None  # noqa: E731
-            else:
-                gone = lambda: not endpoint.serving()  # noqa: E731
-            if not endpoint.wait_alive(START_TIMEOUT, give_up=gone):
-                raise EngineUnavailable(f"the engine did not start: {_log_tail(endpoint)}")
+        runs and replacing one that is hung. EngineUnavailable (with a one-line reason) when
+        that fails, the runtime directory is unsafe included."""
+        try:
+            endpoint = endpoint_for(model, device, dtype)
+            client = cls(endpoint, model, device, priority, dtype, read_timeout)
+            first, _ = endpoint.probe()
+            if first == "alive":
+                client.hello()
+                return client
+            if not start:
+                raise EngineUnavailable(f"no engine at {endpoint.socket}")
+            with endpoint.spawn_lock():
+                # Whoever held the lock before us may have started it meanwhile.
+                state, pid = endpoint.probe()
+                if first == state == "hung" and pid is not None:  # twice: not a hiccup
+                    _kill(endpoint, pid)
+                    state = "absent"
+                if state != "alive" and not endpoint.serving():
+                    process = _spawn(endpoint, model, device, dtype, idle_exit)
+                    gone = lambda: process.poll() is not None  # noqa: E731
+                else:
+                    gone = lambda: not endpoint.serving()  # noqa: E731
+                if not endpoint.wait_alive(START_TIMEOUT, give_up=gone):
+                    raise EngineUnavailable(f"the engine did not start: {_log_tail(endpoint)}")
+        except UnsafeRuntimeDir as exc:
+            raise EngineUnavailable(str(exc)) from None
         client.hello()
         return client
 
     def hello(self) -> dict[str, Any]:
+        """The engine's hello: protocol version, model, device, family and pid."""
         with self._connect() as sock:
             self.info = self._call(sock, {"op": "hello", "version": protocol.VERSION})
         return self.info
@@ -128,10 +158,11 @@ class EngineClient:
 
     def _connect(self) -> socket.socket:
         try:
-            sock = self.endpoint.connect(timeout=None)
-        except OSError as exc:
+            sock = self.endpoint.connect()
+        except OSError as exc:  # UntrustedPeer too: never talk to another user's listener
             raise EngineUnavailable(f"cannot reach the engine at {self.endpoint.socket}: "
                                     f"{exc}") from None
+        sock.settimeout(self.read_timeout)
         return sock
 
     def _call(self, sock: socket.socket, request: dict[str, Any]) -> dict[str, Any]:
@@ -139,16 +170,31 @@ class EngineClient:
         try:
             protocol.send(sock, request)
             reply = protocol.receive(sock)
+        except TimeoutError:
+            raise EngineUnavailable(f"the engine did not answer in {self.read_timeout:g} s"
+                                    ) from None
         except (OSError, protocol.ProtocolError) as exc:
             raise EngineUnavailable(f"the engine stopped answering: {exc}") from None
         _raise_error(reply)
         return reply
 
+    def _ping(self, sock: socket.socket) -> None:
+        """EngineUnavailable unless the engine answers a ping on `sock` within PING_TIMEOUT:
+        a stopped engine still accepts connections, so only an answer proves it alive."""
+        sock.settimeout(PING_TIMEOUT)
+        try:
+            self._call(sock, {"op": "ping"})
+        except EngineUnavailable:
+            raise EngineUnavailable(f"the engine at {self.endpoint.socket} did not answer a "
+                                    f"ping in {PING_TIMEOUT:g} s") from None
+        sock.settimeout(self.read_timeout)
+
     def _stream(self, request: dict[str, Any], cancel: Callable[[], bool] | None
                 ) -> Iterator[Draft]:
         sock = self._connect()
-        request |= {"id": next(self._ids), "stream": True, "priority": self.priority}
         try:
+            self._ping(sock)
+            request |= {"id": next(self._ids), "stream": True, "priority": self.priority}
             try:
                 protocol.send(sock, request)
             except OSError as exc:
@@ -160,6 +206,9 @@ class EngineClient:
                     _send_quietly(sock, {"op": "cancel", "id": 0, "target": request["id"]})
                 try:
                     reply = protocol.receive(sock)
+                except TimeoutError:
+                    raise EngineUnavailable(f"the engine sent nothing for "
+                                            f"{self.read_timeout:g} s") from None
                 except (OSError, protocol.ProtocolError) as exc:
                     raise EngineUnavailable(f"the engine stopped mid-request: {exc}") from None
                 if reply.get("id") != request["id"]:
@@ -171,6 +220,27 @@ class EngineClient:
                     return
         finally:
             sock.close()  # also how an abandoned stream tells the engine to drop the work
+
+
+def _read_timeout_env() -> float:
+    raw = os.environ.get("DG_ENGINE_READ_TIMEOUT", "")
+    try:
+        value = float(raw)
+    except ValueError:
+        return READ_TIMEOUT
+    return value if 0 < value < float("inf") else READ_TIMEOUT
+
+
+def _kill(endpoint: Endpoint, pid: int) -> None:
+    """SIGKILL the hung engine `pid` (named by the kernel: SO_PEERCRED, and checked to be this
+    user's); wait for it to release its lock."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + KILL_WAIT
+    while endpoint.serving() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _raise_error(reply: dict[str, Any]) -> None:
@@ -197,7 +267,7 @@ def _spawn(endpoint: Endpoint, model: str | None, device: str, dtype: str, idle_
                "--socket", str(endpoint.socket), "--idle-exit", str(idle_exit)]
     if model:
         command += ["--model", model]
-    log = open(endpoint.log_path, "ab")  # noqa: SIM115 - handed to the child
+    log = open_private(endpoint.log_path, binary=True)  # handed to the child
     log.write(f"\n--- {time.ctime()} {' '.join(command)}\n".encode())
     log.flush()
     try:
@@ -211,7 +281,11 @@ def _spawn(endpoint: Endpoint, model: str | None, device: str, dtype: str, idle_
 
 def _log_tail(endpoint: Endpoint, lines: int = 5) -> str:
     try:
-        text = endpoint.log_path.read_text(errors="replace").strip().splitlines()
+        fd = os.open(endpoint.log_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return "no log"
+    with os.fdopen(fd, "rb") as log:
+        size = os.fstat(fd).st_size
+        log.seek(max(0, size - 8192))
+        text = log.read().decode(errors="replace").strip().splitlines()
     return " | ".join(text[-lines:]) or "no log"
