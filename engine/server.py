@@ -108,6 +108,10 @@ class EngineServer:
                             self._read(reader, protocol.MAX_UNAUTHENTICATED), AUTH_TIMEOUT)
                 except (asyncio.IncompleteReadError, ConnectionError):
                     break
+                except asyncio.CancelledError:
+                    # The engine is stopping. Ending quietly: asyncio (3.11) logs a traceback
+                    # for a connection task that ends cancelled.
+                    break
                 except TimeoutError:
                     outbox.put_nowait(_error(None, "unauthorized", "no token in time"))
                     break
