@@ -7,8 +7,10 @@ every call raises `EngineUnavailable`; the caller decides whether to restart it
 (`EngineClient.connect_or_start`).
 
 A hung engine is a dead engine. Every connect and read has a deadline: a request starts with
-a ping that must be answered within `PING_TIMEOUT`, and a stream fails when the engine sends
-nothing for `read_timeout` seconds (default `READ_TIMEOUT`, or $DG_ENGINE_READ_TIMEOUT).
+a ping that must be answered within `PING_TIMEOUT`, and when a stream hears nothing for
+`read_timeout` seconds (default `READ_TIMEOUT`, or $DG_ENGINE_READ_TIMEOUT) the engine must
+answer a ping on another connection: a busy engine (the request queued behind others) does,
+and the stream waits on, up to MAX_SILENCE; a stopped one does not, and the stream fails.
 `connect_or_start` kills an engine that accepts connections but answers no ping twice
 (SIGKILL: a stopped process ignores anything milder) and starts a new one.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -42,6 +45,9 @@ IDLE_EXIT = 1800.0  # an engine started by a client exits after this long withou
 # Seconds a stream waits for the engine's next message: the engine sends a draft after every
 # step, and one step of a full canvas on a slow CPU takes a second or two at most.
 READ_TIMEOUT = 30.0
+# Seconds a stream waits in all for a message from an engine that still answers pings: past
+# the engine's own request deadline (60 s by default), something is wrong.
+MAX_SILENCE = 120.0
 KILL_WAIT = 10.0  # seconds for a killed engine to release its lock
 
 
@@ -204,10 +210,13 @@ class EngineClient:
                 if cancel is not None and not cancelled and cancel():
                     cancelled = True
                     _send_quietly(sock, {"op": "cancel", "id": 0, "target": request["id"]})
+                if not self._wait_readable(sock):
+                    raise EngineUnavailable(f"the engine sent nothing for "
+                                            f"{self.read_timeout:g} s and answers no ping")
                 try:
                     reply = protocol.receive(sock)
-                except TimeoutError:
-                    raise EngineUnavailable(f"the engine sent nothing for "
+                except TimeoutError:  # a frame begun and never finished
+                    raise EngineUnavailable(f"the engine stopped mid-message for "
                                             f"{self.read_timeout:g} s") from None
                 except (OSError, protocol.ProtocolError) as exc:
                     raise EngineUnavailable(f"the engine stopped mid-request: {exc}") from None
@@ -220,6 +229,16 @@ class EngineClient:
                     return
         finally:
             sock.close()  # also how an abandoned stream tells the engine to drop the work
+
+
+    def _wait_readable(self, sock: socket.socket) -> bool:
+        """Whether `sock` has data (or EOF) before the engine is found hung: every
+        `read_timeout` of silence it must answer a ping, for MAX_SILENCE at most."""
+        silent_since = time.monotonic()
+        while not select.select([sock], [], [], self.read_timeout)[0]:
+            if time.monotonic() - silent_since >= MAX_SILENCE or not self.endpoint.alive():
+                return False
+        return True
 
 
 def _read_timeout_env() -> float:
