@@ -185,14 +185,18 @@ class EngineClient:
         return reply
 
     def _ping(self, sock: socket.socket) -> None:
-        """EngineUnavailable unless the engine answers a ping on `sock` within PING_TIMEOUT:
-        a stopped engine still accepts connections, so only an answer proves it alive."""
+        """EngineUnavailable unless the engine answers a ping on `sock` within PING_TIMEOUT
+        (EngineBusy when it answers that it has no room): a stopped engine still accepts
+        connections, so only an answer proves it alive."""
         sock.settimeout(PING_TIMEOUT)
         try:
-            self._call(sock, {"op": "ping"})
-        except EngineUnavailable:
+            reply = protocol.ask(sock, {"op": "ping", "id": next(self._ids)})
+        except TimeoutError:
             raise EngineUnavailable(f"the engine at {self.endpoint.socket} did not answer a "
                                     f"ping in {PING_TIMEOUT:g} s") from None
+        except (OSError, protocol.ProtocolError) as exc:
+            raise EngineUnavailable(f"the engine stopped answering: {exc}") from None
+        _raise_error(reply)
         sock.settimeout(self.read_timeout)
 
     def _stream(self, request: dict[str, Any], cancel: Callable[[], bool] | None
@@ -229,7 +233,6 @@ class EngineClient:
                     return
         finally:
             sock.close()  # also how an abandoned stream tells the engine to drop the work
-
 
     def _wait_readable(self, sock: socket.socket) -> bool:
         """Whether `sock` has data (or EOF) before the engine is found hung: every

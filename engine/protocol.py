@@ -142,6 +142,16 @@ def send(sock: socket.socket, message: dict[str, Any]) -> None:
     sock.sendall(encode(message))
 
 
+def ask(sock: socket.socket, message: dict[str, Any]) -> dict[str, Any]:
+    """Send `message` and return the next message received. A peer that hung up without
+    reading it may have said why first ("busy"): that is returned, not a broken pipe."""
+    try:
+        send(sock, message)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    return receive(sock)
+
+
 def receive(sock: socket.socket) -> dict[str, Any]:
     """The next message; ConnectionError when the peer closed the connection."""
     (length,) = HEADER.unpack(_exactly(sock, HEADER.size))

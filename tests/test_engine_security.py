@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from engine import protocol
-from engine.client import EngineClient, EngineUnavailable
+from engine.client import EngineBusy, EngineClient, EngineUnavailable
 from engine.endpoint import Endpoint, UnsafeRuntimeDir, endpoint_for, runtime_dir
 from tests.engine_procs import NOBODY, Attacker, as_attacker, needs_root, serving
 
@@ -290,6 +290,11 @@ def test_connections_are_capped(guarded):
                 "type": "error", "id": None, "code": "busy",
                 "message": "the engine serves at most 4 connections"}
             assert closed(fifth)
+        # A client is told "busy", not that the engine is gone (that would restart it).
+        with pytest.raises(EngineBusy) as busy:
+            list(EngineClient(endpoint).infill_stream("x = ", "\n", 4))
+        assert str(busy.value) == "the engine serves at most 4 connections"
+        assert endpoint.probe()[0] == "alive"
         held.pop().close()
 
         def one_more() -> bool:
