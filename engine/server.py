@@ -187,8 +187,9 @@ class EngineServer:
                 return
 
     def _token_ok(self, token: Any) -> bool:
+        # surrogatepass: JSON can carry lone surrogates, and a bad token is just wrong.
         return isinstance(token, str) and self.token is not None and hmac.compare_digest(
-            token.encode(), self.token.encode())
+            token.encode("utf-8", "surrogatepass"), self.token.encode())
 
     # -- requests -----------------------------------------------------------------------
 

@@ -255,6 +255,13 @@ def test_an_unauthenticated_peer_cannot_send_a_large_frame(guarded):
         sock.sendall(frame({"op": "hello", "id": 1, "token": "s3cret", "pad": "x" * 4096}))
         assert protocol.receive(sock)["code"] == "unauthorized"
         assert closed(sock)
+    with tcp_connect(port) as sock:  # a token no string compares with: refused all the same
+        body = b'{"op": "hello", "id": 1, "token": "\\ud800"}'
+        sock.sendall(struct.pack(">I", len(body)) + body)
+        assert protocol.receive(sock) == {
+            "type": "error", "id": 1, "code": "unauthorized",
+            "message": "this listener needs a token (hello.token)"}
+        assert closed(sock)
     with tcp_connect(port) as sock:  # authenticated, a large frame is fine
         protocol.send(sock, {"op": "hello", "id": 1, "token": "s3cret"})
         assert protocol.receive(sock)["type"] == "hello"
