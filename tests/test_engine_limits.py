@@ -250,3 +250,19 @@ def test_memory_of_a_large_request_is_given_back(tmp_path):
         assert protocol.receive(sock)["type"] == "result"
         after = rss_mb(process.pid)
         assert after - before < 24, (before, after)
+
+
+def test_a_request_whose_deadline_passes_in_the_queue_never_runs(long_engine):
+    scheduler = Scheduler(long_engine)
+    timeline = Timeline()
+    late = timeline.job("late", 256, 8)
+    late.deadline = time.monotonic() - 1  # it waited past its deadline before admission
+    assert scheduler.submit(late)
+    scheduler.start()
+    try:
+        wait_for(lambda: timeline.done("late"))
+    finally:
+        scheduler.stop()
+    assert timeline.events == [("late", Draft(step=0, token_ids=[], committed=0, text="",
+                                              done=True, finish_reason="deadline"))]
+    assert (scheduler.counters["expired"], scheduler.counters["forwardPasses"]) == (1, 0)
