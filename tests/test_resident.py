@@ -278,7 +278,7 @@ OPTIONS = {"holeSize": {"restOfLine": 12, "brackets": 12, "comment": 12, "block"
 
 async def start_lsp(model: Path) -> LanguageClient:
     command = [sys.executable, "-m", "dg_lsp.cli", "serve", "--model", str(model),
-               "--device", "cpu"]
+               "--device", "cpu", "--dtype", "float32"]  # the module's engine
     client = await ClientServerConfig(server_command=command).start()
     await client.initialize_session(types.InitializeParams(
         capabilities=types.ClientCapabilities(), initialization_options=OPTIONS))
@@ -337,7 +337,7 @@ async def test_killed_engine_answers_empty_is_restarted_and_serves_again(dream_c
     model = shutil.copytree(dream_ckpt, tmp_path / "model")
     client = await ClientServerConfig(server_command=[
         sys.executable, "-m", "dg_lsp.cli", "serve", "--model", str(model),
-        "--device", "cpu"]).start()
+        "--device", "cpu", "--dtype", "float32"]).start()
     try:
         await client.initialize_session(types.InitializeParams(
             capabilities=types.ClientCapabilities(), initialization_options=OPTIONS))
@@ -346,7 +346,7 @@ async def test_killed_engine_answers_empty_is_restarted_and_serves_again(dream_c
         assert expected is not None
         open_doc(client, "file:///tmp/kill.py", text)
         assert await inline(client, "file:///tmp/kill.py", text) == expected
-        victim = EngineClient(endpoint_for(str(model), "cpu"))
+        victim = EngineClient(endpoint_for(str(model), "cpu", "float32"))
         first_pid = victim.hello()["pid"]
 
         client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={
