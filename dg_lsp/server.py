@@ -137,14 +137,14 @@ class DgLanguageServer(LanguageServer):
         return backend
 
     def _open_backend(self) -> CompletionBackend:
-        model, device = self.settings.model, self.settings.device
+        model, device, dtype = self.settings.model, self.settings.device, self.settings.dtype
         if self.settings.engine == "inproc":
             from engine import Engine
 
-            return Engine.load(model, device)
+            return Engine.load(model, device, dtype)
         from engine.client import EngineClient
 
-        return EngineClient.connect_or_start(model, device)
+        return EngineClient.connect_or_start(model, device, dtype=dtype)
 
     def engine_lost(self, exc: Exception) -> None:
         """The resident engine died or refused: drop it, start it again, tell the user once."""
@@ -580,6 +580,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--tcp", metavar="HOST:PORT", help="listen on TCP instead of stdio")
     parser.add_argument("--model", help="checkpoint folder or hub id (default: bundled model)")
     parser.add_argument("--device", default=None, help="auto, cpu, cuda, cuda:N, mps")
+    parser.add_argument("--dtype", default=None, help="auto (default), int8, float32, bfloat16, "
+                        "float16, float64")
     parser.add_argument("--engine", choices=("resident", "inproc"), default=None,
                         help="share a resident engine process (default) or load the model here")
     parser.set_defaults(func=serve)
@@ -587,7 +589,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def serve(args: argparse.Namespace) -> int:
     server = create_server()
-    given = (("model", args.model), ("device", args.device), ("engine", args.engine))
+    given = (("model", args.model), ("device", args.device), ("dtype", args.dtype),
+             ("engine", args.engine))
     cli = {key: value for key, value in given if value}
     if cli:
         server.settings, errors = parse_settings(cli)

@@ -15,6 +15,7 @@ from engine.types import SamplerSettings
 
 SAMPLERS = ("topk", "threshold", "entropy")
 DEVICES = ("auto", "cpu", "cuda", "mps")
+DTYPES = ("auto", "int8", "float32", "bfloat16", "float16", "float64")  # engine.Engine.load
 # "resident": share the engine process for (model, device) with every editor and CLI, starting
 # it when none runs; "inproc": load the model inside this server (tests, one-shot runs).
 ENGINE_MODES = ("resident", "inproc")
@@ -75,6 +76,9 @@ def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, li
             if check(key, value in DEVICES or (isinstance(value, str)
                                               and value.startswith("cuda:")), "auto|cpu|cuda"):
                 settings.device = value
+        elif key == "dtype":
+            if check(key, value in DTYPES, "|".join(DTYPES)):
+                settings.dtype = value
         elif key == "engine":
             if check(key, value in ENGINE_MODES, " or ".join(ENGINE_MODES)):
                 settings.engine = value

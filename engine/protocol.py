@@ -4,7 +4,14 @@ Transport: a Unix socket (default) or TCP. Every message is a 4-byte big-endian 
 that many bytes of UTF-8 JSON holding one object. Messages over `MAX_MESSAGE` bytes are
 refused (the connection is closed after the error reply, as the stream cannot be resynced).
 
-Client → engine. Every request has "op" and an "id" (any JSON scalar, unique per connection):
+Frames are checked before anything else reads them: strict JSON (no NaN or Infinity, no
+number that overflows a float, nesting bounded by the parser), one object, an "id" that is
+an integer or a string of at most 256 characters, text fields valid Unicode (no lone
+surrogates), every field typed and in range. A frame that fails gets an error reply (id null
+when its id is the problem) and the connection goes on. Replies are strict JSON too.
+
+Client → engine. Every request has "op" and an "id" (an integer or a short string, unique per
+connection):
 
     {"op": "hello", "id": 1, "version": 1, "token": "..."}   # first message; token over TCP
     {"op": "infill", "id": 2, "prefix": str, "suffix": str, "max_tokens": int,
@@ -16,20 +23,27 @@ Client → engine. Every request has "op" and an "id" (any JSON scalar, unique p
 
 Engine → client. Replies carry the request's "id" and a "type":
 
-    {"type": "hello", "id": 1, "version": 1, "model": str, "device": str, "family": str}
+    {"type": "hello", "id": 1, "version": 1, "model": str, "device": str, "family": str,
+     "pid": int, "limits": {"maxCanvas": int, "requestTimeout": float}}
     {"type": "draft", "id": 2, "draft": {Draft fields}}     # streaming, after every step
     {"type": "result", "id": 2, "draft": {Draft fields}}    # the last Draft (done=True)
     {"type": "ok", "id": 6, ...}                            # ping, cancel, stats, shutdown
     {"type": "error", "id": 2, "code": str, "message": str}
 
-Error codes: "bad-request" (malformed or missing fields), "unknown-op", "too-large", "busy" (the
-queue is full: try later), "unauthorized", "version", "failed" (the model raised).
+A Draft's finish_reason is "stop", "length", "cancelled", or "deadline": the request ran
+past the engine's --request-timeout (queued or denoising) and ends with the text it has.
+
+Error codes: "bad-request" (malformed or missing fields, or over the engine's limits: canvas
+over the model's positions or the per-request memory budget), "unknown-op", "too-large",
+"busy" (the queue or the connection limit is full: try later), "unauthorized", "version",
+"failed" (the model raised).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import socket
 import struct
 from typing import Any
@@ -38,6 +52,8 @@ from engine.types import Draft, SamplerSettings
 
 VERSION = 1
 MAX_MESSAGE = 8 * 1024 * 1024  # a 256-token canvas's text is a few KB; this is generous
+MAX_UNAUTHENTICATED = 4096  # a TCP peer's first frame: a hello with its token
+MAX_ID = 256  # characters of a string id
 HEADER = struct.Struct(">I")
 
 
@@ -50,29 +66,90 @@ class ProtocolError(Exception):
 
 
 def encode(message: dict[str, Any]) -> bytes:
-    body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    """A frame of `message` as strict JSON; ProtocolError when it cannot be one (NaN, lone
+    surrogates, too large)."""
+    try:
+        body = json.dumps(message, ensure_ascii=False, allow_nan=False,
+                          separators=(",", ":")).encode("utf-8")
+    except (ValueError, TypeError) as exc:  # UnicodeEncodeError is a ValueError
+        raise ProtocolError("failed", f"the reply is not strict JSON: {exc}") from None
     if len(body) > MAX_MESSAGE:
         raise ProtocolError("too-large", f"message of {len(body)} bytes exceeds {MAX_MESSAGE}")
     return HEADER.pack(len(body)) + body
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]} is out of range")
+    return value
+
+
 def decode(body: bytes) -> dict[str, Any]:
+    """The object a frame's body holds; ProtocolError ("bad-request") when it is not strict
+    JSON holding one object."""
     try:
-        message = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ProtocolError("bad-request", f"not a JSON message: {exc}") from None
+        message = json.loads(body.decode("utf-8"), parse_constant=_refuse_constant,
+                             parse_float=_finite_float)
+    except UnicodeDecodeError as exc:
+        raise ProtocolError("bad-request", f"not UTF-8: {exc}") from None
+    except RecursionError:
+        raise ProtocolError("bad-request", "not a JSON message: nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, NaN/Infinity, ints over 4300 digits
+        raise ProtocolError("bad-request", f"not a JSON message: {str(exc)[:200]}") from None
     if not isinstance(message, dict):
         raise ProtocolError("bad-request", "a message must be a JSON object")
     return message
 
 
-def check_length(length: int) -> None:
-    if length > MAX_MESSAGE:
-        raise ProtocolError("too-large", f"message of {length} bytes exceeds {MAX_MESSAGE}")
+def request_id(message: dict[str, Any], key: str = "id") -> int | str | None:
+    """`message[key]` when it is a valid request id (absent: None); else ProtocolError."""
+    value = message.get(key)
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**53:
+        return value
+    if isinstance(value, str) and len(value) <= MAX_ID and _unicode(value):
+        return value
+    raise ProtocolError("bad-request", f"{key} must be an integer or a string of at most "
+                        f"{MAX_ID} characters")
+
+
+def check_text(name: str, value: str) -> None:
+    """ProtocolError unless `value` is valid Unicode (JSON can carry lone surrogates)."""
+    if not _unicode(value):
+        raise ProtocolError("bad-request", f"{name}: not valid Unicode (a lone surrogate)")
+
+
+def _unicode(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_length(length: int, limit: int = MAX_MESSAGE) -> None:
+    if length > limit:
+        raise ProtocolError("too-large", f"message of {length} bytes exceeds {limit}")
 
 
 def send(sock: socket.socket, message: dict[str, Any]) -> None:
     sock.sendall(encode(message))
+
+
+def ask(sock: socket.socket, message: dict[str, Any]) -> dict[str, Any]:
+    """Send `message` and return the next message received. A peer that hung up without
+    reading it may have said why first ("busy"): that is returned, not a broken pipe."""
+    try:
+        send(sock, message)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    return receive(sock)
 
 
 def receive(sock: socket.socket) -> dict[str, Any]:
@@ -102,14 +179,33 @@ def settings_to_wire(settings: SamplerSettings | None) -> dict[str, Any]:
     return dataclasses.asdict(settings or SamplerSettings())
 
 
+# engine.samplers.SAMPLERS, named here so that clients need not import torch.
+SAMPLER_NAMES = ("topk", "threshold", "entropy")
+# Each setting's range: (low, high), both inclusive; None: unbounded on that side.
+_SETTINGS_RANGES: dict[str, tuple[float | None, float | None]] = {
+    "k": (1, None),
+    "threshold": (0.0, 1.0),
+    "gamma": (0.0, None),
+    "temperature": (0.0, 100.0),
+    "eos_penalty": (-1e4, 1e4),
+    "seed": (0, 2**63 - 1),  # torch.Generator.manual_seed's range
+    "max_steps": (1, None),
+    "cache_refresh": (1, None),
+    "refresh_window": (0, None),
+    "min_tokens": (0, None),
+}
+
+
 def settings_from_wire(raw: Any) -> SamplerSettings:
+    """SamplerSettings from a request's "settings" (None: the defaults); ProtocolError
+    naming the first field of the wrong type or out of its range."""
     if raw is None:
         return SamplerSettings()
     if not isinstance(raw, dict):
         raise ProtocolError("bad-request", "settings must be an object")
     unknown = set(raw) - set(_SETTINGS_FIELDS)
     if unknown:
-        raise ProtocolError("bad-request", f"unknown sampler settings: {sorted(unknown)}")
+        raise ProtocolError("bad-request", f"unknown sampler settings: {sorted(unknown)[:8]}")
     defaults = SamplerSettings()
     for name, value in raw.items():
         default = getattr(defaults, name)
@@ -119,8 +215,15 @@ def settings_from_wire(raw: Any) -> SamplerSettings:
             ok = isinstance(value, int | float) and not isinstance(value, bool)
         else:
             ok = type(value) is type(default)
+        low, high = _SETTINGS_RANGES.get(name, (None, None))
+        if ok and value is not None and not isinstance(value, str | bool):
+            ok = (low is None or value >= low) and (high is None or value <= high)
+        if ok and name == "sampler":
+            ok = value in SAMPLER_NAMES
         if not ok:
-            raise ProtocolError("bad-request", f"settings.{name}: bad value {value!r}")
+            raise ProtocolError("bad-request", f"settings.{name}: bad value {value!r:.60}"
+                                + (f" (range [{low}, {high}])" if name in _SETTINGS_RANGES
+                                   else ""))
     return SamplerSettings(**raw)
 
 

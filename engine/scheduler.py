@@ -1,13 +1,24 @@
-"""The resident engine's scheduler: every live request advances one step per round.
+"""The resident engine's scheduler: live requests advance one step per round.
 
-One thread owns the model. Each round it admits queued jobs (interactive before batch, then
-first come first served) up to `max_batch` live ones, drops the cancelled ones, and advances
-every live job by one forward pass:
+One thread owns the model. Requests wait in three lanes: interactive (an editor waiting on
+it), batch (`dg-lsp batch` and other background work) and large (any request whose canvas is
+over `large_canvas` tokens). Each lane admits up to its own number of live requests, so a
+typed completion never queues behind batch work or a huge canvas. Each round drops the
+cancelled and expired requests and advances the live ones by one forward pass:
 
+- interactive requests step every round; background ones (batch and large) every round only
+  while no interactive request is live, else once they have waited four times as long as
+  their last step took: while someone types, background work gets about a fifth of the
+  engine, and it still finishes;
 - masked-family holes that need a full pass run together as one padded batch (right padding,
-  padded keys masked out, so each row computes what it would alone);
+  padded keys masked out, so each row computes what it would alone), but a large canvas runs
+  alone: in a batch it would make every row as wide, and as slow, as itself;
 - the rest (masked steps on a cached context, the AR baseline, the block family, rewrites)
-  run one after another in the same round, so they too make progress at the same pace.
+  run one after another in the same round.
+
+Every request has a deadline (`Job.deadline`): past it, it ends with the text it has and
+finish_reason "deadline", queued or live. After a large request the allocator's free memory
+is given back to the system.
 
 A cancelled or disconnected job leaves at the next step boundary and frees its slot. The
 queue is bounded: `submit` answers False ("busy") rather than let latency grow without limit.
@@ -15,22 +26,29 @@ queue is bounded: `submit` answers False ("busy") rather than let latency grow w
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
+from engine.config import ModelConfig
 from engine.denoise import MaskedDenoiser
 from engine.engine import Engine
 from engine.models.transformer import LayerKV
 from engine.types import Draft, SamplerSettings
 
-INTERACTIVE, BATCH = "interactive", "batch"
+INTERACTIVE, BATCH, LARGE = "interactive", "batch", "large"
 PRIORITIES = (INTERACTIVE, BATCH)
+LANES = (INTERACTIVE, BATCH, LARGE)
+LARGE_CANVAS = 1024  # tokens: a canvas over this is stepped alone, as background work
+LARGE_LIVE = 1  # large requests denoised at once: each may hold hundreds of MB
+BACKGROUND_SHARE = 4  # background work waits this many times its last step's duration
 
 
 @dataclass
@@ -51,16 +69,44 @@ class Job:
     on_error: Callable[[str, str], None] = lambda code, message: None
     cancelled: threading.Event = field(default_factory=threading.Event)
     submitted: float = field(default_factory=time.perf_counter)
+    deadline: float | None = None  # time.monotonic() past which it ends ("deadline")
 
     def cancel(self) -> None:
         self.cancelled.set()
 
 
+def request_bytes(config: ModelConfig, canvas_length: int, hole: int) -> int:
+    """An upper estimate of the memory one request's forward pass takes beyond the weights:
+    float32 activations of `canvas_length` positions, one layer's attention weights (when
+    attention runs without a fused kernel), every layer's keys/values (kept between steps),
+    and logits for `hole` rows with the sampler's copies of them."""
+    f = 4
+    n = canvas_length
+    kv = config.num_layers * 2 * config.num_kv_heads * config.head_dim * n * f
+    scores = config.num_heads * n * n * f
+    activations = n * (4 * config.hidden_size + 3 * config.intermediate_size) * f
+    logits = hole * config.vocab_size * f * 4
+    return kv + scores + activations + logits
+
+
+def release_memory(device: torch.device) -> None:
+    """Give memory a finished large request freed back to the system: torch's CUDA cache,
+    and glibc's heap (which otherwise keeps what it once grew to)."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 class _Live:
     """A job being denoised: a MaskedDenoiser the scheduler batches, or a step generator."""
 
-    def __init__(self, job: Job, engine: Engine) -> None:
+    def __init__(self, job: Job, engine: Engine, lane: str) -> None:
         self.job = job
+        self.lane = lane
+        self.last: Draft | None = None  # the latest Draft sent
+        self.step_seconds = 0.0  # how long its last step took
+        self.stepped_at = 0.0  # time.monotonic() when its last step ended
         self.denoiser: MaskedDenoiser | None = None
         self.steps: Iterator[Draft] | None = None
         if engine.config.family == "masked" and job.original is None:
@@ -96,20 +142,21 @@ class _Live:
 
 
 class Scheduler:
-    def __init__(self, engine: Engine, max_batch: int = 8, max_queue: int = 64) -> None:
+    def __init__(self, engine: Engine, max_batch: int = 8, max_queue: int = 64,
+                 large_canvas: int = LARGE_CANVAS) -> None:
         self.engine = engine
         self.max_batch = max_batch
         self.max_queue = max_queue
-        self._queues: dict[str, deque[Job]] = {p: deque() for p in PRIORITIES}
+        self.large_canvas = large_canvas
+        self._queues: dict[str, deque[Job]] = {lane: deque() for lane in LANES}
         self._live: list[_Live] = []
         self._wake = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
         self.started = time.time()
         self.counters = {"submitted": 0, "completed": 0, "cancelled": 0, "failed": 0,
-                         "busy": 0, "rounds": 0, "forwardPasses": 0, "batchedPasses": 0,
-                         "batchedRows": 0,
-                         "positionsCommitted": 0}
+                         "busy": 0, "expired": 0, "rounds": 0, "forwardPasses": 0,
+                         "batchedPasses": 0, "batchedRows": 0, "positionsCommitted": 0}
 
     # -- called from any thread ----------------------------------------------------------
 
@@ -132,10 +179,13 @@ class Scheduler:
             if sum(len(q) for q in self._queues.values()) >= self.max_queue:
                 self.counters["busy"] += 1
                 return False
-            self._queues[job.priority].append(job)
+            self._queues[self.lane(job)].append(job)
             self.counters["submitted"] += 1
             self._wake.notify()
         return True
+
+    def lane(self, job: Job) -> str:
+        return LARGE if job.canvas_length > self.large_canvas else job.priority
 
     def cancel(self, job: Job) -> None:
         job.cancel()
@@ -162,22 +212,36 @@ class Scheduler:
                     self._wake.wait()
                 if self._stopping:
                     break
+                expired = self._expire_queued()
                 admitted = self._admit()
+            for job in expired:
+                job.on_draft(_empty_draft("deadline"))
             for job in admitted:
                 self._start(job)
-            self._drop_cancelled()
+            self._drop_cancelled_and_expired()
             if self._live:
                 self._round()
         for live in self._live:
             live.close()
 
+    def _expire_queued(self) -> list[Job]:
+        now = time.monotonic()
+        expired = []
+        for queue in self._queues.values():
+            for job in [j for j in queue if j.deadline is not None and now > j.deadline]:
+                queue.remove(job)
+                expired.append(job)
+        self.counters["expired"] += len(expired)
+        return expired
+
     def _admit(self) -> list[Job]:
         jobs = []
-        while len(self._live) + len(jobs) < self.max_batch:
-            queue = next((q for q in self._queues.values() if q), None)
-            if queue is None:
-                break
-            jobs.append(queue.popleft())
+        for lane, queue in self._queues.items():
+            cap = LARGE_LIVE if lane == LARGE else self.max_batch
+            live = sum(1 for lv in self._live if lv.lane == lane)
+            while queue and live < cap:
+                jobs.append(queue.popleft())
+                live += 1
         return jobs
 
     def _start(self, job: Job) -> None:
@@ -185,7 +249,7 @@ class Scheduler:
             self.counters["cancelled"] += 1
             return
         try:
-            live = _Live(job, self.engine)
+            live = _Live(job, self.engine, self.lane(job))
         except Exception as exc:  # a bad request must not stop the others
             self.counters["failed"] += 1
             job.on_error("failed", str(exc))
@@ -193,48 +257,77 @@ class Scheduler:
         with self._wake:
             self._live.append(live)
 
-    def _drop_cancelled(self) -> None:
-        for live in [lv for lv in self._live if lv.job.cancelled.is_set()]:
-            self._finish(live)
-            self.counters["cancelled"] += 1
-            if live.denoiser is not None:
-                live.job.on_draft(live.denoiser.final("cancelled"))
+    def _drop_cancelled_and_expired(self) -> None:
+        now = time.monotonic()
+        for live in list(self._live):
+            job = live.job
+            if job.cancelled.is_set():
+                reason, counter = "cancelled", "cancelled"
+            elif job.deadline is not None and now > job.deadline:
+                reason, counter = "deadline", "expired"
             else:
-                live.job.on_draft(Draft(step=0, token_ids=[], committed=0, text="", done=True,
-                                        finish_reason="cancelled"))
+                continue
+            self._finish(live)
+            self.counters[counter] += 1
+            if live.denoiser is not None:
+                job.on_draft(live.denoiser.final(reason))
+            elif live.last is not None:
+                job.on_draft(replace(live.last, done=True, finish_reason=reason))
+            else:
+                job.on_draft(_empty_draft(reason))
 
     def _finish(self, live: _Live) -> None:
         live.close()
         with self._wake:
             self._live.remove(live)
+        if live.lane == LARGE:
+            release_memory(self.engine.device)
+
+    def _due(self) -> list[_Live]:
+        """The live jobs that step this round: interactive ones always, background ones when
+        nothing interactive is live or they have waited their turn."""
+        if not any(lv.lane == INTERACTIVE for lv in self._live):
+            return list(self._live)
+        now = time.monotonic()
+        return [lv for lv in self._live if lv.lane == INTERACTIVE
+                or now - lv.stepped_at >= BACKGROUND_SHARE * lv.step_seconds]
 
     def _round(self) -> None:
         self.counters["rounds"] += 1
+        due = self._due()
         # An int8 model's activations are quantized with one scale per pass: a canvas batched
         # with others would get another completion than alone. Its canvases run one by one
         # (on the CPU, where it runs, a batch costs what its rows cost alone anyway).
-        batch = [] if self.engine.quantized else [lv for lv in self._live if lv.batchable()]
+        batch = [] if self.engine.quantized else [
+            lv for lv in due if lv.lane != LARGE and lv.batchable()]
         drafts: dict[int, Draft] = {}
         if len(batch) > 1:
+            started = time.monotonic()
             for live, logits in zip(batch, self._batched_forward(batch), strict=True):
                 drafts[id(live)] = live.denoiser.advance(logits)
+            ended = time.monotonic()
+            for live in batch:
+                live.step_seconds, live.stepped_at = ended - started, ended
             self.counters["forwardPasses"] += 1
             self.counters["batchedPasses"] += 1
             self.counters["batchedRows"] += len(batch)
-        for live in list(self._live):
+        for live in due:
             try:
                 if id(live) not in drafts:
+                    started = time.monotonic()
                     drafts[id(live)] = live.step_alone()
+                    live.stepped_at = time.monotonic()
+                    live.step_seconds = live.stepped_at - started
                     self.counters["forwardPasses"] += 1
             except StopIteration:
-                drafts[id(live)] = Draft(step=0, token_ids=[], committed=0, text="", done=True,
-                                         finish_reason="stop")
+                drafts[id(live)] = _empty_draft("stop")
             except Exception as exc:
                 self._finish(live)
                 self.counters["failed"] += 1
                 live.job.on_error("failed", str(exc))
                 continue
             draft = drafts[id(live)]
+            live.last = draft
             if draft.done:
                 self._finish(live)
                 self.counters["completed"] += 1
@@ -264,3 +357,7 @@ class Scheduler:
                 out.append(live.denoiser.hole_from_full(raw[i : i + 1], row_kv, offset=first))
         return out
 
+
+
+def _empty_draft(reason: str) -> Draft:
+    return Draft(step=0, token_ids=[], committed=0, text="", done=True, finish_reason=reason)

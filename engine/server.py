@@ -1,9 +1,18 @@
 """`dg-engine serve`: one long-lived process holds the model; editors and CLIs connect to it.
 
-The socket lives in the user's runtime directory (engine.endpoint), mode 0600. A second
-`serve` for the same model and device finds the first one (it holds `<socket>.lock` for its
-whole life) and exits, telling where the running engine is. `--listen HOST:PORT` adds a TCP
-listener that requires a token on every connection. The wire format is engine.protocol.
+The socket lives in the user's runtime directory (engine.endpoint), mode 0600, and a Unix
+connection from another uid is closed before its first byte is read (root may connect: it
+can read this user's memory anyway). A second `serve` for the same model and device finds
+the first one (it holds `<socket>.lock` for its whole life) and exits, telling where the
+running engine is. `--listen HOST:PORT` adds a TCP listener that requires a token on every
+connection: the token file must be private (mode 0600), a peer must send it in a small first
+message within AUTH_TIMEOUT seconds, and the token travels in clear (see the README for TLS).
+The wire format is engine.protocol.
+
+No request holds the engine hostage: its canvas must fit the model's positions and the
+per-request memory budget, it ends at its deadline (`--request-timeout`), and large or batch
+work yields to interactive requests (engine.scheduler). Connections are capped
+(`--max-connections`).
 
 Connections are served by asyncio on the main thread; the model runs on the scheduler's
 thread (engine.scheduler). A connection that closes has every request it made cancelled.
@@ -17,27 +26,49 @@ import contextlib
 import hmac
 import os
 import signal
+import socket
+import stat
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from engine import protocol
-from engine.endpoint import Endpoint, endpoint_for
+from engine.endpoint import Endpoint, UnsafeRuntimeDir, endpoint_for, peer_credentials
 from engine.protocol import ProtocolError
 from engine.types import Draft
 
 DEFAULT_IDLE_EXIT = 0  # seconds without a connection before exiting; 0 = never
+DEFAULT_MAX_CONNECTIONS = 64  # a language server holds one per request in flight
+DEFAULT_REQUEST_TIMEOUT = 60.0  # seconds: an interactive completion takes well under one
+AUTH_TIMEOUT = 10.0  # seconds a TCP peer has to authenticate
+# Characters of context kept per canvas token: more than the densest code tokenizes to, so
+# trimming never changes a canvas, and an 8 MB prefix costs what its canvas costs.
+CHARS_PER_TOKEN = 32
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask of this engine."""
+
+    max_canvas: int  # the model's positions
+    max_request_bytes: int  # engine.scheduler.request_bytes of one request
+    request_timeout: float  # seconds from arrival to the last draft
 
 
 class EngineServer:
     def __init__(self, engine: Any, scheduler: Any, name: str, token: str | None = None,
-                 idle_exit: float = DEFAULT_IDLE_EXIT) -> None:
+                 idle_exit: float = DEFAULT_IDLE_EXIT, limits: Limits | None = None,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
         self.engine = engine
         self.scheduler = scheduler
         self.name = name
         self.token = token
         self.idle_exit = idle_exit
+        self.limits = limits or Limits(engine.config.max_position_embeddings, 1 << 30,
+                                       DEFAULT_REQUEST_TIMEOUT)
+        self.max_connections = max_connections
         self.connections = 0
         self.last_active = time.monotonic()
         self.stopped = asyncio.Event()
@@ -45,8 +76,18 @@ class EngineServer:
     # -- one connection ------------------------------------------------------------------
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        unix = sock is not None and sock.family == socket.AF_UNIX
+        if unix and not _same_user(sock):
+            writer.close()  # another user's process: not a byte read or written
+            return
+        if self.connections >= self.max_connections:
+            writer.write(protocol.encode(_error(None, "busy", f"the engine serves at most "
+                                                f"{self.max_connections} connections")))
+            writer.close()
+            return
         self.connections += 1
-        needs_token = self.token is not None and writer.get_extra_info("peername") not in ("", None)
+        needs_token = self.token is not None and not unix
         jobs: dict[Any, Any] = {}
         loop = asyncio.get_running_loop()
         outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
@@ -59,28 +100,31 @@ class EngineServer:
             authorized = not needs_token
             while True:
                 try:
-                    message = await self._read(reader)
+                    if authorized:
+                        message = await self._read(reader, protocol.MAX_MESSAGE)
+                    else:
+                        # Nothing big is read, and nobody waits long, before the token.
+                        message = await asyncio.wait_for(
+                            self._read(reader, protocol.MAX_UNAUTHENTICATED), AUTH_TIMEOUT)
                 except (asyncio.IncompleteReadError, ConnectionError):
                     break
-                except ProtocolError as exc:  # too large: the stream cannot be resynced
-                    outbox.put_nowait(_error(None, exc.code, str(exc)))
+                except asyncio.CancelledError:
+                    # The engine is stopping. Ending quietly: asyncio (3.11) logs a traceback
+                    # for a connection task that ends cancelled.
                     break
-                if message is None:  # undecodable body, already framed: reply and go on
-                    outbox.put_nowait(_error(None, "bad-request", "not a JSON object"))
-                    continue
-                request_id = message.get("id")
+                except TimeoutError:
+                    outbox.put_nowait(_error(None, "unauthorized", "no token in time"))
+                    break
+                except ProtocolError as exc:  # too large: the stream cannot be resynced
+                    code = exc.code if authorized else "unauthorized"
+                    outbox.put_nowait(_error(None, code, str(exc)))
+                    break
+                reply = self._reply(message, jobs, post, authorized)
                 if not authorized:
-                    if message.get("op") == "hello" and self._token_ok(message.get("token")):
-                        authorized = True
-                    else:
-                        outbox.put_nowait(_error(request_id, "unauthorized",
-                                                 "this listener needs a token (hello.token)"))
+                    if reply is None or reply.get("type") != "hello":
+                        outbox.put_nowait(reply or _error(None, "unauthorized", "no token"))
                         break
-                self.last_active = time.monotonic()
-                try:
-                    reply = self._dispatch(message, jobs, post)
-                except ProtocolError as exc:
-                    reply = _error(request_id, exc.code, str(exc))
+                    authorized = True
                 if reply is not None:
                     outbox.put_nowait(reply)
         finally:
@@ -93,28 +137,59 @@ class EngineServer:
             self.connections -= 1
             self.last_active = time.monotonic()
 
-    async def _read(self, reader: asyncio.StreamReader) -> dict[str, Any] | None:
+    def _reply(self, message: dict[str, Any] | ProtocolError, jobs: dict[Any, Any], post,
+               authorized: bool) -> dict[str, Any] | None:
+        """The reply to one decoded frame (None: replies come later, from the scheduler)."""
+        if isinstance(message, ProtocolError):  # not a JSON object, already framed
+            return _error(None, message.code, str(message))
+        try:
+            request_id = protocol.request_id(message)
+        except ProtocolError as exc:
+            return _error(None, exc.code, str(exc))
+        if not authorized and not (message.get("op") == "hello"
+                                   and self._token_ok(message.get("token"))):
+            return _error(request_id, "unauthorized", "this listener needs a token "
+                          "(hello.token)")
+        self.last_active = time.monotonic()
+        try:
+            return self._dispatch(message, jobs, post)
+        except ProtocolError as exc:
+            return _error(request_id, exc.code, str(exc))
+        except Exception as exc:  # a bug must cost one request, not the connection
+            print(f"dg-engine: {type(exc).__name__} on a request: {exc}", file=sys.stderr,
+                  flush=True)
+            return _error(request_id, "failed", f"{type(exc).__name__}: {exc}")
+
+    async def _read(self, reader: asyncio.StreamReader, limit: int
+                    ) -> dict[str, Any] | ProtocolError:
+        """The next frame's object, or the ProtocolError that it is not one (the stream is
+        still in sync); ProtocolError raised when the frame is longer than `limit`."""
         header = await reader.readexactly(protocol.HEADER.size)
         (length,) = protocol.HEADER.unpack(header)
-        protocol.check_length(length)
+        protocol.check_length(length, limit)
         body = await reader.readexactly(length)
         try:
             return protocol.decode(body)
-        except ProtocolError:
-            return None
+        except ProtocolError as exc:
+            return exc
 
     async def _send_loop(self, writer: asyncio.StreamWriter,
                          outbox: asyncio.Queue[dict[str, Any] | None]) -> None:
         while (message := await outbox.get()) is not None:
             try:
-                writer.write(protocol.encode(message))
+                data = protocol.encode(message)
+            except ProtocolError as exc:  # a reply that is not strict JSON: say so instead
+                data = protocol.encode(_error(message.get("id"), exc.code, str(exc)))
+            try:
+                writer.write(data)
                 await writer.drain()
-            except (ConnectionError, ProtocolError):
+            except ConnectionError:
                 return
 
     def _token_ok(self, token: Any) -> bool:
+        # surrogatepass: JSON can carry lone surrogates, and a bad token is just wrong.
         return isinstance(token, str) and self.token is not None and hmac.compare_digest(
-            token.encode(), self.token.encode())
+            token.encode("utf-8", "surrogatepass"), self.token.encode())
 
     # -- requests -----------------------------------------------------------------------
 
@@ -124,10 +199,12 @@ class EngineServer:
             version = message.get("version", protocol.VERSION)
             if version != protocol.VERSION:
                 raise ProtocolError("version", f"engine speaks protocol {protocol.VERSION}, "
-                                    f"client {version}")
+                                    f"client {version!r:.40}")
             return {"type": "hello", "id": request_id, "version": protocol.VERSION,
                     "model": self.name, "device": str(self.engine.device),
-                    "family": self.engine.config.family, "pid": os.getpid()}
+                    "family": self.engine.config.family, "pid": os.getpid(),
+                    "limits": {"maxCanvas": self.limits.max_canvas,
+                               "requestTimeout": self.limits.request_timeout}}
         if op == "ping":
             return {"type": "ok", "id": request_id}
         if op == "stats":
@@ -136,14 +213,14 @@ class EngineServer:
             asyncio.get_running_loop().call_soon(self.stopped.set)
             return {"type": "ok", "id": request_id}
         if op == "cancel":
-            job = jobs.get(message.get("target"))
+            job = jobs.get(protocol.request_id(message, "target"))
             if job is not None:
                 self.scheduler.cancel(job)
             return {"type": "ok", "id": request_id}
         if op in ("infill", "rewrite"):
             if request_id in jobs:
                 raise ProtocolError("bad-request", f"request id {request_id!r} is in use")
-            job = _job(message, op)
+            job = _job(message, op, self.limits, self.engine.config)
             stream = bool(message.get("stream", False))
 
             def on_draft(draft: Draft) -> None:
@@ -165,7 +242,7 @@ class EngineServer:
                 jobs.pop(request_id, None)
                 raise ProtocolError("busy", "the engine's queue is full; try again")
             return None
-        raise ProtocolError("unknown-op", f"unknown op {op!r}")
+        raise ProtocolError("unknown-op", f"unknown op {op!r:.60}")
 
     async def idle_watch(self) -> None:
         while self.idle_exit > 0:
@@ -181,31 +258,63 @@ def _error(request_id: Any, code: str, message: str) -> dict[str, Any]:
     return {"type": "error", "id": request_id, "code": code, "message": message}
 
 
-def _job(message: dict[str, Any], op: str) -> Any:
-    from engine.scheduler import PRIORITIES, Job
+def _same_user(sock: Any) -> bool:
+    """Whether the Unix peer runs as this user or as root (who can read our memory anyway)."""
+    try:
+        _, uid, _ = peer_credentials(sock)
+    except OSError:
+        return False
+    return uid in (os.getuid(), 0)
+
+
+def _job(message: dict[str, Any], op: str, limits: Limits, config: Any) -> Any:
+    from engine.scheduler import PRIORITIES, Job, request_bytes
 
     def field(name: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
         value = message.get(name, default)
         if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-            raise ProtocolError("bad-request", f"{name}: expected {kind}, got {value!r}")
+            raise ProtocolError("bad-request", f"{name}: expected {kind}, got {value!r:.60}")
         return value
 
-    prefix, suffix = field("prefix", str, ""), field("suffix", str, "")
+    def text(name: str, default: str | None = "") -> str:
+        value = field(name, str, default)
+        protocol.check_text(name, value)
+        return value
+
+    prefix, suffix = text("prefix"), text("suffix")
     max_tokens = field("max_tokens", int, 32)
     canvas_length = field("canvas_length", int, 256)
-    if not 1 <= max_tokens <= 4096 or not 8 <= canvas_length <= 65536:
-        raise ProtocolError("bad-request", "max_tokens or canvas_length out of range")
+    if not 8 <= canvas_length <= limits.max_canvas:
+        raise ProtocolError("bad-request", f"canvas_length must be in [8, {limits.max_canvas}] "
+                            f"(this model's positions), not {canvas_length}")
+    if not 1 <= max_tokens < canvas_length:
+        raise ProtocolError("bad-request", f"max_tokens must be in [1, canvas_length - 1 = "
+                            f"{canvas_length - 1}], not {max_tokens}")
+    positions = canvas_length + (max_tokens if config.family == "block" else 0)
+    need = request_bytes(config, positions, max_tokens)
+    if need > limits.max_request_bytes:
+        raise ProtocolError("bad-request", f"canvas_length {canvas_length} with max_tokens "
+                            f"{max_tokens} needs about {need >> 20} MiB, over this engine's "
+                            f"{limits.max_request_bytes >> 20} MiB per request "
+                            f"(--max-request-mb)")
     priority = field("priority", str, "interactive")
     if priority not in PRIORITIES:
         raise ProtocolError("bad-request", f"priority must be one of {PRIORITIES}")
     settings = protocol.settings_from_wire(message.get("settings"))
     original, strength = None, 1.0
+    keep = canvas_length * CHARS_PER_TOKEN
     if op == "rewrite":
-        original = field("original", str)
+        original = text("original", None)
+        if len(original) > keep:
+            raise ProtocolError("bad-request", f"original: {len(original)} characters do not "
+                                f"fit a canvas of {canvas_length} tokens")
         strength = float(field("strength", (int, float), 1.0))
         if not 0.0 <= strength <= 1.0:
             raise ProtocolError("bad-request", "strength must be in [0, 1]")
-    return Job(prefix, suffix, max_tokens, settings, canvas_length, priority, original, strength)
+    job = Job(prefix[-keep:], suffix[:keep], max_tokens, settings, canvas_length, priority,
+              original, strength)
+    job.deadline = time.monotonic() + limits.request_timeout
+    return job
 
 
 # -- process ----------------------------------------------------------------------------------
@@ -227,27 +336,59 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--token-file", type=Path, help="file holding the TCP token")
     parser.add_argument("--max-batch", type=int, default=8, help="requests denoised together")
     parser.add_argument("--max-queue", type=int, default=64, help="queued requests before busy")
+    parser.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
+                        help="connections served at once (more are refused)")
+    parser.add_argument("--request-timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT,
+                        help="seconds a request may take, queued or denoising; past it, it "
+                        "ends with what it has (finish_reason 'deadline')")
+    parser.add_argument("--max-request-mb", type=int, default=0,
+                        help="memory one request's forward pass may take (0: a quarter of "
+                        "the device's free memory at start)")
+    parser.add_argument("--large-canvas", type=int, default=None,
+                        help="canvases over this many tokens run as background work "
+                        "(default: engine.scheduler.LARGE_CANVAS)")
     parser.add_argument("--idle-exit", type=float, default=DEFAULT_IDLE_EXIT,
                         help="exit after this many seconds with no client (0: never)")
     parser.set_defaults(func=serve)
 
 
 def serve(args: argparse.Namespace) -> int:
-    endpoint = endpoint_for(args.model, args.device, args.dtype)
-    if args.socket is not None:
-        endpoint = Endpoint(args.socket)
+    try:
+        endpoint = Endpoint(args.socket) if args.socket else endpoint_for(
+            args.model, args.device, args.dtype)
+        return _serve_endpoint(args, endpoint)
+    except UnsafeRuntimeDir as exc:
+        print(f"dg-engine: {exc}", file=sys.stderr)
+        return 1
+
+
+def read_token(path: Path) -> str:
+    """The TCP token in `path`; ValueError (one line) when the file is missing, empty, or
+    readable or writable by anyone but its owner."""
+    try:
+        with open(path) as handle:
+            mode = os.fstat(handle.fileno()).st_mode
+            token = handle.read().strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read the token: {exc}") from None
+    if mode & 0o077:
+        raise ValueError(f"the token file {path} has mode {stat.S_IMODE(mode):04o}: other "
+                         f"users may read it; chmod 600 {path}")
+    if not token:
+        raise ValueError("the token file is empty")
+    return token
+
+
+def _serve_endpoint(args: argparse.Namespace, endpoint: Endpoint) -> int:
     token = None
     if args.listen:
         if args.token_file is None:
             print("dg-engine serve: --listen needs --token-file", file=sys.stderr)
             return 2
         try:
-            token = args.token_file.read_text().strip()
-        except OSError as exc:
-            print(f"dg-engine serve: cannot read the token: {exc}", file=sys.stderr)
-            return 2
-        if not token:
-            print("dg-engine serve: the token file is empty", file=sys.stderr)
+            token = read_token(args.token_file)
+        except ValueError as exc:
+            print(f"dg-engine serve: {exc}", file=sys.stderr)
             return 2
     lock = endpoint.try_lock()
     if lock is None:
@@ -261,7 +402,7 @@ def serve(args: argparse.Namespace) -> int:
         return 1
     try:
         from engine import Engine
-        from engine.scheduler import Scheduler
+        from engine.scheduler import LARGE_CANVAS, Scheduler
 
         print(f"dg-engine: loading {args.model or 'the bundled model'} ...", file=sys.stderr)
         try:
@@ -270,10 +411,14 @@ def serve(args: argparse.Namespace) -> int:
         except Exception as exc:
             print(f"dg-engine: cannot load the model: {exc}", file=sys.stderr)
             return 1
-        scheduler = Scheduler(engine, args.max_batch, args.max_queue)
+        scheduler = Scheduler(engine, args.max_batch, args.max_queue,
+                              args.large_canvas or LARGE_CANVAS)
         scheduler.start()
         name = args.model or "bundled"
-        server = EngineServer(engine, scheduler, name, token, args.idle_exit)
+        budget = args.max_request_mb << 20 or free_memory(engine.device) // 4
+        limits = Limits(engine.config.max_position_embeddings, budget, args.request_timeout)
+        server = EngineServer(engine, scheduler, name, token, args.idle_exit, limits,
+                              args.max_connections)
         try:
             asyncio.run(_serve(server, endpoint, args.listen))
         finally:
@@ -285,6 +430,15 @@ def serve(args: argparse.Namespace) -> int:
     # tens of seconds on a busy machine, and a restart waits on our exit: skip it.
     sys.stdout.flush()
     os._exit(0)
+
+
+def free_memory(device: Any) -> int:
+    """Bytes free on `device` now: the GPU's, or the machine's available RAM."""
+    if device.type == "cuda":
+        import torch
+
+        return torch.cuda.mem_get_info(device)[0]
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 async def _serve(server: EngineServer, endpoint: Endpoint, listen: str | None) -> None:

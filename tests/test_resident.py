@@ -48,6 +48,7 @@ def tcp(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str]:
     """A free port and a token file for the engine's TCP listener."""
     token = tmp_path_factory.mktemp("tcp") / "token"
     token.write_text("s3cret\n")
+    token.chmod(0o600)  # the engine refuses a token file others can read
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1], str(token)
@@ -116,8 +117,9 @@ def test_rewrites_through_the_engine_equal_in_process_ones(engine, inproc):
 
 def slow_request() -> dict:
     # one token per step over a long hole: it stays in denoising long enough to cancel
-    return {"op": "infill", "id": "slow", "prefix": "x = ", "suffix": "", "max_tokens": 900,
-            "canvas_length": 1024, "stream": True,
+    # (the tiny model has 512 positions: the engine refuses a larger canvas)
+    return {"op": "infill", "id": "slow", "prefix": "x = ", "suffix": "", "max_tokens": 500,
+            "canvas_length": 512, "stream": True,
             "settings": protocol.settings_to_wire(SamplerSettings(sampler="topk", k=1))}
 
 
@@ -143,7 +145,7 @@ def test_cancel_mid_denoise_frees_the_slot_and_others_finish(engine, inproc):
     assert other[-1].text == inproc.infill(PREFIXES[0], "\n", 12).text
     final = replies["slow"]
     assert final["type"] == "result" and final["draft"]["finish_reason"] == "cancelled"
-    assert final["draft"]["step"] < 900
+    assert final["draft"]["step"] < 500
     assert replies["c"]["type"] == "ok"
     after = engine.stats()
     assert after["cancelled"] == before["cancelled"] + 1 and after["live"] == 0
@@ -276,7 +278,7 @@ OPTIONS = {"holeSize": {"restOfLine": 12, "brackets": 12, "comment": 12, "block"
 
 async def start_lsp(model: Path) -> LanguageClient:
     command = [sys.executable, "-m", "dg_lsp.cli", "serve", "--model", str(model),
-               "--device", "cpu"]
+               "--device", "cpu", "--dtype", "float32"]  # the module's engine
     client = await ClientServerConfig(server_command=command).start()
     await client.initialize_session(types.InitializeParams(
         capabilities=types.ClientCapabilities(), initialization_options=OPTIONS))
@@ -335,7 +337,7 @@ async def test_killed_engine_answers_empty_is_restarted_and_serves_again(dream_c
     model = shutil.copytree(dream_ckpt, tmp_path / "model")
     client = await ClientServerConfig(server_command=[
         sys.executable, "-m", "dg_lsp.cli", "serve", "--model", str(model),
-        "--device", "cpu"]).start()
+        "--device", "cpu", "--dtype", "float32"]).start()
     try:
         await client.initialize_session(types.InitializeParams(
             capabilities=types.ClientCapabilities(), initialization_options=OPTIONS))
@@ -344,11 +346,11 @@ async def test_killed_engine_answers_empty_is_restarted_and_serves_again(dream_c
         assert expected is not None
         open_doc(client, "file:///tmp/kill.py", text)
         assert await inline(client, "file:///tmp/kill.py", text) == expected
-        victim = EngineClient(endpoint_for(str(model), "cpu"))
+        victim = EngineClient(endpoint_for(str(model), "cpu", "float32"))
         first_pid = victim.hello()["pid"]
 
         client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={
-            "holeSize": {"restOfLine": 900}, "canvasLength": 1024,
+            "holeSize": {"restOfLine": 500}, "canvasLength": 512,
             "sampler": {"name": "topk", "k": 1}}))
         pending = asyncio.ensure_future(inline(client, "file:///tmp/kill.py", text))
         while victim.stats()["live"] == 0:
