@@ -18,7 +18,6 @@ import pytest
 import pytest_asyncio
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
-from pygls.workspace import TextDocument
 
 from dg_lsp.actions import (
     COMPLETE_BODY,
@@ -31,8 +30,9 @@ from dg_lsp.actions import (
     targets_at,
 )
 from dg_lsp.languages import language_for
+from dg_lsp.positions import offset_at
 from dg_lsp.rewrite import RewriteError, _same_nesting, compute_edit, shape
-from dg_lsp.server import REWRITE_COMMAND, offset_at
+from dg_lsp.server import REWRITE_COMMAND
 from dg_lsp.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -242,14 +242,12 @@ def test_an_instruction_is_a_comment_line_above_the_hole():
 def apply_edit(text: str, edit: types.WorkspaceEdit, uri: str, version: int) -> str:
     (change,) = edit.document_changes
     assert change.text_document.uri == uri and change.text_document.version == version
-    document = TextDocument(uri, text)
     for text_edit in sorted(change.edits, key=lambda e: (e.range.start.line,
                                                          e.range.start.character),
                             reverse=True):
-        start = offset_at(document.source, text_edit.range.start, UTF16)
-        end = offset_at(document.source, text_edit.range.end, UTF16)
+        start = offset_at(text, text_edit.range.start, UTF16)
+        end = offset_at(text, text_edit.range.end, UTF16)
         text = text[:start] + text_edit.new_text + text[end:]
-        document = TextDocument(uri, text)
     return text
 
 
