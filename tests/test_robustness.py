@@ -1,0 +1,113 @@
+"""Bad input over the wire: every request gets an answer, nothing breaks what comes after.
+
+Driven through `dg-lsp serve` on stdio with the raw client of tests/lsp_wire.py and a tiny
+random checkpoint (its suggestions are junk; what matters here is that answers come).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.lsp_wire import WireServer, dumps, frame
+
+SMALL_HOLES = {"holeSize": {"restOfLine": 4, "brackets": 4, "comment": 4, "block": 4}}
+URI = "file:///tmp/robust.py"
+
+
+@pytest.fixture(scope="module")
+def server(dream_ckpt: Path):
+    wire = WireServer(dream_ckpt, SMALL_HOLES)
+    wire.open(URI, "def f(x):\n    return x\n\ny = f(\n")
+    yield wire
+    wire.close()
+
+
+def served(server: WireServer) -> None:
+    """A normal request still gets a normal answer."""
+    answer = server.inline(URI, 3, 6)
+    assert "items" in answer["result"], answer
+
+
+def inline_params(position) -> dict:
+    return {"textDocument": {"uri": URI}, "position": position, "context": {"triggerKind": 1}}
+
+
+@pytest.mark.parametrize("method, params, names", [
+    ("textDocument/inlineCompletion", inline_params({"line": -1, "character": 0}),
+     "Position.line should be in range [0:2147483647], but was -1"),
+    ("textDocument/inlineCompletion", inline_params({"line": 2**31, "character": 0}),
+     "but was 2147483648"),
+    ("textDocument/completion", {"textDocument": {"uri": URI},
+                                 "position": {"line": 0, "character": -5}},
+     "Position.character should be in range"),
+    ("textDocument/inlineCompletion", inline_params("7:10"), "position"),
+    ("textDocument/inlineCompletion", inline_params({"line": None, "character": 1}),
+     "position.line"),
+    ("textDocument/inlineCompletion", None, "params"),
+    ("textDocument/completion", [URI, 1, 2], "params"),
+    ("textDocument/codeAction", {"textDocument": {"uri": URI}, "range": None,
+                                 "context": {"diagnostics": []}}, "range"),
+])
+def test_malformed_params_get_invalid_params_naming_the_field(server, method, params, names):
+    answer = server.call(method, params, timeout=20)
+    error = answer["error"]
+    assert error["code"] == -32602
+    assert error["message"].startswith(f"dg-lsp: invalid params for {method}: ")
+    assert names in error["message"]
+    assert "data" not in error or error["data"] is None
+
+
+@pytest.mark.parametrize("message, expected_id, reason", [
+    ({"jsonrpc": "2.0", "id": 41}, 41, "neither a request, a notification nor a response"),
+    ({"jsonrpc": "1.0", "id": 42, "method": "textDocument/completion"}, 42,
+     'jsonrpc must be "2.0"'),
+    ({"jsonrpc": "2.0", "id": 43, "method": 7}, 43, "method must be a string"),
+    ({"jsonrpc": "2.0", "id": [1], "method": "shutdown"}, None,
+     "id must be a string or an integer"),
+    ([1, 2, 3], None, "expected a JSON object, got list"),
+])
+def test_invalid_messages_get_invalid_request(server, message, expected_id, reason):
+    server.send(message)
+    answer = server.response(expected_id, timeout=20)
+    assert answer["error"] == {"code": -32600, "message": f"dg-lsp: invalid request: {reason}"}
+
+
+def test_a_body_that_is_not_json_gets_a_parse_error_and_the_next_request_is_served(server):
+    server.send_bytes(frame(b"{not json"))
+    assert server.response(None, timeout=20)["error"]["code"] == -32700
+    served(server)
+
+
+@pytest.mark.parametrize("header", [
+    b"Content-Length: abc\r\n\r\n",
+    b"Content-Length: -5\r\n\r\n",
+    b"Content-Length: 1000000000000000\r\n\r\n",
+    b"Content-Lengthh 12\r\n\r\n",
+])
+def test_a_bad_content_length_is_answered_and_the_server_resyncs(server, header):
+    body = dumps({"jsonrpc": "2.0", "id": "lost", "method": "shutdown"}).encode()
+    server.send_bytes(header + body)
+    if b"1000000000000000" in header:
+        refused = server.response(None, timeout=20)["error"]
+        assert refused == {"code": -32600, "message": "dg-lsp: message of 1000000000000000 "
+                           "bytes refused (limit 67108864)"}
+    served(server)
+    assert server.proc.poll() is None
+
+
+def test_a_content_length_longer_than_the_body_costs_one_message_not_the_stream(server):
+    body = dumps({"jsonrpc": "2.0", "id": "short", "method": "shutdown"}).encode()
+    server.send_bytes(b"Content-Length: %d\r\n\r\n" % (len(body) + 30) + body)
+    # the next message's start is swallowed by the first; the one after is served whole
+    server.send(inline_params({"line": 0, "character": 0}) | {"jsonrpc": "2.0"})
+    served(server)
+
+
+def test_errors_carry_a_message_and_no_traceback(server):
+    answer = server.call("codeAction/resolve", {"title": "x", "data": {"uri": 5}}, timeout=20)
+    assert answer["error"]["message"].startswith("dg-lsp: malformed code action data")
+    assert "data" not in answer["error"] or answer["error"]["data"] is None
+    unknown = server.call("dg-lsp/noSuchMethod", {}, timeout=20)
+    assert unknown["error"]["code"] == -32601
