@@ -111,3 +111,26 @@ def test_errors_carry_a_message_and_no_traceback(server):
     assert "data" not in answer["error"] or answer["error"]["data"] is None
     unknown = server.call("dg-lsp/noSuchMethod", {}, timeout=20)
     assert unknown["error"]["code"] == -32601
+
+
+def test_a_lone_surrogate_costs_only_its_own_document(server):
+    # JSON carries "\ud800"; the other document shares its words, so it would be chosen as
+    # a snippet for the other's context (where the tokenizer used to choke on it)
+    bad, good = "file:///tmp/bad.py", "file:///tmp/good.py"
+    server.open(bad, "def total(values):\n    s = '\ud800'\n    return sum(values)\n")
+    server.open(good, "def total(values):\n    return ")
+    before = server.call("workspace/executeCommand", {"command": "dg-lsp.stats"})["result"]
+    assert server.inline(bad, 1, 4)["result"] == {"items": []}
+    actions = server.call("textDocument/codeAction", {
+        "textDocument": {"uri": bad}, "context": {"diagnostics": []},
+        "range": {"start": {"line": 0, "character": 0}, "end": {"line": 2, "character": 0}}})
+    assert actions["result"] == []
+    for _ in range(2):
+        assert "items" in server.inline(good, 1, 11)["result"]
+    after = server.call("workspace/executeCommand", {"command": "dg-lsp.stats"})["result"]
+    assert after["engineRequests"] == before["engineRequests"] + 2  # only the good one ran
+    logged = [n["params"]["message"] for n in server.notifications
+              if n["method"] == "window/logMessage"]
+    assert any("bad.py holds a lone surrogate" in m for m in logged)
+    assert not any("failed" in m for m in logged), logged
+    assert "TextInputSequence" not in server.stderr()
