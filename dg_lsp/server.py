@@ -252,8 +252,13 @@ class DgLanguageServer(LanguageServer):
         self.protocol.notify(ENGINE_STATE_NOTIFICATION, {"state": state, "message": message})
 
     def _client_has_progress(self) -> bool:
-        caps = self.client_capabilities
+        caps = self._capabilities
         return bool(caps and caps.window and caps.window.work_done_progress)
+
+    @property
+    def _capabilities(self) -> types.ClientCapabilities | None:
+        # pygls sets them at initialize; a request before it must not fail on their absence
+        return getattr(self.protocol, "client_capabilities", None)
 
     def log(self, message: str, kind: types.MessageType = types.MessageType.Log) -> None:
         self.window_log_message(types.LogMessageParams(kind, message))
@@ -375,7 +380,7 @@ class DgLanguageServer(LanguageServer):
 
     def resolves_lazily(self) -> bool:
         """Whether the client resolves a code action's edit (else it gets it eagerly)."""
-        caps = self.client_capabilities
+        caps = self._capabilities
         action = caps and caps.text_document and caps.text_document.code_action
         support = action and action.resolve_support
         return bool(support and "edit" in support.properties)
