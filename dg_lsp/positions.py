@@ -31,10 +31,12 @@ LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _CHUNK = 1 << 16
 
 
-def _breaks(text: str, start: int, end: int) -> int:
+def _breaks(text: str, start: int, end: int, has_cr: bool = True) -> int:
     """The number of LSP line breaks in text[start:end] (a `\\r\\n` counts once)."""
-    return (text.count("\n", start, end) + text.count("\r", start, end)
-            - text.count("\r\n", start, end))
+    newlines = text.count("\n", start, end)
+    if not has_cr:
+        return newlines
+    return newlines + text.count("\r", start, end) - text.count("\r\n", start, end)
 
 
 def line_start(text: str, line: int) -> int | None:
@@ -47,11 +49,12 @@ def line_start(text: str, line: int) -> int | None:
     if line == 0:
         return 0
     seen, start, size = 0, 0, len(text)
+    has_cr = "\r" in text  # most files have none: one count per chunk instead of three
     while start < size:
         end = min(size, start + _CHUNK)
         if end < size and text[end - 1] == "\r" and text[end] == "\n":
             end += 1  # never split a \r\n between two chunks: it would count twice
-        count = _breaks(text, start, end)
+        count = _breaks(text, start, end, has_cr)
         if seen + count >= line:
             for match in LINE_BREAK.finditer(text, start, end):
                 seen += 1

@@ -1,8 +1,10 @@
 """Each open document's tree-sitter tree, kept current with the edits the client sends.
 
-A keystroke re-parses only what it changed: the change is applied to the old tree
-(`Tree.edit`) and the parser reuses every untouched subtree. Code actions are listed on every
-cursor move, so without this a large file was parsed whole again and again.
+A request re-parses only what changed: each change is applied to the old tree (`Tree.edit`)
+and the next request that needs the tree re-parses, reusing every untouched subtree. Code
+actions are listed on every cursor move, so without this a large file was parsed whole again
+and again. Parsing waits for a request (a document is not parsed when opened, nor on each
+keystroke), so typing in a 10 MB file costs what typing in a small one does.
 
 The store keeps the text each tree was parsed from. Changes arrive as character offsets (the
 server's document store converts the client's positions); if the kept text ever disagrees with
@@ -26,7 +28,8 @@ class _Entry:
     language: LanguageSpec
     parser: ts.Parser
     text: str
-    tree: ts.Tree
+    tree: ts.Tree | None  # None: not parsed yet
+    edited: bool = False  # `tree` has edits (Tree.edit) not parsed yet
 
 
 class DocumentTrees:
@@ -37,7 +40,7 @@ class DocumentTrees:
     def open(self, uri: str, text: str, language: LanguageSpec | None) -> None:
         self._entries.pop(uri, None)
         if language is not None:
-            self._parse(uri, text, language)
+            self._entries[uri] = _Entry(language, language.parser(), text, None)
 
     def close(self, uri: str) -> None:
         self._entries.pop(uri, None)
@@ -52,16 +55,16 @@ class DocumentTrees:
         entry = self._entries.get(uri)
         if entry is None:
             return
-        text, tree = entry.text, entry.tree
+        text = entry.text
         for change in changes:
             if not 0 <= change.start <= change.end <= len(text):
                 self._entries.pop(uri)  # lost track: the next request parses from scratch
                 return
-            tree.edit(**_edit(text, change.start, change.end, change.text))
+            if entry.tree is not None:
+                entry.tree.edit(**_edit(text, change.start, change.end, change.text))
+                entry.edited = True
             text = text[:change.start] + change.text + text[change.end:]
-        entry.tree = entry.parser.parse(_utf8(text), tree)
         entry.text = text
-        self.incremental_parses += 1
 
     def tree(self, uri: str, text: str, language: LanguageSpec | None) -> ts.Tree | None:
         """The tree of `text` (the document's current text): the kept one when it is of this
@@ -69,16 +72,17 @@ class DocumentTrees:
         if language is None:
             return None
         entry = self._entries.get(uri)
-        if entry is not None and entry.language is language and entry.text == text:
-            return entry.tree
-        return self._parse(uri, text, language).tree
-
-    def _parse(self, uri: str, text: str, language: LanguageSpec) -> _Entry:
-        parser = language.parser()
-        entry = _Entry(language, parser, text, parser.parse(_utf8(text)))
-        self._entries[uri] = entry
-        self.full_parses += 1
-        return entry
+        if entry is None or entry.language is not language or entry.text != text:
+            entry = _Entry(language, language.parser(), text, None)
+            self._entries[uri] = entry
+        if entry.tree is None:
+            entry.tree = entry.parser.parse(_utf8(text))
+            self.full_parses += 1
+        elif entry.edited:
+            entry.tree = entry.parser.parse(_utf8(text), entry.tree)
+            entry.edited = False
+            self.incremental_parses += 1
+        return entry.tree
 
 
 def _edit(text: str, start: int, end: int, new: str) -> dict[str, object]:

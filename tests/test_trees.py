@@ -45,6 +45,7 @@ def fresh(text: str) -> str:
 def test_kept_tree_after_edits_is_the_tree_of_the_new_text(changes, expected):
     trees = DocumentTrees()
     trees.open("file:///a.py", SOURCE, PYTHON)
+    trees.tree("file:///a.py", SOURCE, PYTHON)  # a request parsed it
     apply(trees, changes)
     assert trees.text("file:///a.py") == expected
     kept = trees.tree("file:///a.py", expected, PYTHON)
@@ -58,7 +59,7 @@ def test_a_change_the_store_cannot_follow_falls_back_to_a_fresh_parse():
     trees.change("file:///a.py", [Change(len(SOURCE) + 5, len(SOURCE) + 6, "x")])
     assert trees.text("file:///a.py") is None
     assert str(trees.tree("file:///a.py", "z = 2\n", PYTHON).root_node) == fresh("z = 2\n")
-    assert trees.full_parses == 2
+    assert trees.full_parses == 1
     # a text the kept tree was not parsed from is parsed, never answered with a stale tree
     assert str(trees.tree("file:///a.py", "w = 3\n", PYTHON).root_node) == fresh("w = 3\n")
 
@@ -69,3 +70,16 @@ def test_unknown_language_keeps_no_tree():
     apply(trees, [change((0, 0), (0, 0), "x")], "file:///a.txt", "words")
     assert trees.tree("file:///a.txt", "xwords", None) is None
     assert trees.full_parses == 0
+
+
+def test_keystrokes_parse_nothing_until_a_request_needs_the_tree():
+    trees = DocumentTrees()
+    trees.open("file:///a.py", SOURCE, PYTHON)
+    assert (trees.full_parses, trees.incremental_parses) == (0, 0)
+    trees.tree("file:///a.py", SOURCE, PYTHON)
+    for column in range(8, 11):
+        apply(trees, [change((3, column), (3, column), "x")], source=trees.text("file:///a.py"))
+    assert (trees.full_parses, trees.incremental_parses) == (1, 0)
+    expected = SOURCE.replace("return x", "retuxxxrn x")
+    assert str(trees.tree("file:///a.py", expected, PYTHON).root_node) == fresh(expected)
+    assert (trees.full_parses, trees.incremental_parses) == (1, 1)
