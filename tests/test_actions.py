@@ -212,6 +212,22 @@ def test_a_body_keeps_its_longest_parseable_lines_and_a_rewrite_is_whole_or_refu
         compute_edit(Scripted("pass"), d, rewrite, Settings(), strength=1.0)
 
 
+class TooLong(Scripted):
+    def _drafts(self, prefix, suffix):
+        raise ValueError("a hole of 900 tokens does not fit a canvas of 256")
+        yield
+
+
+def test_a_selection_the_canvas_cannot_hold_is_refused_with_a_reason():
+    text = "def f(a):\n    return a\n"
+    d = doc(text)
+    with pytest.raises(RewriteError) as err:
+        compute_edit(TooLong(), d, target_of(d, text.index("return"), len(text) - 1),
+                     Settings())
+    assert str(err.value) == ("the selection is too long for the model: a hole of 900 tokens "
+                              "does not fit a canvas of 256")
+
+
 def test_a_javascript_body_is_written_inside_its_braces_at_the_files_indentation():
     # (the bundled model never saw JavaScript; its bodies there are refused, so the
     # framing is checked with given model text)
