@@ -25,6 +25,11 @@ from pygls.exceptions import JsonRpcContentModified, JsonRpcException
 from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, lsp_method
+from pygls.protocol.json_rpc import (
+    JsonRPCNotification,
+    JsonRPCRequestMessage,
+    JsonRPCResponseMessage,
+)
 
 from dg_lsp import __version__, rpc
 from dg_lsp.actions import FIX_SYNTAX, REWRITE, Document, Target, targets_at
@@ -61,6 +66,20 @@ TRIGGER_CHARACTERS = [".", "(", "[", "{", ",", " ", ":", "=", ">"]
 PREFERRED_ENCODINGS = [types.PositionEncodingKind.Utf8, types.PositionEncodingKind.Utf16]
 
 
+class _RefusalsWithoutTraceback(logging.Filter):
+    """pygls logs every JsonRpcException a handler raises with its traceback; those are
+    answers (a refused rewrite, a stale version), not failures: one line is enough."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], JsonRpcException):
+            record.msg = f"{record.getMessage()}: {record.exc_info[1]}"
+            record.args, record.exc_info = None, None
+        return True
+
+
+logging.getLogger("pygls.protocol.json_rpc").addFilter(_RefusalsWithoutTraceback())
+
+
 class DgProtocol(LanguageServerProtocol):
     @lsp_method(types.INITIALIZE)
     def lsp_initialize(self, params: types.InitializeParams):
@@ -86,6 +105,22 @@ class DgProtocol(LanguageServerProtocol):
     @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
     def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams) -> None:
         self._server.did_close(params)
+
+    def structure_message(self, data: dict[str, Any]) -> Any:
+        """pygls's conversion, without its full traceback in the log for every message that
+        does not convert: dg_lsp.rpc answers those with the failing field instead."""
+        if "jsonrpc" not in data:
+            return data
+        method = data.get("method")
+        if "id" in data and "error" in data:
+            kind = types.ResponseErrorMessage
+        elif "id" in data and method is not None:
+            kind = self.get_message_type(method) or JsonRPCRequestMessage
+        elif "id" in data:
+            kind = self._result_types.pop(data["id"], None) or JsonRPCResponseMessage
+        else:
+            kind = self.get_message_type(method or "") or JsonRPCNotification
+        return self._converter.structure(data, kind)
 
     def _send_response(self, msg_id: Any, result: Any = None,
                        error: types.ResponseError | None = None) -> None:

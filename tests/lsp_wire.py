@@ -39,6 +39,7 @@ class WireServer:
                                      stderr=self.log, env={**os.environ, **(env or {})})
         self.messages: queue.Queue[dict] = queue.Queue()
         self.notifications: list[dict] = []
+        self._answers: dict[Any, dict] = {}  # responses that came while waiting for another
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         self._next_id = 0
@@ -81,7 +82,10 @@ class WireServer:
         return msg_id
 
     def response(self, msg_id: Any, timeout: float = 60) -> dict:
-        """The response to `msg_id`; notifications seen meanwhile are kept."""
+        """The response to `msg_id` (in any order); notifications seen meanwhile are kept."""
+        key = dumps(msg_id)
+        if key in self._answers:
+            return self._answers.pop(key)
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -92,6 +96,8 @@ class WireServer:
                 self.notifications.append(message)
             elif "method" not in message and message.get("id") == msg_id:
                 return message
+            elif "method" not in message:
+                self._answers[dumps(message.get("id"))] = message
             elif "method" in message:
                 # a request from the server (progress, applyEdit): a plain null answers it
                 self.send({"jsonrpc": "2.0", "id": message["id"], "result": None})
