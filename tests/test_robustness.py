@@ -134,3 +134,38 @@ def test_a_lone_surrogate_costs_only_its_own_document(server):
     assert any("bad.py holds a lone surrogate" in m for m in logged)
     assert not any("failed" in m for m in logged), logged
     assert "TextInputSequence" not in server.stderr()
+
+
+def test_tcp_uses_the_same_reader(dream_ckpt: Path):
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "dg_lsp.cli", "serve", "--engine", "inproc",
+                               "--model", str(dream_ckpt), "--device", "cpu",
+                               "--tcp", f"127.0.0.1:{port}"], stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(200):
+            try:
+                conn = socket.create_connection(("127.0.0.1", port), timeout=20)
+                break
+            except OSError:
+                time.sleep(0.05)
+        with conn:
+            conn.sendall(b"Content-Length: abc\r\n\r\n{}" + b"x" * 100_000 + b"\r\n"
+                         + frame(dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                                        "params": {"capabilities": {}}}))
+                         + frame(b"[1]"))
+            received, deadline = b"", time.monotonic() + 20
+            while b"got list" not in received and time.monotonic() < deadline:
+                received += conn.recv(65536)
+        assert b'"message": "dg-lsp: bad Content-Length header' in received
+        assert b'"serverInfo": {"name": "dg-lsp"' in received
+        assert b'"message": "dg-lsp: invalid request: expected a JSON object, got list"' in received
+    finally:
+        server.kill()
+        server.wait()
