@@ -39,7 +39,7 @@ from dg_lsp.documents import Documents
 from dg_lsp.languages import language_for
 from dg_lsp.pipeline import Completion, CompletionBackend, CompletionRequest, Pipeline
 from dg_lsp.positions import line_end, offset_at, position_at, units
-from dg_lsp.rewrite import RewriteError, compute_edit
+from dg_lsp.rewrite import MAX_DOCUMENT_CHARS, RewriteError, compute_edit
 from dg_lsp.settings import Settings, parse_settings
 from dg_lsp.trees import DocumentTrees
 from engine.client import EngineUnavailable
@@ -444,6 +444,9 @@ class DgLanguageServer(LanguageServer):
     ) -> types.WorkspaceEdit:
         """Run one action on the document as it is at `version`; its WorkspaceEdit."""
         self._check_version(uri, version)
+        if len(self.documents.get(uri).text) > MAX_DOCUMENT_CHARS:
+            raise self._refuse(f"{_short_path(uri)} is too large to rewrite "
+                               f"(over {MAX_DOCUMENT_CHARS} characters)")
         if not self.documents.get(uri).is_valid_text:
             raise self._refuse(f"{_short_path(uri)} holds a lone surrogate (not valid Unicode); "
                                "nothing was changed")
@@ -481,7 +484,9 @@ class DgLanguageServer(LanguageServer):
 
     def _targets(self, uri: str, lsp_range: types.Range) -> tuple[Document, list[Target]] | None:
         doc = self.documents.get(uri)
-        if doc is None or not doc.is_valid_text:
+        # Past MAX_DOCUMENT_CHARS every action is refused anyway; listing them would parse the
+        # whole file on the event loop (tree-sitter holds the GIL: 3 s for 10 MB).
+        if doc is None or not doc.is_valid_text or len(doc.text) > MAX_DOCUMENT_CHARS:
             return None
         enc = self.position_encoding
         start = offset_at(doc.text, lsp_range.start, enc)

@@ -108,3 +108,16 @@ def test_a_long_request_in_one_document_does_not_hold_up_another():
     # the slow one's 40
     assert finished["file:///tmp/quick.py"] < finished["file:///tmp/slow.py"]
     assert finished["file:///tmp/quick.py"] - started < 0.5
+
+
+def test_code_actions_in_a_file_too_large_to_rewrite_parse_nothing():
+    server = create_server(Scripted())
+    open_doc(server, "file:///tmp/big.py", "def f(x):\n    return x\n\n" * 440_000)
+    started = time.perf_counter()
+    actions = server.code_actions(types.CodeActionParams(
+        types.TextDocumentIdentifier("file:///tmp/big.py"),
+        types.Range(types.Position(1, 4), types.Position(1, 12)),
+        types.CodeActionContext(diagnostics=[])))
+    assert actions == []
+    assert server.trees.full_parses == 0
+    assert time.perf_counter() - started < 0.3
