@@ -120,7 +120,8 @@ async def _read_headers(stream: Stream, protocol: JsonRPCProtocol) -> int | None
         if not value.isdigit():
             length = None
             send_error(protocol, None, PARSE_ERROR,
-                       f"bad Content-Length header {value[:40]!r}; message skipped")
+                       f"bad Content-Length header "
+                       f"{value[:40].decode('ascii', 'replace')!r}; message skipped")
         elif int(value) > MAX_MESSAGE_BYTES:
             length = None
             send_error(protocol, None, INVALID_REQUEST,
