@@ -356,7 +356,7 @@ async def test_each_action_resolves_to_the_edit_the_pipeline_computes(
 
 
 @pytest.mark.asyncio(loop_scope="module")
-async def test_typing_reparses_incrementally_and_actions_follow_the_new_text(client):
+async def test_actions_follow_typing_and_reparse_only_what_changed(client):
     from tests.test_lsp import stats
 
     before = await stats(client)
@@ -375,8 +375,23 @@ async def test_typing_reparses_incrementally_and_actions_follow_the_new_text(cli
     assert [a.title for a in listed] == ["Complete function body of scale",
                                         "Add docstring of scale"]
     after = await stats(client)
-    assert after["fullParses"] - before["fullParses"] == 1  # when the document opened
-    assert after["incrementalParses"] - before["incrementalParses"] == 3
+    # keystrokes parse nothing: the first listing parses the document once
+    assert after["fullParses"] - before["fullParses"] == 1
+    assert after["incrementalParses"] - before["incrementalParses"] == 0
+    # the next keystrokes edit that tree, and the next listing re-parses only what changed
+    for version, (typed, at) in enumerate([("x", 4), ("y", 5)], start=5):
+        client.text_document_did_change(types.DidChangeTextDocumentParams(
+            types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            [types.TextDocumentContentChangePartial(
+                range=types.Range(types.Position(0, at), types.Position(0, at)), text=typed)]))
+    text = text.replace("def scale", "def xyscale", 1)
+    stub = text.index("...")
+    listed = await code_actions(client, uri, lsp_range(text, stub, stub))
+    assert [a.title for a in listed] == ["Complete function body of xyscale",
+                                        "Add docstring of xyscale"]
+    final = await stats(client)
+    assert final["fullParses"] == after["fullParses"]
+    assert final["incrementalParses"] - after["incrementalParses"] == 1
 
 
 @pytest.mark.asyncio(loop_scope="module")
