@@ -30,7 +30,7 @@ def dumps(message: Any) -> str:
 
 class WireServer:
     def __init__(self, model: Path | None, options: dict | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, capabilities: dict | None = None) -> None:
         command = [sys.executable, "-m", "dg_lsp.cli", "serve", "--engine", "inproc"]
         if model is not None:
             command += ["--model", str(model), "--device", "cpu"]
@@ -43,7 +43,8 @@ class WireServer:
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         self._next_id = 0
-        self.call("initialize", {"processId": None, "rootUri": None, "capabilities": {},
+        self.call("initialize", {"processId": None, "rootUri": None,
+                                 "capabilities": capabilities or {},
                                  "initializationOptions": options})
         self.notify("initialized", {})
 

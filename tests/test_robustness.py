@@ -172,3 +172,25 @@ def test_tcp_uses_the_same_reader(dream_ckpt: Path):
     finally:
         server.kill()
         server.wait()
+
+
+def test_an_edit_after_a_form_feed_line_lands_where_the_client_put_it(dream_ckpt: Path):
+    # Over the wire, through the protocol's didChange: code action titles name the function
+    # the server's copy holds. pygls's copy counted the form feed as a line break.
+    wire = WireServer(dream_ckpt, SMALL_HOLES, capabilities={"textDocument": {"codeAction": {
+        "resolveSupport": {"properties": ["edit"]}}}})
+    try:
+        uri = "file:///tmp/area.py"
+        wire.open(uri, "import os\n\x0c\ndef area(width, height):\n    ...\n")
+        wire.notify("textDocument/didChange", {
+            "textDocument": {"uri": uri, "version": 2},
+            "contentChanges": [{"range": {"start": {"line": 2, "character": 4},
+                                          "end": {"line": 2, "character": 4}},
+                                "text": "compute_"}]})
+        listed = wire.call("textDocument/codeAction", {
+            "textDocument": {"uri": uri}, "context": {"diagnostics": []},
+            "range": {"start": {"line": 3, "character": 4}, "end": {"line": 3, "character": 4}}})
+        assert [a["title"] for a in listed["result"]] == [
+            "Complete function body of compute_area", "Add docstring of compute_area"]
+    finally:
+        wire.close()
