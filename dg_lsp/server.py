@@ -5,6 +5,10 @@ with a TextEdit, for Helix and older clients) run the same `Pipeline`. Handlers 
 each denoising step runs on the engine's single worker thread and is awaited, so
 `$/cancelRequest`, or a newer request for the same document, stops a completion at the next
 step boundary.
+
+The server reads messages with dg_lsp.rpc (every request is answered, also a malformed one),
+keeps its own copy of each open document (dg_lsp.documents, LSP's line rule) and converts
+every position with dg_lsp.positions.
 """
 
 from __future__ import annotations
@@ -126,7 +130,7 @@ class DgProtocol(LanguageServerProtocol):
                        error: types.ResponseError | None = None) -> None:
         # pygls attaches the Python traceback of a failed handler as `data`; the user gets
         # the message, the traceback stays in the server's log.
-        if error is not None and error.data is not None:
+        if error is not None and isinstance(error.data, dict) and "traceback" in error.data:
             error = types.ResponseError(code=error.code, message=error.message)
         super()._send_response(msg_id, result, error)
 

@@ -194,3 +194,31 @@ def test_an_edit_after_a_form_feed_line_lands_where_the_client_put_it(dream_ckpt
             "Complete function body of compute_area", "Add docstring of compute_area"]
     finally:
         wire.close()
+
+
+def test_an_unexpected_handler_error_is_answered_with_its_message_only():
+    # pygls answers a handler's exception with -32603 and its traceback as `data`
+    import json
+    from concurrent.futures import Future
+
+    from dg_lsp.server import create_server
+
+    server, sent = create_server(), []
+
+    class Writer:
+        def write(self, data: bytes) -> None:
+            sent.append(data)
+
+        def close(self) -> None:
+            pass
+
+    server.protocol.set_writer(Writer())
+    failed: Future = Future()
+    try:
+        raise ZeroDivisionError("division by zero")
+    except ZeroDivisionError as exc:  # raised, so that it carries a traceback
+        failed.set_exception(exc)
+    server.protocol._send_handler_result(failed, msg_id=7)
+    answer = json.loads(sent[-1].split(b"\r\n\r\n", 1)[1])
+    assert answer == {"jsonrpc": "2.0", "id": 7, "error": {
+        "code": -32603, "message": "ZeroDivisionError: division by zero"}}
