@@ -2,10 +2,11 @@
 
 Documents carry binary bytes, lone surrogates, every odd line break, very long lines; edits
 carry ranges anywhere; requests carry params mutated field by field; some frames are not JSON
-or not JSON-RPC. Every request must get a response (a result or a JSON-RPC error), the server
-must stay within a memory bound and log no traceback, and a normal completion must work
-afterwards. Broken headers and lengths are tested one by one in test_robustness.py; here every
-frame is well framed, so that an unanswered request can only be the server's fault.
+or not JSON-RPC; settings arrive with one value mutated. Every request must get a response (a
+result or a JSON-RPC error), the server must stay within a memory bound and log no traceback,
+and a normal completion must work afterwards. Broken headers and lengths are tested one by one
+in test_robustness.py; here every frame is well framed, so that an unanswered request can only
+be the server's fault.
 """
 
 from __future__ import annotations
@@ -111,6 +112,13 @@ class Fuzzer:
             self.request("codeAction/resolve", {"title": "t", "data": {
                 "uri": self.uri(), "version": 1, "action": "rewrite",
                 "range": {"start": position(rng), "end": position(rng)}}})
+        elif roll < 0.90:
+            # the fuzz's own settings with one value mutated: every WEIRD value is refused or
+            # harmless, so completions stay as small as SMALL_HOLES makes them
+            settings = {**SMALL_HOLES, "canvasLength": 256,
+                        "sampler": {"temperature": 0, "threshold": 0.9, "seed": 0}}
+            self.server.notify("workspace/didChangeConfiguration",
+                               {"settings": mutate(rng, settings)})
         elif roll < 0.92:
             self.request(rng.choice(["dg-lsp/unknown", "textDocument/hover", "$/weird"]),
                          {"textDocument": {"uri": self.uri()}})
