@@ -467,9 +467,12 @@ class DgLanguageServer(LanguageServer):
         stop = threading.Event()
         loop = asyncio.get_running_loop()
         try:
+            # On a thread of its own, each step on the engine's worker: completions in other
+            # documents take their steps between this rewrite's instead of after all of them.
+            stepped = _StepsOnWorker(_Counting(self.stats, backend), self.executor)
             edit = await loop.run_in_executor(
-                self.executor, compute_edit, _Counting(self.stats, backend), doc, target,
-                self.settings, instruction, strength, stop.is_set)
+                None, compute_edit, stepped, doc, target, self.settings, instruction, strength,
+                stop.is_set)
         except asyncio.CancelledError:
             stop.set()
             raise
@@ -535,6 +538,27 @@ class _Counting:
         for draft in self.backend.rewrite_stream(prefix, suffix, original, **kwargs):
             self.stats["denoiseSteps"] += 1
             yield draft
+
+
+class _StepsOnWorker:
+    """An engine whose every denoising step runs on `executor` (the engine's one worker),
+    for work that runs on another thread: the steps of other requests interleave with its."""
+
+    def __init__(self, backend: Any, executor: ThreadPoolExecutor) -> None:
+        self.backend, self.executor = backend, executor
+
+    def infill_stream(self, *args: Any, **kwargs: Any):
+        return self._steps(self.backend.infill_stream(*args, **kwargs))
+
+    def rewrite_stream(self, *args: Any, **kwargs: Any):
+        return self._steps(self.backend.rewrite_stream(*args, **kwargs))
+
+    def _steps(self, drafts: Any):
+        try:
+            while (draft := self.executor.submit(next, drafts, None).result()) is not None:
+                yield draft
+        finally:
+            self.executor.submit(drafts.close)
 
 
 def _range_json(r: types.Range) -> dict[str, Any]:

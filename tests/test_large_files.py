@@ -121,3 +121,40 @@ def test_code_actions_in_a_file_too_large_to_rewrite_parse_nothing():
     assert actions == []
     assert server.trees.full_parses == 0
     assert time.perf_counter() - started < 0.3
+
+
+def test_a_long_rewrite_in_one_document_does_not_hold_up_a_completion_in_another():
+    from dg_lsp.actions import REWRITE
+
+    class SlowRewrite(Scripted):
+        def rewrite_stream(self, prefix, suffix, original, **kwargs):
+            for step in range(1, 41):
+                time.sleep(0.02)
+                yield Draft(step=step, token_ids=[], committed=step, text="return b",
+                            done=step == 40, finish_reason="stop" if step == 40 else "")
+
+        infill_stream = Scripted.infill_stream
+
+    server = create_server(SlowRewrite())
+    text = "def f(a, b):\n    return a\n"
+    open_doc(server, "file:///tmp/rewrite.py", text)
+    open_doc(server, "file:///tmp/quick.py", "quick = ")
+    finished: dict[str, float] = {}
+
+    async def rewrite() -> None:
+        await server.rewrite("file:///tmp/rewrite.py", 1, types.Range(
+            types.Position(1, 4), types.Position(1, 12)), REWRITE, strength=0.5)
+        finished["rewrite"] = time.perf_counter()
+
+    async def both() -> float:
+        started = time.perf_counter()
+        slow = asyncio.ensure_future(rewrite())
+        await asyncio.sleep(0.1)
+        assert await server.complete("file:///tmp/quick.py", types.Position(0, 8)) is not None
+        finished["completion"] = time.perf_counter()
+        await slow
+        return started
+
+    started = asyncio.run(both())
+    assert finished["completion"] < finished["rewrite"]
+    assert finished["completion"] - started < 0.5
