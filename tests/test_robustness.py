@@ -74,9 +74,13 @@ def test_invalid_messages_get_invalid_request(server, message, expected_id, reas
     assert answer["error"] == {"code": -32600, "message": f"dg-lsp: invalid request: {reason}"}
 
 
-def test_a_body_that_is_not_json_gets_a_parse_error_and_the_next_request_is_served(server):
-    server.send_bytes(frame(b"{not json"))
-    assert server.response(None, timeout=20)["error"]["code"] == -32700
+@pytest.mark.parametrize("body", [b"{not json", b"\xff\xfe\x00garbage",
+                                  b"[" * 100_000 + b"]" * 100_000])  # deeper than Python recurses
+def test_a_body_that_is_not_json_gets_a_parse_error_and_the_next_request_is_served(server, body):
+    server.send_bytes(frame(body))
+    error = server.response(None, timeout=20)["error"]
+    assert error["code"] == -32700
+    assert error["message"].startswith("dg-lsp: message body is not JSON: ")
     served(server)
 
 
