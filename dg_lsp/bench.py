@@ -104,6 +104,8 @@ async def lsp_section(cases: list, model: str | None, device: str) -> dict[str, 
     from lsprotocol import types
     from pygls.lsp.client import LanguageClient
 
+    from dg_lsp.positions import UTF16, position_at, units
+
     command = [sys.executable, "-m", "dg_lsp.cli", "serve", "--engine", "inproc",
                "--device", device] + (["--model", model] if model else [])
     client = LanguageClient("dg-lsp-bench", "1")
@@ -140,17 +142,18 @@ async def lsp_section(cases: list, model: str | None, device: str) -> dict[str, 
         uri = f"file:///bench/{i}.py"
         client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(
             uri=uri, language_id="python", version=1, text=case.prefix + case.suffix)))
-        line = case.prefix.count("\n")
-        col = len(case.prefix) - (case.prefix.rfind("\n") + 1)
+        # no position encoding offered: the server counts UTF-16 units
+        at = position_at(case.prefix + case.suffix, len(case.prefix), UTF16)
+        line, col = at.line, at.character
         shown, seconds = await ask(uri, line, col)
         timings["cold"].append(seconds)
         version = 1
         if shown.strip():  # the user types what the suggestion shows: served from cache
             version += 1
             type_char(uri, version, line, col, shown[0])
-            _, seconds = await ask(uri, line, col + 1)
+            col += units(shown[0], UTF16)
+            _, seconds = await ask(uri, line, col)
             timings["cache hit"].append(seconds)
-            col += 1
         # then a character the suggestion did not predict: the engine runs again
         other = "#" if not shown[1:2] or shown[1:2] != "#" else "@"
         version += 1
