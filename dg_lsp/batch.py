@@ -33,6 +33,7 @@ from dg_lsp.actions import (
     rewrite_target,
 )
 from dg_lsp.languages import LanguageSpec, language_for
+from dg_lsp.positions import UTF32, position_at
 from dg_lsp.rewrite import Edit, RewriteBackend, RewriteError, compute_edit
 from dg_lsp.settings import Settings
 from engine.types import Draft
@@ -231,8 +232,9 @@ def _overlap(a: Edit, b: Edit) -> bool:
 
 
 def _position(text: str, offset: int) -> tuple[int, int]:
-    line = text.count("\n", 0, offset) + 1
-    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
+    """1-based (line, column in characters), lines counted as an editor counts them."""
+    at = position_at(text, offset, UTF32)
+    return at.line + 1, at.character + 1
 
 
 class _Counting:

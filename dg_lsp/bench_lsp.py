@@ -32,6 +32,7 @@ from typing import Any
 
 from dg_lsp.eval.cases import Case, source_files
 from dg_lsp.eval.scoring import edit_similarity, exact_match
+from dg_lsp.positions import UTF16, position_at
 
 TYPED_CHARS = 6  # keystrokes replayed after each cursor case's cold request
 PATHS = {"default (resident engine)": [], "in-process (--engine inproc)": ["--engine", "inproc"]}
@@ -173,7 +174,7 @@ class Session:
     def type_char(self, uri: str, text: str, offset: int, char: str) -> None:
         types = self.types
         self.versions[uri] += 1
-        where = position(text, offset)
+        where = position_at(text, offset, UTF16)
         self.client.text_document_did_change(types.DidChangeTextDocumentParams(
             types.VersionedTextDocumentIdentifier(uri=uri, version=self.versions[uri]),
             [types.TextDocumentContentChangePartial(range=types.Range(where, where),
@@ -185,7 +186,7 @@ class Session:
         result = await self.client.text_document_inline_completion_async(
             types.InlineCompletionParams(
                 text_document=types.TextDocumentIdentifier(uri),
-                position=position(text, offset),
+                position=position_at(text, offset, UTF16),
                 context=types.InlineCompletionContext(
                     types.InlineCompletionTriggerKind.Automatic)))
         seconds = time.perf_counter() - start
@@ -223,15 +224,6 @@ class Session:
             text, offset = text[:offset] + char + text[offset:], offset + 1
             shown, seconds = await self.ask(uri, text, offset)
             measured.latency["typed-through" if predicted else "warm"].append(seconds)
-
-
-def position(text: str, offset: int) -> Any:
-    """The LSP position (UTF-16 columns) of a character offset."""
-    from lsprotocol import types
-
-    line_start = text.rfind("\n", 0, offset) + 1
-    column = len(text[line_start:offset].encode("utf-16-le")) // 2
-    return types.Position(text.count("\n", 0, offset), column)
 
 
 def percentiles(seconds: list[float]) -> dict[str, float | None]:

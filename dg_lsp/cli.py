@@ -6,6 +6,8 @@ import argparse
 import importlib
 import sys
 
+from engine.cli import run_command
+
 # Each module adds its subcommand with `register(subparsers)` and sets `func` on the parser.
 SUBCOMMAND_MODULES = [
     "dg_lsp.server",
@@ -35,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0].startswith("--") and argv[0] not in ("--version", "--help"):
         argv = ["serve", *argv]
     args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
+    return run_command("dg-lsp", lambda: args.func(args))
 
 
 if __name__ == "__main__":

@@ -11,8 +11,11 @@ import json
 import sys
 from pathlib import Path
 
+from lsprotocol import types
+
 from dg_lsp.languages import language_for
 from dg_lsp.pipeline import Completion, CompletionRequest, Pipeline
+from dg_lsp.positions import UTF32, line_end, line_of, line_start, offset_at, position_at
 from dg_lsp.settings import add_model_arguments, settings_from_arguments
 
 
@@ -36,14 +39,18 @@ def parse_location(location: str) -> tuple[Path, int, int]:
 
 
 def cursor_offset(text: str, line: int, col: int) -> int:
-    """Character offset of 1-based (line, col); ValueError when it is outside the text."""
-    lines = text.split("\n")
-    if line > len(lines):
-        raise ValueError(f"line {line} is past the end of the file ({len(lines)} lines)")
-    if col > len(lines[line - 1]) + 1:
-        raise ValueError(f"column {col} is past the end of line {line} "
-                         f"({len(lines[line - 1])} characters)")
-    return sum(len(ln) + 1 for ln in lines[: line - 1]) + col - 1
+    """Character offset of 1-based (line, col); ValueError when it is outside the text.
+
+    Lines end where an editor's do (LSP's rule: \\n, \\r\\n, \\r)."""
+    start = line_start(text, line - 1)
+    if start is None:
+        lines = line_of(text, len(text))[0] + 1
+        raise ValueError(f"line {line} is past the end of the file ({lines} lines)")
+    offset = offset_at(text, types.Position(line - 1, col - 1), UTF32)
+    if offset is None:
+        length = line_end(text, start) - start
+        raise ValueError(f"column {col} is past the end of line {line} ({length} characters)")
+    return offset
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,8 +83,8 @@ def _as_json(text: str, completion: Completion | None) -> dict:
         return {"text": None}
 
     def position(offset: int) -> dict[str, int]:
-        line_start = text.rfind("\n", 0, offset) + 1
-        return {"line": text.count("\n", 0, offset) + 1, "column": offset - line_start + 1}
+        at = position_at(text, offset, UTF32)
+        return {"line": at.line + 1, "column": at.character + 1}
 
     return {"text": completion.text,
             "range": {"start": position(completion.start), "end": position(completion.end)},

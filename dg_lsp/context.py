@@ -7,6 +7,7 @@ the pipeline converts the canvas's token budget into characters.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -31,6 +32,7 @@ MAX_SNIPPETS = 4
 MAX_OTHER_DOCUMENT_CHARS = 500_000
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NEWLINE = re.compile("\n")
 
 
 @dataclass
@@ -67,15 +69,20 @@ def build_context(
     suffix_budget = max(1, int(budget_chars * suffix_fraction))
     prefix_budget = max(1, budget_chars - suffix_budget)
 
-    line_start = text.rfind("\n", 0, offset) + 1
-    line_end = _line_end(text, offset)
-    line_prefix, line_suffix = text[line_start:offset], text[offset:line_end]
-
-    # The parsed region: whole lines around the cursor, a few budgets wide.
+    # The parsed region: whole lines around the cursor, a few budgets wide; inside one line
+    # longer than that (minified code, data), a cut within the line, so that a 1 MB line
+    # costs what a short one does.
     span = PARSE_SPAN_FACTOR * budget_chars
-    region_start = 0 if offset <= span else text.find("\n", offset - span, line_start) + 1
-    region_end = len(text) if len(text) - offset <= span else _line_end(text, offset + span)
+    region_start, region_end = max(0, offset - span), min(len(text), offset + span)
+    if region_start > 0:
+        newline = text.find("\n", region_start, offset)
+        region_start = newline + 1 if newline >= 0 else region_start
+    if region_end < len(text):
+        newline = text.rfind("\n", offset, region_end)
+        region_end = newline if newline >= 0 else region_end
     head, tail = text[region_start:offset], text[offset:region_end]
+    line_prefix = head[head.rfind("\n") + 1:]
+    line_suffix = tail[:_line_end(tail, 0)]
 
     tree = language.parser().parse((head + tail).encode()) if language else None
     units = _captures(tree, language, "unit") if tree else []
@@ -250,6 +257,21 @@ def detect_indent_unit(text: str, language: LanguageSpec | None = None) -> str:
     return "  " if language is not None and language.name != "python" else "    "
 
 
+@functools.lru_cache(maxsize=2 * 20)
+def _snippet_windows(text: str) -> tuple[tuple[int, int, frozenset[str]], ...]:
+    """(start, end, identifiers) of each window of another document, computed once per text:
+    every keystroke in the current file used to split and scan every other open file again.
+    (A str caches its hash, so a lookup costs nothing while the document is unchanged.)"""
+    starts = [0] + [m.end() for m in _NEWLINE.finditer(text)]
+    step = SNIPPET_LINES // 2
+    windows = []
+    for first in range(0, max(1, len(starts) - step), step):
+        last = first + SNIPPET_LINES
+        start, end = starts[first], (starts[last] - 1 if last < len(starts) else len(text))
+        windows.append((start, end, frozenset(_IDENTIFIER.findall(text, start, end))))
+    return tuple(windows)
+
+
 def _other_file_snippets(
     near_cursor: str,
     documents: Iterable[OtherDocument],
@@ -264,16 +286,13 @@ def _other_file_snippets(
     for doc in documents:
         if len(doc.text) > MAX_OTHER_DOCUMENT_CHARS:
             continue
-        lines = doc.text.split("\n")
-        best = (0.0, "")
-        for start in range(0, max(1, len(lines) - SNIPPET_LINES // 2), SNIPPET_LINES // 2):
-            window = "\n".join(lines[start:start + SNIPPET_LINES])
-            words = set(_IDENTIFIER.findall(window))
+        best = (0.0, 0, 0)
+        for start, end, words in _snippet_windows(doc.text):
             score = len(words & wanted) / len(words | wanted) if words else 0.0
             if score > best[0]:
-                best = (score, window)
+                best = (score, start, end)
         if best[0] > 0:
-            scored.append((best[0], doc.path, best[1]))
+            scored.append((best[0], doc.path, doc.text[best[1]:best[2]]))
     scored.sort(key=lambda item: -item[0])
 
     comment = language.line_comment

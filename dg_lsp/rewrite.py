@@ -174,8 +174,11 @@ def _generate(
         drafts = backend.infill_stream(prefix, suffix, target.max_tokens, settings=sampler,
                                        canvas_length=settings.canvas_length, cancel=cancel)
     last = None
-    for draft in drafts:
-        last = draft
+    try:
+        for draft in drafts:
+            last = draft
+    except ValueError as exc:  # the engine's canvas cannot hold the selection
+        raise RewriteError(f"the selection is too long for the model: {exc}") from exc
     if last is None or last.finish_reason == "cancelled":
         return None, 0 if last is None else last.step
     return last.text, last.step

@@ -5,12 +5,18 @@ with a TextEdit, for Helix and older clients) run the same `Pipeline`. Handlers 
 each denoising step runs on the engine's single worker thread and is awaited, so
 `$/cancelRequest`, or a newer request for the same document, stops a completion at the next
 step boundary.
+
+The server reads messages with dg_lsp.rpc (every request is answered, also a malformed one),
+keeps its own copy of each open document (dg_lsp.documents, LSP's line rule) and converts
+every position with dg_lsp.positions.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
+import sys
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -20,20 +26,29 @@ from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcContentModified, JsonRpcException
+from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, lsp_method
-from pygls.workspace import TextDocument
+from pygls.protocol.json_rpc import (
+    JsonRPCNotification,
+    JsonRPCRequestMessage,
+    JsonRPCResponseMessage,
+)
 
-from dg_lsp import __version__
+from dg_lsp import __version__, rpc
 from dg_lsp.actions import FIX_SYNTAX, REWRITE, Document, Target, targets_at
 from dg_lsp.cache import CompletionCache
 from dg_lsp.context import OtherDocument
+from dg_lsp.documents import Documents
 from dg_lsp.languages import language_for
 from dg_lsp.pipeline import Completion, CompletionBackend, CompletionRequest, Pipeline
-from dg_lsp.rewrite import Edit, RewriteError, compute_edit
+from dg_lsp.positions import line_end, offset_at, position_at, units
+from dg_lsp.rewrite import MAX_DOCUMENT_CHARS, RewriteError, compute_edit
 from dg_lsp.settings import Settings, parse_settings
 from dg_lsp.trees import DocumentTrees
 from engine.client import EngineUnavailable
+
+log = logging.getLogger(__name__)
 
 STATS_COMMAND = "dg-lsp.stats"
 # workspace/executeCommand arguments: [{"textDocument": {"uri", "version"}, "range",
@@ -55,6 +70,20 @@ TRIGGER_CHARACTERS = [".", "(", "[", "{", ",", " ", ":", "=", ">"]
 PREFERRED_ENCODINGS = [types.PositionEncodingKind.Utf8, types.PositionEncodingKind.Utf16]
 
 
+class _RefusalsWithoutTraceback(logging.Filter):
+    """pygls logs every JsonRpcException a handler raises with its traceback; those are
+    answers (a refused rewrite, a stale version), not failures: one line is enough."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], JsonRpcException):
+            record.msg = f"{record.getMessage()}: {record.exc_info[1]}"
+            record.args, record.exc_info = None, None
+        return True
+
+
+logging.getLogger("pygls.protocol.json_rpc").addFilter(_RefusalsWithoutTraceback())
+
+
 class DgProtocol(LanguageServerProtocol):
     @lsp_method(types.INITIALIZE)
     def lsp_initialize(self, params: types.InitializeParams):
@@ -65,11 +94,52 @@ class DgProtocol(LanguageServerProtocol):
             general.position_encodings = [e for e in PREFERRED_ENCODINGS if e in offered] or None
         return (yield from super().lsp_initialize(params))
 
+    # The server keeps its own copy of each document (dg_lsp.documents): pygls's workspace
+    # documents count lines with str.splitlines, which LSP does not, and cost a pass over the
+    # whole file per keystroke.
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams) -> None:
+        self._server.did_open(params)
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams) -> None:
+        self._server.did_change(params)
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams) -> None:
+        self._server.did_close(params)
+
+    def structure_message(self, data: dict[str, Any]) -> Any:
+        """pygls's conversion, without its full traceback in the log for every message that
+        does not convert: dg_lsp.rpc answers those with the failing field instead."""
+        if "jsonrpc" not in data:
+            return data
+        method = data.get("method")
+        if "id" in data and "error" in data:
+            kind = types.ResponseErrorMessage
+        elif "id" in data and method is not None:
+            kind = self.get_message_type(method) or JsonRPCRequestMessage
+        elif "id" in data:
+            kind = self._result_types.pop(data["id"], None) or JsonRPCResponseMessage
+        else:
+            kind = self.get_message_type(method or "") or JsonRPCNotification
+        return self._converter.structure(data, kind)
+
+    def _send_response(self, msg_id: Any, result: Any = None,
+                       error: types.ResponseError | None = None) -> None:
+        # pygls attaches the Python traceback of a failed handler as `data`; the user gets
+        # the message, the traceback stays in the server's log.
+        if error is not None and isinstance(error.data, dict) and "traceback" in error.data:
+            error = types.ResponseError(code=error.code, message=error.message)
+        super()._send_response(msg_id, result, error)
+
 
 class DgLanguageServer(LanguageServer):
     def __init__(self, backend: CompletionBackend | None = None) -> None:
         super().__init__("dg-lsp", __version__, protocol_cls=DgProtocol)
         self.settings = Settings()
+        self.documents = Documents()
         self.cache = CompletionCache()
         self.trees = DocumentTrees()
         # The engine is not thread-safe: one worker runs every load and denoising step.
@@ -81,6 +151,60 @@ class DgLanguageServer(LanguageServer):
         self._inflight: dict[str, asyncio.Task] = {}
         self.stats = {"engineRequests": 0, "denoiseSteps": 0, "cacheHits": 0, "cancelled": 0}
 
+    # -- transport ------------------------------------------------------------------------
+
+    def start_io(self, stdin: Any = None, stdout: Any = None) -> None:
+        """Serve on stdio with dg_lsp.rpc's reader (every request answered)."""
+        self._stop_event = threading.Event()
+        self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+        stream = rpc.Stream.of_file(stdin or sys.stdin.buffer, self.thread_pool)
+        try:
+            asyncio.run(rpc.serve(stream, self.protocol, self._stop_event.is_set))
+        except BrokenPipeError:
+            log.error("the client closed the connection")
+        except (KeyboardInterrupt, SystemExit):
+            pass
+        finally:
+            self.shutdown()
+
+    def start_tcp(self, host: str, port: int) -> None:
+        """Serve one client at a time on TCP, with the same reader as stdio."""
+        self._stop_event = stop_event = threading.Event()
+
+        async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.protocol.set_writer(writer)  # type: ignore[arg-type]
+            await rpc.serve(rpc.Stream.of_reader(reader), self.protocol, stop_event.is_set)
+            self.shutdown()
+
+        async def listen() -> None:
+            self._server = await asyncio.start_server(connection, host, port)
+            async with self._server:
+                await self._server.serve_forever()
+
+        try:
+            asyncio.run(listen())
+        except asyncio.CancelledError:
+            pass
+
+    # -- documents --------------------------------------------------------------------------
+
+    def did_open(self, params: types.DidOpenTextDocumentParams) -> None:
+        doc = self.documents.open(params.text_document)
+        if "\x00" not in doc.text:  # binary: nothing to parse
+            self.trees.open(doc.uri, doc.text, language_for(doc.language_id, doc.uri))
+
+    def did_change(self, params: types.DidChangeTextDocumentParams) -> None:
+        uri = params.text_document.uri
+        changes = self.documents.change(uri, params.text_document.version,
+                                        params.content_changes, self.position_encoding)
+        self.trees.change(uri, changes)
+
+    def did_close(self, params: types.DidCloseTextDocumentParams) -> None:
+        uri = params.text_document.uri
+        self.documents.close(uri)
+        self.cache.clear(uri)
+        self.trees.close(uri)
+
     # -- settings -------------------------------------------------------------------------
 
     def apply_settings(self, raw: Any) -> None:
@@ -88,7 +212,7 @@ class DgLanguageServer(LanguageServer):
         if errors:
             self.window_show_message(types.ShowMessageParams(
                 types.MessageType.Warning,
-                "dg-lsp: invalid settings, using defaults for: " + "; ".join(errors)))
+                "dg-lsp: invalid settings ignored, previous values kept: " + "; ".join(errors)))
         old = (self.settings.model, self.settings.device, self.settings.engine)
         if (settings.model, settings.device, settings.engine) != old:
             if not self._injected:
@@ -146,9 +270,13 @@ class DgLanguageServer(LanguageServer):
 
         return EngineClient.connect_or_start(model, device, dtype=dtype)
 
-    def engine_lost(self, exc: Exception) -> None:
-        """The resident engine died or refused: drop it, start it again, tell the user once."""
-        if self._injected:
+    def engine_lost(self, exc: Exception, backend: CompletionBackend | None = None) -> None:
+        """The resident engine died or refused: drop it, start it again, tell the user once.
+
+        `backend` is the engine the failed request used; when it is no longer the current
+        one, an earlier request already reported it (requests queued on a dying engine fail
+        one after another) and a fresh engine must not be dropped for it."""
+        if self._injected or (backend is not None and backend is not self._backend):
             return
         self.log(f"engine unavailable: {exc}", types.MessageType.Warning)
         self._backend, self._loading = None, None
@@ -163,16 +291,24 @@ class DgLanguageServer(LanguageServer):
         self.protocol.notify(ENGINE_STATE_NOTIFICATION, {"state": state, "message": message})
 
     def _client_has_progress(self) -> bool:
-        caps = self.client_capabilities
+        caps = self._capabilities
         return bool(caps and caps.window and caps.window.work_done_progress)
+
+    @property
+    def _capabilities(self) -> types.ClientCapabilities | None:
+        # pygls sets them at initialize; a request before it must not fail on their absence
+        return getattr(self.protocol, "client_capabilities", None)
 
     def log(self, message: str, kind: types.MessageType = types.MessageType.Log) -> None:
         self.window_log_message(types.LogMessageParams(kind, message))
 
     # -- completion -----------------------------------------------------------------------
 
-    async def complete(self, uri: str, position: types.Position) -> Completion | None:
-        """The pipeline's completion at an LSP position; None when there is nothing to show."""
+    async def complete(
+        self, uri: str, position: types.Position
+    ) -> tuple[Completion, types.Range] | None:
+        """The pipeline's completion at an LSP position and the range it replaces; None when
+        there is nothing to show (also when the engine failed: ghost text has no error UI)."""
         request = self._request(uri, position)
         if request is None:
             return None
@@ -182,60 +318,79 @@ class DgLanguageServer(LanguageServer):
             previous.cancel()
         task = asyncio.current_task()
         self._inflight[uri] = task
+        backend = None
         try:
             if self.settings.debounce_ms:
                 await asyncio.sleep(self.settings.debounce_ms / 1000)
-            pipeline = Pipeline(_Counting(self), self.settings, self.cache)
-            hit = pipeline.cached(request)
-            if hit is not None:
+            pipeline = Pipeline(_Counting(self.stats, None), self.settings, self.cache)
+            completion = pipeline.cached(request)
+            if completion is not None:
                 self.stats["cacheHits"] += 1
-                return hit
-            if await self.backend() is None:
+            else:
+                # The engine this request runs on, held for its whole life: engine_lost may
+                # clear the server's while the request waits for the worker.
+                backend = await self.backend()
+                if backend is None:
+                    return None
+                pipeline.backend = _Counting(self.stats, backend)
+                completion = await pipeline.complete_async(request, self.executor)
+            if completion is None:
                 return None
-            return await pipeline.complete_async(request, self.executor)
+            return completion, self._replaced_range(request, position, completion)
         except EngineUnavailable as exc:
-            self.engine_lost(exc)
+            self.engine_lost(exc, backend)
             return None
         except asyncio.CancelledError:
             self.stats["cancelled"] += 1
             raise
+        except Exception as exc:  # noqa: BLE001 - one failed completion must not surface
+            log.exception("completion in %s failed", uri)
+            self.log(f"completion failed: {type(exc).__name__}: {exc}", types.MessageType.Error)
+            return None
         finally:
             if self._inflight.get(uri) is task:
                 del self._inflight[uri]
 
     def _request(self, uri: str, position: types.Position) -> CompletionRequest | None:
-        if uri not in self.workspace.text_documents:
+        doc = self.documents.get(uri)
+        if doc is None:
             self.log(f"completion for a document that is not open: {uri}")
             return None
-        doc = self.workspace.get_text_document(uri)
         if not self.settings.enabled(doc.language_id or ""):
             return None
-        offset = offset_at(doc.source, position, self.position_encoding)
+        if not doc.is_valid_text:
+            self.log(f"{_short_path(uri)} holds a lone surrogate (not valid Unicode): "
+                     "no completions until it is removed")
+            return None
+        offset = offset_at(doc.text, position, self.position_encoding)
         if offset is None:
             self.log(f"position {position.line}:{position.character} is outside {uri}")
             return None
-        text = doc.source
+        text = doc.text
         if "\x00" in text[max(0, offset - 4096):offset + 4096]:
             return None  # a binary file: nothing a code model should continue
         language = language_for(doc.language_id, uri)
-        others = [OtherDocument(_short_path(other.uri), other.source)
-                  for other in list(self.workspace.text_documents.values())[:MAX_OTHER_DOCUMENTS]
-                  if other.uri != uri and language_for(other.language_id, other.uri) == language]
+        others = [OtherDocument(_short_path(other.uri), other.text)
+                  for other in list(self.documents)[:MAX_OTHER_DOCUMENTS]
+                  if other.uri != uri and other.is_valid_text
+                  and language_for(other.language_id, other.uri) == language]
         return CompletionRequest(text, offset, language, uri, others)
 
     @property
     def position_encoding(self) -> types.PositionEncodingKind:
-        return self.workspace.position_encoding or types.PositionEncodingKind.Utf16
+        try:
+            encoding = self.workspace.position_encoding
+        except RuntimeError:  # before initialize: no workspace yet
+            encoding = None
+        return encoding or types.PositionEncodingKind.Utf16
 
-    def lsp_range(self, uri: str, position: types.Position, completion: Completion) -> types.Range:
-        """The replaced range: from the cursor over what the completion re-types on its line."""
-        doc = self.workspace.get_text_document(uri)
-        line = doc.lines[position.line] if position.line < len(doc.lines) else ""
-        col = _char_column(line, position.character, self.position_encoding) or 0
-        replaced = line[col:col + completion.end - completion.start]
-        end = position.character + _units(replaced, self.position_encoding)
+    def _replaced_range(self, request: CompletionRequest, position: types.Position,
+                        completion: Completion) -> types.Range:
+        """From the cursor over what the completion re-types on the cursor's line."""
+        text = request.text
+        stop = min(completion.end, line_end(text, completion.start))
+        end = position.character + units(text[completion.start:stop], self.position_encoding)
         return types.Range(position, types.Position(position.line, end))
-
 
     # -- code actions -----------------------------------------------------------------------
 
@@ -246,7 +401,7 @@ class DgLanguageServer(LanguageServer):
         if found is None:
             return []
         doc, targets = found
-        version = self.workspace.get_text_document(uri).version
+        version = self.documents.get(uri).version
         actions = []
         for target in targets:
             data = {"uri": uri, "version": version, "action": target.action,
@@ -264,7 +419,7 @@ class DgLanguageServer(LanguageServer):
 
     def resolves_lazily(self) -> bool:
         """Whether the client resolves a code action's edit (else it gets it eagerly)."""
-        caps = self.client_capabilities
+        caps = self._capabilities
         action = caps and caps.text_document and caps.text_document.code_action
         support = action and action.resolve_support
         return bool(support and "edit" in support.properties)
@@ -293,6 +448,12 @@ class DgLanguageServer(LanguageServer):
     ) -> types.WorkspaceEdit:
         """Run one action on the document as it is at `version`; its WorkspaceEdit."""
         self._check_version(uri, version)
+        if len(self.documents.get(uri).text) > MAX_DOCUMENT_CHARS:
+            raise self._refuse(f"{_short_path(uri)} is too large to rewrite "
+                               f"(over {MAX_DOCUMENT_CHARS} characters)")
+        if not self.documents.get(uri).is_valid_text:
+            raise self._refuse(f"{_short_path(uri)} holds a lone surrogate (not valid Unicode); "
+                               "nothing was changed")
         found = self._targets(uri, lsp_range)
         if found is None:
             raise self._refuse(f"cannot rewrite {_short_path(uri)}: range or document invalid")
@@ -300,45 +461,53 @@ class DgLanguageServer(LanguageServer):
         target = next((t for t in targets if t.action == action), None)
         if target is None:
             raise self._refuse(f"'{action}' does not apply here")
-        if await self.backend() is None:
+        backend = await self.backend()
+        if backend is None:
             raise self._refuse("the model is not loaded")
         stop = threading.Event()
         loop = asyncio.get_running_loop()
         try:
+            # On a thread of its own, each step on the engine's worker: completions in other
+            # documents take their steps between this rewrite's instead of after all of them.
+            stepped = _StepsOnWorker(_Counting(self.stats, backend), self.executor)
             edit = await loop.run_in_executor(
-                self.executor, compute_edit, _Counting(self), doc, target, self.settings,
-                instruction, strength, stop.is_set)
+                None, compute_edit, stepped, doc, target, self.settings, instruction, strength,
+                stop.is_set)
         except asyncio.CancelledError:
             stop.set()
             raise
         except RewriteError as exc:
             raise self._refuse(str(exc)) from exc
         except EngineUnavailable as exc:
-            self.engine_lost(exc)
+            self.engine_lost(exc, backend)
             raise self._refuse("the engine stopped; try again") from exc
         self._check_version(uri, version)  # the user may have typed while the model ran
-        current = self.workspace.get_text_document(uri)
-        text_edit = types.TextEdit(self.range_of(current, edit), edit.text)
+        enc = self.position_encoding
+        text_edit = types.TextEdit(types.Range(position_at(doc.text, edit.start, enc),
+                                               position_at(doc.text, edit.end, enc)), edit.text)
+        current = self.documents.get(uri)
         return types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
             types.OptionalVersionedTextDocumentIdentifier(uri, current.version), [text_edit])])
 
     def _targets(self, uri: str, lsp_range: types.Range) -> tuple[Document, list[Target]] | None:
-        if uri not in self.workspace.text_documents:
+        doc = self.documents.get(uri)
+        # Past MAX_DOCUMENT_CHARS every action is refused anyway; listing them would parse the
+        # whole file on the event loop (tree-sitter holds the GIL: 3 s for 10 MB).
+        if doc is None or not doc.is_valid_text or len(doc.text) > MAX_DOCUMENT_CHARS:
             return None
-        doc = self.workspace.get_text_document(uri)
         enc = self.position_encoding
-        start = offset_at(doc.source, lsp_range.start, enc)
-        end = offset_at(doc.source, lsp_range.end, enc)
-        if start is None or end is None or end < start or "\x00" in doc.source:
+        start = offset_at(doc.text, lsp_range.start, enc)
+        end = offset_at(doc.text, lsp_range.end, enc)
+        if start is None or end is None or end < start or "\x00" in doc.text:
             return None
         language = language_for(doc.language_id, uri)
-        parsed = Document(doc.source, language, self.trees.tree(uri, doc.source, language))
+        parsed = Document(doc.text, language, self.trees.tree(uri, doc.text, language))
         return parsed, targets_at(parsed, start, end)
 
     def _check_version(self, uri: str, version: int | None) -> None:
-        if uri not in self.workspace.text_documents:
+        if uri not in self.documents:
             raise self._refuse(f"{_short_path(uri)} is not open")
-        current = self.workspace.get_text_document(uri).version
+        current = self.documents.get(uri).version
         if version is not None and current != version:
             message = (f"dg-lsp: {_short_path(uri)} changed (version {version} → {current}) "
                        "while the edit was computed; nothing was changed")
@@ -350,75 +519,46 @@ class DgLanguageServer(LanguageServer):
         self.window_show_message(types.ShowMessageParams(types.MessageType.Warning, message))
         return JsonRpcException(message, REQUEST_FAILED)
 
-    def range_of(self, doc: TextDocument, edit: Edit) -> types.Range:
-        enc = self.position_encoding
-        return types.Range(position_at(doc.source, edit.start, enc),
-                           position_at(doc.source, edit.end, enc))
 
 
 class _Counting:
-    """The server's engine, counted: `dg-lsp.stats` reports engine calls and steps."""
+    """One engine, counted: `dg-lsp.stats` reports engine calls and steps."""
 
-    def __init__(self, server: DgLanguageServer) -> None:
-        self.server = server
+    def __init__(self, stats: dict[str, int], backend: CompletionBackend | None) -> None:
+        self.stats, self.backend = stats, backend
 
     def infill_stream(self, prefix: str, suffix: str, max_tokens: int = 32, **kwargs: Any):
-        self.server.stats["engineRequests"] += 1
-        for draft in self.server._backend.infill_stream(prefix, suffix, max_tokens, **kwargs):
-            self.server.stats["denoiseSteps"] += 1
+        self.stats["engineRequests"] += 1
+        for draft in self.backend.infill_stream(prefix, suffix, max_tokens, **kwargs):
+            self.stats["denoiseSteps"] += 1
             yield draft
 
     def rewrite_stream(self, prefix: str, suffix: str, original: str, **kwargs: Any):
-        self.server.stats["engineRequests"] += 1
-        for draft in self.server._backend.rewrite_stream(prefix, suffix, original, **kwargs):
-            self.server.stats["denoiseSteps"] += 1
+        self.stats["engineRequests"] += 1
+        for draft in self.backend.rewrite_stream(prefix, suffix, original, **kwargs):
+            self.stats["denoiseSteps"] += 1
             yield draft
 
 
-# -- positions --------------------------------------------------------------------------------
+class _StepsOnWorker:
+    """An engine whose every denoising step runs on `executor` (the engine's one worker),
+    for work that runs on another thread: the steps of other requests interleave with its."""
 
+    def __init__(self, backend: Any, executor: ThreadPoolExecutor) -> None:
+        self.backend, self.executor = backend, executor
 
-def _units(text: str, encoding: str) -> int:
-    if encoding == types.PositionEncodingKind.Utf8:
-        return len(text.encode("utf-8"))
-    if encoding == types.PositionEncodingKind.Utf32:
-        return len(text)
-    return len(text.encode("utf-16-le")) // 2
+    def infill_stream(self, *args: Any, **kwargs: Any):
+        return self._steps(self.backend.infill_stream(*args, **kwargs))
 
+    def rewrite_stream(self, *args: Any, **kwargs: Any):
+        return self._steps(self.backend.rewrite_stream(*args, **kwargs))
 
-def _char_column(line: str, units: int, encoding: str) -> int | None:
-    """The character index `units` code units into `line`; None past its end."""
-    line = line.rstrip("\r\n")
-    count = 0
-    for i, ch in enumerate(line):
-        if count >= units:
-            return i if count == units else None
-        count += _units(ch, encoding)
-    return len(line) if count == units else None
-
-
-def offset_at(text: str, position: types.Position, encoding: str) -> int | None:
-    """Character offset of an LSP position in `text`, or None when it is outside the text."""
-    lines = text.splitlines(True)  # as pygls splits a document
-    if position.line < 0 or position.character < 0:
-        return None
-    if position.line >= len(lines):
-        # the empty line after a final newline is still a position in the file
-        ends_open = not lines or lines[-1].endswith("\n")
-        if position.line == len(lines) and position.character == 0 and ends_open:
-            return len(text)
-        return None
-    col = _char_column(lines[position.line], position.character, encoding)
-    if col is None:
-        return None
-    return sum(len(line) for line in lines[: position.line]) + col
-
-
-def position_at(text: str, offset: int, encoding: str) -> types.Position:
-    """The LSP position of character `offset` of `text`."""
-    line_start = text.rfind("\n", 0, offset) + 1
-    return types.Position(text.count("\n", 0, offset),
-                          _units(text[line_start:offset], encoding))
+    def _steps(self, drafts: Any):
+        try:
+            while (draft := self.executor.submit(next, drafts, None).result()) is not None:
+                yield draft
+        finally:
+            self.executor.submit(drafts.close)
 
 
 def _range_json(r: types.Range) -> dict[str, Any]:
@@ -457,33 +597,15 @@ def create_server(backend: CompletionBackend | None = None) -> DgLanguageServer:
     ) -> None:
         ls.apply_settings(params.settings)
 
-    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
-    def did_open(ls: DgLanguageServer, params: types.DidOpenTextDocumentParams) -> None:
-        doc = params.text_document
-        if "\x00" not in doc.text:  # binary: nothing to parse
-            ls.trees.open(doc.uri, doc.text, language_for(doc.language_id, doc.uri))
-
-    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
-    def did_change(ls: DgLanguageServer, params: types.DidChangeTextDocumentParams) -> None:
-        enc = ls.position_encoding
-        ls.trees.change(params.text_document.uri, params.content_changes,
-                        lambda text, position: offset_at(text, position, enc))
-
-    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
-    def did_close(ls: DgLanguageServer, params: types.DidCloseTextDocumentParams) -> None:
-        ls.cache.clear(params.text_document.uri)
-        ls.trees.close(params.text_document.uri)
-
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def inline_completion(
         ls: DgLanguageServer, params: types.InlineCompletionParams
     ) -> types.InlineCompletionList | None:
-        uri, position = params.text_document.uri, params.position
-        completion = await ls.complete(uri, position)
-        if completion is None:
+        found = await ls.complete(params.text_document.uri, params.position)
+        if found is None:
             return types.InlineCompletionList(items=[])
-        item = types.InlineCompletionItem(
-            insert_text=completion.text, range=ls.lsp_range(uri, position, completion))
+        completion, replaced = found
+        item = types.InlineCompletionItem(insert_text=completion.text, range=replaced)
         return types.InlineCompletionList(items=[item])
 
     @server.feature(
@@ -493,12 +615,12 @@ def create_server(backend: CompletionBackend | None = None) -> DgLanguageServer:
     async def completion(
         ls: DgLanguageServer, params: types.CompletionParams
     ) -> types.CompletionList:
-        uri, position = params.text_document.uri, params.position
-        result = await ls.complete(uri, position)
+        found = await ls.complete(params.text_document.uri, params.position)
         # Incomplete: every keystroke asks again (a cache hit while typing through the text).
-        if result is None:
+        if found is None:
             return types.CompletionList(is_incomplete=True, items=[])
-        edit = types.TextEdit(ls.lsp_range(uri, position, result), result.text)
+        result, replaced = found
+        edit = types.TextEdit(replaced, result.text)
         label = result.text.strip().split("\n", 1)[0]
         item = types.CompletionItem(
             label=label, kind=types.CompletionItemKind.Text, text_edit=edit,

@@ -1,13 +1,15 @@
 """Server settings from `initializationOptions` and `workspace/didChangeConfiguration`.
 
 Keys are camelCase, as editors' JSON settings are; they may sit under a `dg-lsp` section.
-A wrong value is reported and replaced by its default; it never stops the server.
+Every value is checked here, against its range (BOUNDS), and nowhere else. A wrong value is
+reported by name and keeps its previous value; it never stops the server.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field, fields, replace
+import math
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dg_lsp.context import BLOCK, BRACKETS, COMMENT, HOLE_KINDS, REST_OF_LINE
@@ -42,17 +44,72 @@ class Settings:
         return self.languages is None or language_id in self.languages
 
 
+# Every number a client can set, with its range. The ranges are what the engine and the
+# pipeline can run: a NaN or infinite temperature reaches the sampler as NaN probabilities,
+# a seed of 2**64 overflows the generator, an eosPenalty of 1e308 silences every completion.
+@dataclass(frozen=True)
+class Bounds:
+    low: float
+    high: float
+    integer: bool = False
+    nullable: bool = False  # null is allowed (it means "no limit")
+
+    def admits(self, value: Any) -> bool:
+        if value is None:
+            return self.nullable
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        if self.integer and not isinstance(value, int):
+            return False
+        return math.isfinite(value) and self.low <= value <= self.high
+
+    def __str__(self) -> str:
+        if self.integer:
+            text = f"an integer in {self.low}..{self.high}"
+        else:
+            text = f"a finite number in {self.low}..{self.high}"
+        return text + " or null" if self.nullable else text
+
+
+MAX_SEED = 2**63 - 1
+# A hole needs context around it: at least this many tokens of the canvas stay for it.
+MIN_CONTEXT_TOKENS = 32
+BOUNDS = {
+    "canvasLength": Bounds(64, 8192, integer=True),
+    "suffixFraction": Bounds(0, 0.95),
+    "debounceMs": Bounds(0, 5000, integer=True),
+    "holeSize": Bounds(1, 1024, integer=True),
+    "sampler.k": Bounds(1, 1024, integer=True),
+    "sampler.threshold": Bounds(0, 1),
+    "sampler.gamma": Bounds(0, 100),
+    "sampler.temperature": Bounds(0, 10),
+    "sampler.eosPenalty": Bounds(0, 100),
+    "sampler.seed": Bounds(0, MAX_SEED, integer=True),
+    "sampler.maxSteps": Bounds(1, 8192, integer=True, nullable=True),
+    "sampler.cacheRefresh": Bounds(1, 1024, integer=True),
+    "sampler.refreshWindow": Bounds(0, 8192, integer=True, nullable=True),
+}
+
 _HOLE_KEYS = {"restOfLine": REST_OF_LINE, "brackets": BRACKETS, "comment": COMMENT,
               "block": BLOCK}
-_SAMPLER_KEYS = {"name": "sampler", "k": "k", "threshold": "threshold", "gamma": "gamma",
+_SAMPLER_KEYS = {"k": "k", "threshold": "threshold", "gamma": "gamma",
                  "temperature": "temperature", "eosPenalty": "eos_penalty", "seed": "seed",
                  "maxSteps": "max_steps", "cacheRefresh": "cache_refresh",
                  "refreshWindow": "refresh_window"}
 
 
+def check_number(key: str, value: Any) -> str | None:
+    """Why `value` is not a valid `key` (a BOUNDS key; hole sizes as holeSize.<kind>)."""
+    bounds = BOUNDS[key.split(".")[0] if key.startswith("holeSize.") else key]
+    return None if bounds.admits(value) else f"{key}: expected {bounds}, got {value!r}"
+
+
 def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, list[str]]:
-    """Settings from a client's JSON, and one message per value that was rejected."""
-    settings = replace(base) if base else Settings()
+    """Settings from a client's JSON, and one message per value that was refused.
+
+    A refused value keeps its value in `base` (the previous valid settings)."""
+    base = base or Settings()
+    settings = replace(base, hole_size=dict(base.hole_size))
     errors: list[str] = []
     if raw is None:
         return settings, errors
@@ -67,6 +124,12 @@ def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, li
         if not ok:
             errors.append(f"{key}: expected {expected}, got {raw[key]!r}")
         return ok
+
+    def number(key: str, value: Any) -> bool:
+        problem = check_number(key, value)
+        if problem:
+            errors.append(problem)
+        return problem is None
 
     for key, value in raw.items():
         if key == "model":
@@ -83,13 +146,13 @@ def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, li
             if check(key, value in ENGINE_MODES, " or ".join(ENGINE_MODES)):
                 settings.engine = value
         elif key == "canvasLength":
-            if check(key, _is_int(value) and 32 <= value <= 8192, "an integer in 32..8192"):
+            if number(key, value):
                 settings.canvas_length = value
         elif key == "suffixFraction":
-            if check(key, _is_number(value) and 0 <= value < 1, "a number in [0, 1)"):
+            if number(key, value):
                 settings.suffix_fraction = float(value)
         elif key == "debounceMs":
-            if check(key, _is_int(value) and 0 <= value <= 5000, "an integer in 0..5000"):
+            if number(key, value):
                 settings.debounce_ms = value
         elif key == "languages":
             if check(key, value is None or (isinstance(value, list)
@@ -105,7 +168,19 @@ def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, li
             settings.sampler = _parse_sampler(value, settings.sampler, errors)
         else:
             errors.append(f"{key}: unknown setting")
+
+    room = settings.canvas_length - MIN_CONTEXT_TOKENS
+    too_big = {kind: size for kind, size in settings.hole_size.items() if size > room}
+    if too_big:
+        # Which of the two changed is not ours to guess: both keep their previous values.
+        holes = ", ".join(f"{_HOLE_NAMES[kind]} {size}" for kind, size in too_big.items())
+        errors.append(f"holeSize ({holes}) does not fit canvasLength {settings.canvas_length}: "
+                      f"a hole may take at most canvasLength - {MIN_CONTEXT_TOKENS} tokens")
+        settings.canvas_length, settings.hole_size = base.canvas_length, dict(base.hole_size)
     return settings, errors
+
+
+_HOLE_NAMES = {kind: key for key, kind in _HOLE_KEYS.items()}
 
 
 def _parse_hole_size(value: Any, current: dict[str, int], errors: list[str]) -> dict[str, int]:
@@ -117,8 +192,8 @@ def _parse_hole_size(value: Any, current: dict[str, int], errors: list[str]) -> 
         kind = _HOLE_KEYS.get(key, key if key in HOLE_KINDS else None)
         if kind is None:
             errors.append(f"holeSize.{key}: unknown hole kind")
-        elif not (_is_int(size) and 1 <= size <= 1024):
-            errors.append(f"holeSize.{key}: expected an integer in 1..1024, got {size!r}")
+        elif (problem := check_number(f"holeSize.{key}", size)) is not None:
+            errors.append(problem)
         else:
             sizes[kind] = size
     return sizes
@@ -131,32 +206,19 @@ def _parse_sampler(value: Any, current: SamplerSettings, errors: list[str]) -> S
         errors.append(f"sampler: expected an object or one of {', '.join(SAMPLERS)}")
         return current
     sampler = replace(current)
-    types = {f.name: f.type for f in fields(SamplerSettings)}
     for key, v in value.items():
-        name = _SAMPLER_KEYS.get(key)
-        if name is None:
-            errors.append(f"sampler.{key}: unknown sampler setting")
-        elif name == "sampler":
+        if key == "name":
             if v in SAMPLERS:
                 sampler.sampler = v
             else:
                 errors.append(f"sampler.name: expected one of {', '.join(SAMPLERS)}, got {v!r}")
-        elif "int" in str(types[name]) and not (_is_int(v) and v >= 0
-                                                 or (v is None and "None" in str(types[name]))):
-            errors.append(f"sampler.{key}: expected a non-negative integer, got {v!r}")
-        elif "float" in str(types[name]) and not (_is_number(v) and v >= 0):
-            errors.append(f"sampler.{key}: expected a non-negative number, got {v!r}")
+        elif key not in _SAMPLER_KEYS:
+            errors.append(f"sampler.{key}: unknown sampler setting")
+        elif (problem := check_number(f"sampler.{key}", v)) is not None:
+            errors.append(problem)
         else:
-            setattr(sampler, name, v)
+            setattr(sampler, _SAMPLER_KEYS[key], v)
     return sampler
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -167,7 +229,19 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default="auto",
                         help="auto (int8 linear layers on the CPU, bfloat16 on a GPU), int8, "
                         "float32, bfloat16, float16, float64")
-    parser.add_argument("--seed", type=int, default=0, help="sampler seed (default 0)")
+    parser.add_argument("--seed", type=_seed, default=0, help="sampler seed (default 0)")
+
+
+def _seed(text: str) -> int:
+    """--seed, held to the same range as the sampler.seed setting."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    problem = check_number("sampler.seed", value)
+    if problem:
+        raise argparse.ArgumentTypeError(problem.removeprefix("sampler.seed: "))
+    return value
 
 
 def settings_from_arguments(args: argparse.Namespace, **fields: Any) -> Settings:

@@ -20,8 +20,9 @@ import logging
 import os
 import re
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import torch
@@ -29,7 +30,7 @@ from safetensors import safe_open
 from torch import nn
 
 from engine import BUNDLED_MODELS
-from engine.config import CheckpointError, ModelConfig, config_from_hf
+from engine.config import CheckpointError, ModelConfig, config_from_hf, token_id
 from engine.models.transformer import Transformer
 from engine.tokenizer import Tokenizer
 
@@ -216,15 +217,9 @@ def _token_name(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _first_int(value: Any) -> int | None:
-    if isinstance(value, list):
-        value = value[0] if value else None
-    return None if value is None else int(value)
-
-
 def _fill_special_ids(
     cfg: ModelConfig, raw: dict[str, Any], generation: dict[str, Any],
-    tok_config: dict[str, Any], tokenizer: Tokenizer,
+    tok_config: dict[str, Any], tokenizer: Tokenizer, generation_source: Path,
 ) -> ModelConfig:
     updates: dict[str, int] = {}
     for field, (config_key, known) in SPECIAL_TOKENS.items():
@@ -232,7 +227,7 @@ def _fill_special_ids(
         # which a small checkpoint in LLaDA's layout must not inherit.
         if raw.get(field) is not None:
             continue
-        found = _first_int(generation.get(field))
+        found = token_id(generation.get(field), field, str(generation_source))
         named = _token_name(tok_config.get(config_key)) if config_key else None
         for token in ([named] if named else []) + known:
             if found is not None:
@@ -279,7 +274,8 @@ def read_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         tokenizer = Tokenizer.from_file(tok_file)
     except Exception as e:  # tokenizers raises a bare Exception on malformed files
         raise CheckpointError(f"{tok_file}: cannot be read ({e})") from e
-    cfg = _fill_special_ids(cfg, raw, generation, tok_config, tokenizer)
+    cfg = _fill_special_ids(cfg, raw, generation, tok_config, tokenizer,
+                            path / "generation_config.json")
     if cfg.family != "block":
         _check_token_ids(cfg, tokenizer, path / "config.json")
     return Checkpoint(path, cfg, raw, generation, tokenizer)
@@ -310,7 +306,8 @@ def weight_files(folder: Path) -> dict[str, Path]:
         weight_map = _read_json(index).get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise CheckpointError(f"{index}: no weight_map")
-        files = {name: folder / file for name, file in weight_map.items()}
+        files = {name: folder / _shard_name(index, name, file)
+                 for name, file in weight_map.items()}
         for file in sorted(set(files.values())):
             if not file.is_file():
                 raise CheckpointError(f"{index}: lists {file.name}, which is missing")
@@ -325,6 +322,29 @@ def weight_files(folder: Path) -> dict[str, Path]:
             "with a tool you trust, to model.safetensors"
         )
     raise CheckpointError(f"{folder}: no {SAFETENSORS_FILE} and no {SAFETENSORS_INDEX}")
+
+
+def _shard_name(index: Path, tensor: str, file: Any) -> str:
+    """A weight_map entry, refused unless it names a file inside the checkpoint folder.
+
+    Checked on the name, not on the resolved path: the Hugging Face cache's snapshot files
+    are symlinks into its blobs folder, and must stay loadable."""
+    if not isinstance(file, str) or not file:
+        raise CheckpointError(f"{index}: weight_map entry for '{tensor}' must be a file name, "
+                              f"got {file!r}")
+    parts = PurePosixPath(file.replace("\\", "/")).parts
+    if PurePosixPath(file).is_absolute() or Path(file).is_absolute() or ".." in parts:
+        raise CheckpointError(f"{index}: weight_map entry for '{tensor}' ({file!r}) points "
+                              "outside the checkpoint folder")
+    return file
+
+
+def _layers_in(names: Iterable[str], layout: str) -> int:
+    """How many transformer layers the tensor names hold (highest layer index + 1)."""
+    pattern = re.compile(r"model\.transformer\.blocks\.(\d+)\." if layout == "llada"
+                         else r"model\.layers\.(\d+)\.")
+    indices = [int(m.group(1)) for name in names if (m := pattern.match(name))]
+    return max(indices) + 1 if indices else 0
 
 
 def _tensor_names(file: Path) -> list[str]:
@@ -404,10 +424,17 @@ def load_model(ckpt: Checkpoint, device: str = "auto", dtype: str = "auto") -> T
         raise CheckpointError(f"{ckpt.path}: family '{cfg.family}' is not loaded by load_model")
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
+    files = weight_files(ckpt.path)
+    # Before building anything: a config with far more layers than the weights hold would
+    # spend minutes constructing modules only to fail on the first missing tensor.
+    stored = _layers_in(files, cfg.layout)
+    if cfg.num_layers > stored:
+        key = "n_layers" if cfg.layout == "llada" else "num_hidden_layers"
+        raise CheckpointError(f"{ckpt.path / 'config.json'}: {key}={cfg.num_layers} but the "
+                              f"weights hold {stored} layers")
     with torch.device("meta"):
         model = Transformer(cfg)
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
-    files = weight_files(ckpt.path)
     plan = _plan(files, expected, cfg, ckpt.path)
 
     state: dict[str, torch.Tensor] = {}

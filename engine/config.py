@@ -6,6 +6,7 @@ Qwen2 for the autoregressive baseline). Everything past the loader reads only `M
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -49,16 +50,75 @@ class ModelConfig:
         return asdict(self)
 
 
-def _first_int(value: Any) -> int | None:
+# Sanity ranges for config values. A config is data from anyone: a value outside these is
+# refused with its name before anything is allocated (num_hidden_layers 100000 used to spin
+# for minutes building modules before the weights disagreed).
+MAX_LAYERS = 1000
+MAX_WIDTH = 1 << 20  # hidden and intermediate sizes
+MAX_VOCAB = 10_000_000
+MAX_HEADS = 1024
+MAX_POSITIONS = 1 << 24
+_MISSING = object()
+
+
+def _int(raw: dict[str, Any], key: str, source: str, high: int, default: Any = _MISSING,
+         low: int = 1) -> int:
+    """`raw[key]` as an integer in low..high (`default` when absent or null, if given)."""
+    value = raw.get(key)
+    if value is None:
+        if default is _MISSING:
+            raise CheckpointError(f"{source}: config key '{key}' is missing")
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise CheckpointError(f"{source}: {key} must be an integer in {low}..{high}, "
+                              f"got {value!r}")
+    return value
+
+
+def _float(raw: dict[str, Any], key: str, source: str, default: float, high: float) -> float:
+    """`raw[key]` as a finite number in (0, high]."""
+    value = raw.get(key, default)
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not math.isfinite(value) or not 0 < value <= high):
+        raise CheckpointError(f"{source}: {key} must be a number in (0, {high:g}], "
+                              f"got {value!r}")
+    return float(value)
+
+
+def _bool(raw: dict[str, Any], key: str, source: str, default: bool) -> bool:
+    value = raw.get(key, default)
+    if not isinstance(value, bool):  # "false" is a non-empty string: bool() would say True
+        raise CheckpointError(f"{source}: {key} must be true or false, got {value!r}")
+    return value
+
+
+def token_id(value: Any, key: str, source: str) -> int | None:
+    """A special token id as configs write it: an integer, a list of them (the first counts),
+    or null. The vocabulary range is checked once the tokenizer is known."""
     if isinstance(value, list):
-        return int(value[0]) if value else None
-    return None if value is None else int(value)
+        value = value[0] if value else None
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise CheckpointError(f"{source}: {key} must be a non-negative integer, got {value!r}")
+    return value
 
 
-def _get(raw: dict[str, Any], key: str, source: str) -> Any:
-    if key not in raw:
-        raise CheckpointError(f"{source}: config key '{key}' is missing")
-    return raw[key]
+def _heads(raw: dict[str, Any], source: str, hidden: int, heads_key: str, kv_key: str,
+           head_dim_key: str | None) -> tuple[int, int, int]:
+    """(heads, key/value heads, head dim), checked against each other."""
+    heads = _int(raw, heads_key, source, MAX_HEADS)
+    kv_heads = _int(raw, kv_key, source, heads, default=heads)
+    if heads % kv_heads:
+        raise CheckpointError(f"{source}: {heads_key}={heads} is not a multiple of "
+                              f"{kv_key}={kv_heads}")
+    head_dim = _int(raw, head_dim_key, source, 4096, default=0, low=0) if head_dim_key else 0
+    if not head_dim:
+        if hidden % heads:
+            raise CheckpointError(f"{source}: hidden size {hidden} is not a multiple of "
+                                  f"{heads_key}={heads}")
+        head_dim = hidden // heads
+    return heads, kv_heads, head_dim
 
 
 # Architectures we implement natively. Anything else is refused by name: the engine never
@@ -94,61 +154,62 @@ def config_from_hf(raw: dict[str, Any], source: str = "config.json") -> ModelCon
 
 
 def _qwen2_config(raw: dict[str, Any], source: str, family: str, layout: str) -> ModelConfig:
-    hidden = int(_get(raw, "hidden_size", source))
-    heads = int(_get(raw, "num_attention_heads", source))
+    hidden = _int(raw, "hidden_size", source, MAX_WIDTH)
+    heads, kv_heads, head_dim = _heads(raw, source, hidden, "num_attention_heads",
+                                       "num_key_value_heads", "head_dim")
+    rope = raw.get("rope_parameters") if isinstance(raw.get("rope_parameters"), dict) else {}
     return ModelConfig(
         family=family,
         layout=layout,
-        vocab_size=int(_get(raw, "vocab_size", source)),
+        vocab_size=_int(raw, "vocab_size", source, MAX_VOCAB),
         hidden_size=hidden,
-        intermediate_size=int(_get(raw, "intermediate_size", source)),
-        num_layers=int(_get(raw, "num_hidden_layers", source)),
+        intermediate_size=_int(raw, "intermediate_size", source, MAX_WIDTH),
+        num_layers=_int(raw, "num_hidden_layers", source, MAX_LAYERS),
         num_heads=heads,
-        num_kv_heads=int(raw.get("num_key_value_heads", heads)),
-        head_dim=int(raw.get("head_dim") or hidden // heads),
-        rope_theta=float(raw.get("rope_theta", (raw.get("rope_parameters") or {}).get(
-            "rope_theta", 10000.0))),
-        rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
-        max_position_embeddings=int(raw.get("max_position_embeddings", 4096)),
-        tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        rope_theta=_float(raw, "rope_theta", source, rope.get("rope_theta", 10000.0), 1e12),
+        rms_norm_eps=_float(raw, "rms_norm_eps", source, 1e-6, 1.0),
+        max_position_embeddings=_int(raw, "max_position_embeddings", source, MAX_POSITIONS,
+                                     default=4096),
+        tie_word_embeddings=_bool(raw, "tie_word_embeddings", source, False),
         # Qwen2 always carries q/k/v biases; our own checkpoints may leave them out.
-        qkv_bias=bool(raw.get("qkv_bias", True)),
+        qkv_bias=_bool(raw, "qkv_bias", source, True),
         shift_logits=family == "masked",
         causal=family == "ar",
-        mask_token_id=_first_int(raw.get("mask_token_id")),
-        eos_token_id=_first_int(raw.get("eos_token_id")),
-        pad_token_id=_first_int(raw.get("pad_token_id")),
-        bos_token_id=_first_int(raw.get("bos_token_id")),
-        expand_token_id=_first_int(raw.get("expand_token_id")),
+        **{key: token_id(raw.get(key), key, source) for key in (
+            "mask_token_id", "eos_token_id", "pad_token_id", "bos_token_id", "expand_token_id")},
     )
 
 
 def _llada_config(raw: dict[str, Any], source: str) -> ModelConfig:
-    hidden = int(_get(raw, "d_model", source))
-    heads = int(_get(raw, "n_heads", source))
+    hidden = _int(raw, "d_model", source, MAX_WIDTH)
+    heads, kv_heads, head_dim = _heads(raw, source, hidden, "n_heads", "n_kv_heads", None)
     if raw.get("block_type", "llama") != "llama":
         raise CheckpointError(f"{source}: LLaDA block_type '{raw['block_type']}' is not supported")
-    vocab = int(raw.get("embedding_size") or _get(raw, "vocab_size", source))
+    vocab_key = "embedding_size" if raw.get("embedding_size") else "vocab_size"
     return ModelConfig(
         family="masked",
         layout="llada",
-        vocab_size=vocab,
+        vocab_size=_int(raw, vocab_key, source, MAX_VOCAB),
         hidden_size=hidden,
         # LLaDA's mlp_hidden_size is the width of ff_proj and up_proj each.
-        intermediate_size=int(_get(raw, "mlp_hidden_size", source)),
-        num_layers=int(_get(raw, "n_layers", source)),
+        intermediate_size=_int(raw, "mlp_hidden_size", source, MAX_WIDTH),
+        num_layers=_int(raw, "n_layers", source, MAX_LAYERS),
         num_heads=heads,
-        num_kv_heads=int(raw.get("n_kv_heads") or heads),
-        head_dim=hidden // heads,
-        rope_theta=float(raw.get("rope_theta", 10000.0)),
-        rms_norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
-        max_position_embeddings=int(raw.get("max_sequence_length", 4096)),
-        tie_word_embeddings=bool(raw.get("weight_tying", False)),
-        qkv_bias=bool(raw.get("include_bias", False) or raw.get("include_qkv_bias", False)),
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        rope_theta=_float(raw, "rope_theta", source, 10000.0, 1e12),
+        rms_norm_eps=_float(raw, "rms_norm_eps", source, 1e-5, 1.0),
+        max_position_embeddings=_int(raw, "max_sequence_length", source, MAX_POSITIONS,
+                                     default=4096),
+        tie_word_embeddings=_bool(raw, "weight_tying", source, False),
+        qkv_bias=(_bool(raw, "include_bias", source, False)
+                  or _bool(raw, "include_qkv_bias", source, False)),
         shift_logits=False,
         causal=False,
-        mask_token_id=_first_int(raw.get("mask_token_id", 126336)),
-        eos_token_id=_first_int(raw.get("eos_token_id", 126081)),
-        pad_token_id=_first_int(raw.get("pad_token_id")),
-        bos_token_id=_first_int(raw.get("bos_token_id")),
+        mask_token_id=token_id(raw.get("mask_token_id", 126336), "mask_token_id", source),
+        eos_token_id=token_id(raw.get("eos_token_id", 126081), "eos_token_id", source),
+        pad_token_id=token_id(raw.get("pad_token_id"), "pad_token_id", source),
+        bos_token_id=token_id(raw.get("bos_token_id"), "bos_token_id", source),
     )

@@ -18,7 +18,6 @@ import pytest
 import pytest_asyncio
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
-from pygls.workspace import TextDocument
 
 from dg_lsp.actions import (
     COMPLETE_BODY,
@@ -31,8 +30,9 @@ from dg_lsp.actions import (
     targets_at,
 )
 from dg_lsp.languages import language_for
+from dg_lsp.positions import offset_at
 from dg_lsp.rewrite import RewriteError, _same_nesting, compute_edit, shape
-from dg_lsp.server import REWRITE_COMMAND, offset_at
+from dg_lsp.server import REWRITE_COMMAND
 from dg_lsp.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -212,6 +212,22 @@ def test_a_body_keeps_its_longest_parseable_lines_and_a_rewrite_is_whole_or_refu
         compute_edit(Scripted("pass"), d, rewrite, Settings(), strength=1.0)
 
 
+class TooLong(Scripted):
+    def _drafts(self, prefix, suffix):
+        raise ValueError("a hole of 900 tokens does not fit a canvas of 256")
+        yield
+
+
+def test_a_selection_the_canvas_cannot_hold_is_refused_with_a_reason():
+    text = "def f(a):\n    return a\n"
+    d = doc(text)
+    with pytest.raises(RewriteError) as err:
+        compute_edit(TooLong(), d, target_of(d, text.index("return"), len(text) - 1),
+                     Settings())
+    assert str(err.value) == ("the selection is too long for the model: a hole of 900 tokens "
+                              "does not fit a canvas of 256")
+
+
 def test_a_javascript_body_is_written_inside_its_braces_at_the_files_indentation():
     # (the bundled model never saw JavaScript; its bodies there are refused, so the
     # framing is checked with given model text)
@@ -242,14 +258,12 @@ def test_an_instruction_is_a_comment_line_above_the_hole():
 def apply_edit(text: str, edit: types.WorkspaceEdit, uri: str, version: int) -> str:
     (change,) = edit.document_changes
     assert change.text_document.uri == uri and change.text_document.version == version
-    document = TextDocument(uri, text)
     for text_edit in sorted(change.edits, key=lambda e: (e.range.start.line,
                                                          e.range.start.character),
                             reverse=True):
-        start = offset_at(document.source, text_edit.range.start, UTF16)
-        end = offset_at(document.source, text_edit.range.end, UTF16)
+        start = offset_at(text, text_edit.range.start, UTF16)
+        end = offset_at(text, text_edit.range.end, UTF16)
         text = text[:start] + text_edit.new_text + text[end:]
-        document = TextDocument(uri, text)
     return text
 
 
@@ -342,7 +356,7 @@ async def test_each_action_resolves_to_the_edit_the_pipeline_computes(
 
 
 @pytest.mark.asyncio(loop_scope="module")
-async def test_typing_reparses_incrementally_and_actions_follow_the_new_text(client):
+async def test_actions_follow_typing_and_reparse_only_what_changed(client):
     from tests.test_lsp import stats
 
     before = await stats(client)
@@ -361,8 +375,23 @@ async def test_typing_reparses_incrementally_and_actions_follow_the_new_text(cli
     assert [a.title for a in listed] == ["Complete function body of scale",
                                         "Add docstring of scale"]
     after = await stats(client)
-    assert after["fullParses"] - before["fullParses"] == 1  # when the document opened
-    assert after["incrementalParses"] - before["incrementalParses"] == 3
+    # keystrokes parse nothing: the first listing parses the document once
+    assert after["fullParses"] - before["fullParses"] == 1
+    assert after["incrementalParses"] - before["incrementalParses"] == 0
+    # the next keystrokes edit that tree, and the next listing re-parses only what changed
+    for version, (typed, at) in enumerate([("x", 4), ("y", 5)], start=5):
+        client.text_document_did_change(types.DidChangeTextDocumentParams(
+            types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            [types.TextDocumentContentChangePartial(
+                range=types.Range(types.Position(0, at), types.Position(0, at)), text=typed)]))
+    text = text.replace("def scale", "def xyscale", 1)
+    stub = text.index("...")
+    listed = await code_actions(client, uri, lsp_range(text, stub, stub))
+    assert [a.title for a in listed] == ["Complete function body of xyscale",
+                                        "Add docstring of xyscale"]
+    final = await stats(client)
+    assert final["fullParses"] == after["fullParses"]
+    assert final["incrementalParses"] - after["incrementalParses"] == 1
 
 
 @pytest.mark.asyncio(loop_scope="module")

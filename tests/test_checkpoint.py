@@ -389,3 +389,73 @@ def test_block_family_reads_but_is_not_loaded_here(tmp_path: Path, dream_ckpt: P
     assert ckpt.config.extra["raw"]["canvas_length"] == 256
     with pytest.raises(CheckpointError, match="family 'block' is not loaded by load_model"):
         load_model(ckpt, device="cpu")
+
+
+# ---------------------------------------------------------------------------------------------
+# Config values and index entries from anyone: refused with their name, never a raw exception
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"hidden_size": "abc"}, "hidden_size must be an integer in 1..1048576, got 'abc'"),
+    ({"hidden_size": None}, "config key 'hidden_size' is missing"),
+    ({"hidden_size": [384]}, "hidden_size must be an integer in 1..1048576, got [384]"),
+    ({"hidden_size": 384.7}, "hidden_size must be an integer in 1..1048576, got 384.7"),
+    ({"num_attention_heads": 0}, "num_attention_heads must be an integer in 1..1024, got 0"),
+    ({"num_attention_heads": 3, "num_key_value_heads": 1},
+     "hidden size 64 is not a multiple of num_attention_heads=3"),
+    ({"mask_token_id": "two"}, "mask_token_id must be a non-negative integer, got 'two'"),
+    ({"tie_word_embeddings": "false"}, "tie_word_embeddings must be true or false, got 'false'"),
+    ({"max_position_embeddings": -5},
+     "max_position_embeddings must be an integer in 1..16777216, got -5"),
+    ({"num_hidden_layers": 100000},
+     "num_hidden_layers must be an integer in 1..1000, got 100000"),
+    ({"rms_norm_eps": float("nan")}, "rms_norm_eps must be a number in (0, 1], got nan"),
+])
+def test_bad_config_values_are_refused_by_name(tmp_path: Path, overrides, message) -> None:
+    folder = write_dream_checkpoint(tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **overrides}))
+    with pytest.raises(CheckpointError) as err:
+        read_checkpoint(folder)
+    assert str(err.value) == f"{folder / 'config.json'}: {message}"
+
+
+def test_more_layers_than_the_weights_hold_is_refused_before_building(tmp_path: Path) -> None:
+    import time
+
+    folder = write_dream_checkpoint(tmp_path, extra_config={"num_hidden_layers": 1000})
+    started = time.perf_counter()
+    with pytest.raises(CheckpointError) as err:
+        load_model(read_checkpoint(folder), device="cpu")
+    assert str(err.value) == (f"{folder / 'config.json'}: num_hidden_layers=1000 but the "
+                              "weights hold 2 layers")
+    assert time.perf_counter() - started < 2
+
+
+def test_a_bad_special_id_in_the_generation_config_is_refused_by_name(tmp_path: Path) -> None:
+    folder = write_dream_checkpoint(tmp_path, extra_config={"eos_token_id": None})
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": "two"}))
+    with pytest.raises(CheckpointError, match=r"generation_config\.json: eos_token_id must be a "
+                                              r"non-negative integer, got 'two'"):
+        read_checkpoint(folder)
+
+
+@pytest.mark.parametrize("entry, message", [
+    (7, "weight_map entry for 'model.norm.weight' must be a file name, got 7"),
+    (None, "weight_map entry for 'model.norm.weight' must be a file name, got None"),
+    ("../../../../etc/passwd",
+     "weight_map entry for 'model.norm.weight' ('../../../../etc/passwd') points outside the "
+     "checkpoint folder"),
+    ("/etc/passwd",
+     "weight_map entry for 'model.norm.weight' ('/etc/passwd') points outside the checkpoint "
+     "folder"),
+])
+def test_weight_map_entries_must_name_files_in_the_folder(tmp_path: Path, entry, message) -> None:
+    folder = write_dream_checkpoint(tmp_path / "ckpt", shards=2)
+    index = folder / "model.safetensors.index.json"
+    data = json.loads(index.read_text())
+    data["weight_map"]["model.norm.weight"] = entry
+    index.write_text(json.dumps(data))
+    with pytest.raises(CheckpointError) as err:
+        load_model(read_checkpoint(folder), device="cpu")
+    assert str(err.value) == f"{index}: {message}"

@@ -17,12 +17,12 @@ import pytest
 import pytest_asyncio
 from lsprotocol import types
 from pygls.exceptions import JsonRpcRequestCancelled
-from pygls.workspace import TextDocument
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
 from dg_lsp.languages import language_for
+from dg_lsp.positions import offset_at
 from dg_lsp.postprocess import count_errors
-from dg_lsp.server import STATS_COMMAND, offset_at
+from dg_lsp.server import STATS_COMMAND
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -108,8 +108,8 @@ async def test_utf8_chosen_when_offered_and_settings_from_initialization_options
         assert result.capabilities.position_encoding == UTF8
         await asyncio.sleep(0.2)
         assert [m.message for m in client.messages] == [
-            "dg-lsp: invalid settings, using defaults for: canvasLength: expected an integer "
-            "in 32..8192, got 'huge'"]
+            "dg-lsp: invalid settings ignored, previous values kept: canvasLength: expected an "
+            "integer in 64..8192, got 'huge'"]
     finally:
         await client.shutdown_session()
 
@@ -121,9 +121,9 @@ async def test_invalid_configuration_is_one_message_and_server_stays_up(tiny):
     uri = open_doc(tiny, "x = 1\n")
     assert (await inline(tiny, uri, 0, 0)) is not None
     assert [m.message for m in tiny.messages[before:]] == [
-        "dg-lsp: invalid settings, using defaults for: sampler.name: expected one of topk, "
-        "threshold, entropy, got 'magic'; holeSize: expected an object with restOfLine, "
-        "brackets, comment, block"]
+        "dg-lsp: invalid settings ignored, previous values kept: sampler.name: expected one "
+        "of topk, threshold, entropy, got 'magic'; holeSize: expected an object with "
+        "restOfLine, brackets, comment, block"]
     assert tiny.messages[-1].type == types.MessageType.Warning
 
 
@@ -224,15 +224,15 @@ async def test_ten_megabyte_file_is_served(tiny):
 
 
 async def test_offset_at_counts_code_units_of_the_negotiated_encoding():
-    doc = TextDocument("file:///a.py", "s = 'é🎉' + x\nnext\n")
+    text = "s = 'é🎉' + x\nnext\n"
     # "s = 'é🎉'" is 8 characters, 9 UTF-16 units, 12 UTF-8 bytes
-    assert offset_at(doc.source, types.Position(0, 9), UTF16) == 8
-    assert offset_at(doc.source, types.Position(0, 12), UTF8) == 8
-    assert offset_at(doc.source, types.Position(0, 7), UTF16) is None  # inside the emoji's pair
-    assert offset_at(doc.source, types.Position(1, 4), UTF16) == len("s = 'é🎉' + x\nnext")
-    assert offset_at(doc.source, types.Position(2, 0), UTF16) == len(doc.source)
-    assert offset_at(doc.source, types.Position(1, 5), UTF16) is None
-    assert offset_at(doc.source, types.Position(3, 0), UTF16) is None
+    assert offset_at(text, types.Position(0, 9), UTF16) == 8
+    assert offset_at(text, types.Position(0, 12), UTF8) == 8
+    assert offset_at(text, types.Position(0, 7), UTF16) is None  # inside the emoji's pair
+    assert offset_at(text, types.Position(1, 4), UTF16) == len("s = 'é🎉' + x\nnext")
+    assert offset_at(text, types.Position(2, 0), UTF16) == len(text)
+    assert offset_at(text, types.Position(1, 5), UTF16) is None
+    assert offset_at(text, types.Position(3, 0), UTF16) is None
 
 
 # -- with the bundled model ----------------------------------------------------------------------

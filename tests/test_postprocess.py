@@ -185,7 +185,7 @@ def test_invalid_settings_keep_defaults_and_say_why():
                                        "holeSize": {"block": -1}, "colour": "red"})
     assert settings == Settings()
     assert errors == [
-        "canvasLength: expected an integer in 32..8192, got 'big'",
+        "canvasLength: expected an integer in 64..8192, got 'big'",
         "sampler.name: expected one of topk, threshold, entropy, got 'magic'",
         "holeSize.block: expected an integer in 1..1024, got -1",
         "colour: unknown setting",

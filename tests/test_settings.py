@@ -1,0 +1,70 @@
+"""Every setting is checked against its range in one place; a refused one keeps its value."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import pytest
+
+from dg_lsp.settings import Settings, add_model_arguments, parse_settings
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"sampler": {"seed": 2**64}},
+     "sampler.seed: expected an integer in 0..9223372036854775807, got 18446744073709551616"),
+    ({"sampler": {"seed": -1}},
+     "sampler.seed: expected an integer in 0..9223372036854775807, got -1"),
+    ({"sampler": {"eosPenalty": 1e308}},
+     "sampler.eosPenalty: expected a finite number in 0..100, got 1e+308"),
+    ({"sampler": {"temperature": math.nan}},
+     "sampler.temperature: expected a finite number in 0..10, got nan"),
+    ({"sampler": {"temperature": math.inf}},
+     "sampler.temperature: expected a finite number in 0..10, got inf"),
+    ({"sampler": {"threshold": -math.inf}},
+     "sampler.threshold: expected a finite number in 0..1, got -inf"),
+    ({"sampler": {"cacheRefresh": 0}},
+     "sampler.cacheRefresh: expected an integer in 1..1024, got 0"),
+    ({"sampler": {"maxSteps": 2.5}},
+     "sampler.maxSteps: expected an integer in 1..8192 or null, got 2.5"),
+    ({"sampler": {"k": True}}, "sampler.k: expected an integer in 1..1024, got True"),
+    ({"canvasLength": 32}, "canvasLength: expected an integer in 64..8192, got 32"),
+    ({"suffixFraction": math.nan},
+     "suffixFraction: expected a finite number in 0..0.95, got nan"),
+    ({"holeSize": {"block": 300}},
+     "holeSize (block 300) does not fit canvasLength 256: a hole may take at most "
+     "canvasLength - 32 tokens"),
+    ({"canvasLength": 100},
+     "holeSize (block 96) does not fit canvasLength 100: a hole may take at most "
+     "canvasLength - 32 tokens"),
+])
+def test_out_of_range_settings_are_refused_by_name_and_the_previous_values_kept(raw, message):
+    previous, _ = parse_settings({"sampler": {"seed": 7}, "holeSize": {"restOfLine": 8}})
+    settings, errors = parse_settings(raw, previous)
+    assert errors == [message]
+    assert settings == previous
+
+
+def test_a_hole_that_fits_once_the_canvas_grows_is_accepted_in_the_same_change():
+    settings, errors = parse_settings({"holeSize": {"block": 1000}, "canvasLength": 2048,
+                                       "sampler": {"maxSteps": None, "seed": 2**63 - 1}})
+    assert errors == []
+    assert (settings.hole_size["block"], settings.canvas_length) == (1000, 2048)
+    assert (settings.sampler.max_steps, settings.sampler.seed) == (None, 2**63 - 1)
+
+
+def test_valid_values_apply_next_to_refused_ones():
+    settings, errors = parse_settings({"debounceMs": 30, "sampler": {"temperature": -1,
+                                                                     "k": 2}})
+    assert errors == ["sampler.temperature: expected a finite number in 0..10, got -1"]
+    assert (settings.debounce_ms, settings.sampler.k, settings.sampler.temperature) == (
+        30, 2, Settings().sampler.temperature)
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**64), "x"])
+def test_the_command_line_seed_has_the_same_range(seed, capsys):
+    parser = argparse.ArgumentParser(prog="dg-lsp complete")
+    add_model_arguments(parser)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--seed", seed])
+    assert "argument --seed: expected an integer" in capsys.readouterr().err
