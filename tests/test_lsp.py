@@ -284,9 +284,17 @@ async def test_completion_lands_at_utf16_range_and_parses(bundled, language_id, 
 
 
 @needs_bundled
-async def test_typing_through_a_suggestion_is_a_cache_hit(bundled):
-    # (a context no earlier test shares a prefix with: with the server's default cache
-    # refresh, keys reused from an earlier request's canvas can change a completion)
+async def test_typing_through_a_suggestion_is_a_cache_hit():
+    # Its own server: with the default cache refresh, keys reused from earlier requests'
+    # canvases (other tests' documents) can change the first completion.
+    bundled, _ = await start(None, preset="neovim", encodings=["utf-16"])
+    try:
+        await _type_through(bundled)
+    finally:
+        await bundled.shutdown_session()
+
+
+async def _type_through(bundled: LanguageClient) -> None:
     before, after = "import os\n\nroot = os.path.", "\n"
     uri = open_doc(bundled, before + after)
     first = await inline(bundled, uri, 2, 15)
