@@ -239,7 +239,7 @@ def _run_resident(args: argparse.Namespace, job: Job, plans: dict[str, Plan],
     """Several targets at once, each its own connection: the engine batches them."""
     if not plans:
         return
-    from engine.client import EngineClient, EngineUnavailable
+    from engine.serve.client import EngineClient, EngineUnavailable
 
     try:
         first = EngineClient.connect_or_start(args.model, args.device, priority="batch",

@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         report["samplers"] = sampler_section(engine, cases, args)
         _show(args, "samplers (single-line holes)", report["samplers"])
     if "cache" in sections:
-        from engine.bench import cache_levels
+        from engine.serve.bench import cache_levels
 
         report["cache"] = cache_levels(engine, args.limit, SINGLE_LINE_TOKENS)
         _show(args, "context cache", report["cache"])
@@ -214,7 +214,7 @@ def sampler_section(engine: Any, cases: list, args: argparse.Namespace) -> list[
 
 
 def concurrency_section(engine: Any, cases: list) -> list[dict]:
-    from engine.bench import run_level
+    from engine.serve.bench import run_level
     from engine.types import SamplerSettings
 
     pairs = [(c.prefix, c.suffix) for c in cases]
@@ -226,7 +226,7 @@ def concurrency_section(engine: Any, cases: list) -> list[dict]:
 
 
 def _percentiles(seconds: list[float]) -> dict[str, float | None]:
-    from engine.bench import percentile
+    from engine.serve.bench import percentile
 
     if not seconds:
         return {"p50Ms": None, "p95Ms": None, "p99Ms": None}

@@ -33,7 +33,7 @@ from dg_lsp.pipeline import Completion, CompletionBackend, CompletionRequest, Pi
 from dg_lsp.rewrite import Edit, RewriteError, compute_edit
 from dg_lsp.settings import Settings, parse_settings
 from dg_lsp.trees import DocumentTrees
-from engine.client import EngineUnavailable
+from engine.serve.client import EngineUnavailable
 
 STATS_COMMAND = "dg-lsp.stats"
 # workspace/executeCommand arguments: [{"textDocument": {"uri", "version"}, "range",
@@ -142,7 +142,7 @@ class DgLanguageServer(LanguageServer):
             from engine import Engine
 
             return Engine.load(model, device)
-        from engine.client import EngineClient
+        from engine.serve.client import EngineClient
 
         return EngineClient.connect_or_start(model, device)
 

@@ -10,8 +10,8 @@ import sys
 SUBCOMMAND_MODULES = [
     "engine.train.corpus",
     "engine.train.trainer",
-    "engine.server",
-    "engine.bench",
+    "engine.serve.daemon",
+    "engine.serve.bench",
 ]
 
 

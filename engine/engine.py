@@ -199,8 +199,8 @@ class Engine:
         cancel: Callable[[], bool] | None = None,
     ) -> Iterator[Draft]:
         """Drafts of `original` (the text between prefix and suffix) rewritten at `strength`
-        (share of its tokens generated again; 1.0: fresh infill). See engine.rewrite."""
-        from engine.rewrite import rewrite_stream
+        (share of its tokens generated again; 1.0: fresh infill). See engine.remask."""
+        from engine.remask import rewrite_stream
 
         return rewrite_stream(self, prefix, suffix, original, strength=strength,
                               max_tokens=max_tokens, settings=settings or SamplerSettings(),

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import protocol
-from engine.scheduler import BATCH, INTERACTIVE, Job, Scheduler
+from engine.serve import protocol
+from engine.serve.scheduler import BATCH, INTERACTIVE, Job, Scheduler
 from engine.types import Draft, SamplerSettings
 from tests.engine_procs import rss_mb, serving
 from tests.tiny_checkpoints import write_dream_checkpoint

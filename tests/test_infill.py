@@ -348,7 +348,7 @@ def test_prefix_cache_reuses_the_previous_requests_prefix_keys(dream: Engine) ->
 
 
 def test_kept_flags_drop_the_lowest_scores_first():
-    from engine.rewrite import kept_flags
+    from engine.remask import kept_flags
 
     scores = [0.9, 0.1, 0.5, 0.1, 0.8]
     assert kept_flags(scores, 0.0) == [True] * 5
@@ -370,7 +370,7 @@ def test_rewrite_keeps_the_tokens_the_model_is_surest_of(dream: Engine) -> None:
     logits = dream.forward_logits(torch.tensor([canvas.ids]))[0]
     probs = logits[canvas.hole_start : canvas.hole_start + len(ids)].softmax(-1)
     scores = probs[torch.arange(len(ids)), torch.tensor(ids)].tolist()
-    from engine.rewrite import kept_flags
+    from engine.remask import kept_flags
 
     keep = kept_flags(scores, 0.5)
     half = list(dream.rewrite_stream(prefix, suffix, original, strength=0.5))

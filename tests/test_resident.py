@@ -28,9 +28,9 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 from dg_lsp.languages import language_for
 from dg_lsp.pipeline import CompletionRequest, Pipeline
 from dg_lsp.settings import parse_settings
-from engine import protocol
-from engine.client import EngineClient
-from engine.endpoint import endpoint_for, resolved_device
+from engine.serve import protocol
+from engine.serve.client import EngineClient
+from engine.serve.endpoint import endpoint_for, resolved_device
 from engine.types import SamplerSettings
 
 PREFIXES = [f"def f{i}(x):\n    y = x + {i}\n    return " for i in range(8)]
@@ -243,7 +243,7 @@ def test_tcp_listener_refuses_a_connection_without_the_token(engine, tcp):
 
 def test_a_full_queue_answers_busy(dream_ckpt):
     from engine import Engine
-    from engine.scheduler import BATCH, INTERACTIVE, Job, Scheduler
+    from engine.serve.scheduler import BATCH, INTERACTIVE, Job, Scheduler
 
     scheduler = Scheduler(Engine.load(str(dream_ckpt), device="cpu"), max_batch=1, max_queue=3)
     order: list[str] = []

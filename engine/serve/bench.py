@@ -55,7 +55,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def run_level(engine: Any, cases: list[tuple[str, str]], clients: int, max_batch: int,
               max_tokens: int, settings: SamplerSettings) -> dict[str, Any]:
-    from engine.scheduler import Job, Scheduler
+    from engine.serve.scheduler import Job, Scheduler
 
     scheduler = Scheduler(engine, max_batch=max_batch, max_queue=max(64, clients))
     scheduler.start()

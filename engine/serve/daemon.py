@@ -1,21 +1,21 @@
 """`dg-engine serve`: one long-lived process holds the model; editors and CLIs connect to it.
 
-The socket lives in the user's runtime directory (engine.endpoint), mode 0600, and a Unix
+The socket lives in the user's runtime directory (engine.serve.endpoint), mode 0600, and a Unix
 connection from another uid is closed before its first byte is read (root may connect: it
 can read this user's memory anyway). A second `serve` for the same model and device finds
 the first one (it holds `<socket>.lock` for its whole life) and exits, telling where the
 running engine is. `--listen HOST:PORT` adds a TCP listener that requires a token on every
 connection: the token file must be private (mode 0600), a peer must send it in a small first
 message within AUTH_TIMEOUT seconds, and the token travels in clear (see the README for TLS).
-The wire format is engine.protocol.
+The wire format is engine.serve.protocol.
 
 No request holds the engine hostage: its canvas must fit the model's positions and the
 per-request memory budget, it ends at its deadline (`--request-timeout`), and large or batch
-work yields to interactive requests (engine.scheduler). Connections are capped
+work yields to interactive requests (engine.serve.scheduler). Connections are capped
 (`--max-connections`).
 
 Connections are served by asyncio on the main thread; the model runs on the scheduler's
-thread (engine.scheduler). A connection that closes has every request it made cancelled.
+thread (engine.serve.scheduler). A connection that closes has every request it made cancelled.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine import protocol
-from engine.endpoint import Endpoint, UnsafeRuntimeDir, endpoint_for, peer_credentials
-from engine.protocol import ProtocolError
+from engine.serve import protocol
+from engine.serve.endpoint import Endpoint, UnsafeRuntimeDir, endpoint_for, peer_credentials
+from engine.serve.protocol import ProtocolError
 from engine.types import Draft
 
 DEFAULT_IDLE_EXIT = 0  # seconds without a connection before exiting; 0 = never
@@ -53,7 +53,7 @@ class Limits:
     """What one request may ask of this engine."""
 
     max_canvas: int  # the model's positions
-    max_request_bytes: int  # engine.scheduler.request_bytes of one request
+    max_request_bytes: int  # engine.serve.scheduler.request_bytes of one request
     request_timeout: float  # seconds from arrival to the last draft
 
 
@@ -268,7 +268,7 @@ def _same_user(sock: Any) -> bool:
 
 
 def _job(message: dict[str, Any], op: str, limits: Limits, config: Any) -> Any:
-    from engine.scheduler import PRIORITIES, Job, request_bytes
+    from engine.serve.scheduler import PRIORITIES, Job, request_bytes
 
     def field(name: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
         value = message.get(name, default)
@@ -346,7 +346,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "the device's free memory at start)")
     parser.add_argument("--large-canvas", type=int, default=None,
                         help="canvases over this many tokens run as background work "
-                        "(default: engine.scheduler.LARGE_CANVAS)")
+                        "(default: engine.serve.scheduler.LARGE_CANVAS)")
     parser.add_argument("--idle-exit", type=float, default=DEFAULT_IDLE_EXIT,
                         help="exit after this many seconds with no client (0: never)")
     parser.set_defaults(func=serve)
@@ -402,7 +402,7 @@ def _serve_endpoint(args: argparse.Namespace, endpoint: Endpoint) -> int:
         return 1
     try:
         from engine import Engine
-        from engine.scheduler import LARGE_CANVAS, Scheduler
+        from engine.serve.scheduler import LARGE_CANVAS, Scheduler
 
         print(f"dg-engine: loading {args.model or 'the bundled model'} ...", file=sys.stderr)
         try:

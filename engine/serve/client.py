@@ -30,8 +30,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from engine import protocol
-from engine.endpoint import (
+from engine.serve import protocol
+from engine.serve.endpoint import (
     PING_TIMEOUT,
     Endpoint,
     UnsafeRuntimeDir,
