@@ -54,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the engine of the samplers, cache and concurrency "
-                        "sections (a GPU switch; see engine.engine.compile_model)")
+                        "sections (a GPU switch; see engine.decoders.compile_model)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
     parser.set_defaults(func=run)

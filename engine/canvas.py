@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 from engine.config import ModelConfig
 from engine.tokenizer import Tokenizer
+from engine.types import CANVAS_LENGTH
 
-DEFAULT_CANVAS_LENGTH = 256
 DEFAULT_PREFIX_SHARE = 0.75
 
 
@@ -67,7 +67,7 @@ class Canvas:
     hole_len: int
     heal_text: str = ""  # cut from the prefix; the hole's text must start with it
     crlf: bool = False  # the document uses CRLF: the completion gets "\r\n" back
-    max_length: int = DEFAULT_CANVAS_LENGTH  # L: room an expanding hole (DreamOn) may grow into
+    max_length: int = CANVAS_LENGTH  # L: room an expanding hole (DreamOn) may grow into
 
     @property
     def hole_end(self) -> int:
@@ -164,7 +164,7 @@ def layout(
     prefix: str,
     suffix: str,
     hole_len: int,
-    canvas_length: int = DEFAULT_CANVAS_LENGTH,
+    canvas_length: int = CANVAS_LENGTH,
     prefix_share: float = DEFAULT_PREFIX_SHARE,
     vocab: VocabText | None = None,
     bos: bool | None = None,

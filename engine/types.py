@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# Tokens in a canvas (context and hole) when the caller names no other length: the editor's
+# default, and what the engine's requests, benchmarks and evaluation assume.
+CANVAS_LENGTH = 256
+
 
 @dataclass
 class SamplerSettings:

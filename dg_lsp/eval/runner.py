@@ -31,11 +31,11 @@ from dg_lsp.eval.baselines import BASELINES
 from dg_lsp.eval.cases import Case
 from dg_lsp.eval.sandbox import check_completion
 from dg_lsp.eval.scoring import edit_similarity, exact_match, single_line
+from engine.types import CANVAS_LENGTH
 
 PROTOCOLS = ("oracle", "fixed")
 DEFAULT_HOLE_TOKENS = {"single-line": 32, "multi-line": 128, "random-span": 64}
 BUNDLED = "bundled"
-DEFAULT_CANVAS_LENGTH = 256
 # A hole too long for the canvas (long oracle middles) widens the canvas to keep this much context.
 MIN_CONTEXT_TOKENS = 64
 
@@ -68,7 +68,7 @@ class Predictor:
         engine: Any,
         settings: Any,
         hole_tokens: dict[str, int],
-        canvas_length: int = DEFAULT_CANVAS_LENGTH,
+        canvas_length: int = CANVAS_LENGTH,
     ) -> Predictor:
         def fill(case: Case, protocol: str) -> Completion:
             if protocol == "oracle":
@@ -93,7 +93,7 @@ def load_predictor(
     hole_tokens: dict[str, int] | None = None,
     device: str = "auto",
     dtype: str = "auto",
-    canvas_length: int = DEFAULT_CANVAS_LENGTH,
+    canvas_length: int = CANVAS_LENGTH,
 ) -> Predictor:
     """`spec` is a baseline name, `bundled`, or a checkpoint folder / Hugging Face hub id."""
     if spec in BASELINES:

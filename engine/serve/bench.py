@@ -137,7 +137,7 @@ def cache_levels(engine: Any, count: int, max_tokens: int) -> list[dict[str, Any
         latencies, same, steps = [], 0, 0
         kwargs = dict(cache_refresh=refresh, refresh_window=refresh_window)
         for (p, s), (tp, ts) in zip(plain, typed, strict=True):
-            engine.prefix_cache = PrefixCache(max_entries=32 if reuse else 0)
+            engine.decoder.prefix_cache = PrefixCache(max_entries=32 if reuse else 0)
             engine.infill(p, s, max_tokens, **kwargs)  # the previous keystroke
             start = time.perf_counter()
             res = engine.infill(tp, ts, max_tokens, **kwargs)
@@ -150,7 +150,7 @@ def cache_levels(engine: Any, count: int, max_tokens: int) -> list[dict[str, Any
                      "meanMs": round(1000 * statistics.fmean(latencies), 1),
                      "stepsPerCompletion": round(steps / len(plain), 2),
                      "sameAsExact": round(same / len(plain), 3)})
-    engine.prefix_cache = PrefixCache()
+    engine.decoder.prefix_cache = PrefixCache()
     return rows
 
 

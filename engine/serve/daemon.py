@@ -37,7 +37,7 @@ from typing import Any
 from engine.serve import protocol
 from engine.serve.endpoint import Endpoint, UnsafeRuntimeDir, endpoint_for, peer_credentials
 from engine.serve.protocol import ProtocolError
-from engine.types import Draft
+from engine.types import CANVAS_LENGTH, Draft
 
 DEFAULT_IDLE_EXIT = 0  # seconds without a connection before exiting; 0 = never
 DEFAULT_MAX_CONNECTIONS = 64  # a language server holds one per request in flight
@@ -220,7 +220,7 @@ class EngineServer:
         if op in ("infill", "rewrite"):
             if request_id in jobs:
                 raise ProtocolError("bad-request", f"request id {request_id!r} is in use")
-            job = _job(message, op, self.limits, self.engine.config)
+            job = _job(message, op, self.limits, self.engine.decoder)
             stream = bool(message.get("stream", False))
 
             def on_draft(draft: Draft) -> None:
@@ -267,7 +267,7 @@ def _same_user(sock: Any) -> bool:
     return uid in (os.getuid(), 0)
 
 
-def _job(message: dict[str, Any], op: str, limits: Limits, config: Any) -> Any:
+def _job(message: dict[str, Any], op: str, limits: Limits, decoder: Any) -> Any:
     from engine.serve.scheduler import PRIORITIES, Job, request_bytes
 
     def field(name: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
@@ -283,15 +283,15 @@ def _job(message: dict[str, Any], op: str, limits: Limits, config: Any) -> Any:
 
     prefix, suffix = text("prefix"), text("suffix")
     max_tokens = field("max_tokens", int, 32)
-    canvas_length = field("canvas_length", int, 256)
+    canvas_length = field("canvas_length", int, CANVAS_LENGTH)
     if not 8 <= canvas_length <= limits.max_canvas:
         raise ProtocolError("bad-request", f"canvas_length must be in [8, {limits.max_canvas}] "
                             f"(this model's positions), not {canvas_length}")
     if not 1 <= max_tokens < canvas_length:
         raise ProtocolError("bad-request", f"max_tokens must be in [1, canvas_length - 1 = "
                             f"{canvas_length - 1}], not {max_tokens}")
-    positions = canvas_length + (max_tokens if config.family == "block" else 0)
-    need = request_bytes(config, positions, max_tokens)
+    need = request_bytes(decoder.config, decoder.positions(canvas_length, max_tokens),
+                         max_tokens)
     if need > limits.max_request_bytes:
         raise ProtocolError("bad-request", f"canvas_length {canvas_length} with max_tokens "
                             f"{max_tokens} needs about {need >> 20} MiB, over this engine's "

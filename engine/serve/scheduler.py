@@ -41,7 +41,7 @@ from engine.config import ModelConfig
 from engine.denoise import MaskedDenoiser
 from engine.engine import Engine
 from engine.models.transformer import LayerKV
-from engine.types import Draft, SamplerSettings
+from engine.types import CANVAS_LENGTH, Draft, SamplerSettings
 
 INTERACTIVE, BATCH, LARGE = "interactive", "batch", "large"
 PRIORITIES = (INTERACTIVE, BATCH)
@@ -59,7 +59,7 @@ class Job:
     suffix: str
     max_tokens: int
     settings: SamplerSettings
-    canvas_length: int = 256
+    canvas_length: int = CANVAS_LENGTH
     priority: str = INTERACTIVE
     original: str | None = None  # set for a rewrite
     strength: float = 1.0
@@ -109,17 +109,16 @@ class _Live:
         self.stepped_at = 0.0  # time.monotonic() when its last step ended
         self.denoiser: MaskedDenoiser | None = None
         self.steps: Iterator[Draft] | None = None
-        if engine.config.family == "masked" and job.original is None:
-            canvas = engine._canvas(job.prefix, job.suffix, job.max_tokens, job.canvas_length)
-            self.denoiser = MaskedDenoiser(engine.model, engine.config, engine.tokenizer, canvas,
-                                           job.settings, vocab=engine.vocab,
-                                           prefix_cache=engine.prefix_cache)
-        elif job.original is not None:
+        if job.original is not None:
             self.steps = engine.rewrite_stream(
                 job.prefix, job.suffix, job.original, strength=job.strength,
                 max_tokens=job.max_tokens, settings=job.settings,
                 canvas_length=job.canvas_length, cancel=job.cancelled.is_set)
-        else:
+            return
+        # The masked family's holes are stepped here, so their full passes can be batched.
+        self.denoiser = engine.decoder.denoiser(job.prefix, job.suffix, job.max_tokens,
+                                                job.canvas_length, job.settings)
+        if self.denoiser is None:
             self.steps = engine.infill_stream(
                 job.prefix, job.suffix, job.max_tokens, settings=job.settings,
                 canvas_length=job.canvas_length, cancel=job.cancelled.is_set)
@@ -196,7 +195,7 @@ class Scheduler:
         with self._wake:
             queued = {p: len(q) for p, q in self._queues.items()}
             live = len(self._live)
-        cache = self.engine.prefix_cache
+        cache = self.engine.decoder.prefix_cache
         return {**self.counters, "live": live, "prefixCacheHits": cache.hits,
                 "prefixCacheMisses": cache.misses, "prefixCacheBytes": cache.nbytes(),
                 "queued": queued, "maxBatch": self.max_batch, "maxQueue": self.max_queue,

@@ -1,0 +1,21 @@
+"""Where a completion ends.
+
+Which token ids end a completion depends on the model's family and is decided in one place,
+`Decoder.stop_ids` (engine.decoders): the masked family stops at its config's EOS and pad, the
+AR baseline also at its tokenizer's EOS (the FIM template ends the middle with it), the block
+family at its generation config's EOS and pad. Every loop and result cuts the hole's tokens
+with `completion_ids`, so a draft's text and a result's token ids end at the same token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+
+def completion_ids(token_ids: Sequence[int], ends: Collection[int]) -> list[int]:
+    """The hole's tokens before the first one in `ends` (stop ids, and the mask id where
+    uncommitted positions hold it)."""
+    for i, t in enumerate(token_ids):
+        if t in ends:
+            return list(token_ids[:i])
+    return list(token_ids)
