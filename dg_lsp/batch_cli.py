@@ -239,7 +239,7 @@ def _run_resident(args: argparse.Namespace, job: Job, plans: dict[str, Plan],
     """Several targets at once, each its own connection: the engine batches them."""
     if not plans:
         return
-    from engine.serve.client import EngineClient, EngineUnavailable
+    from engine.serve.client import EngineBusy, EngineClient, EngineUnavailable
 
     try:
         first = EngineClient.connect_or_start(args.model, args.device, priority="batch",
@@ -257,7 +257,7 @@ def _run_resident(args: argparse.Namespace, job: Job, plans: dict[str, Plan],
         for wait in BUSY_RETRIES:  # the engine's queue is shared with every other client
             outcome = run_target(local.client, doc, label, targets[index], job,
                                  cancel=stop.is_set)
-            if not outcome[0].result.startswith("error: EngineBusy") or stop.wait(wait):
+            if not isinstance(outcome[0].error, EngineBusy) or stop.wait(wait):
                 break
         return label, index, outcome
 

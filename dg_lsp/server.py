@@ -29,10 +29,11 @@ from dg_lsp.actions import FIX_SYNTAX, REWRITE, Document, Target, targets_at
 from dg_lsp.cache import CompletionCache
 from dg_lsp.context import OtherDocument
 from dg_lsp.languages import language_for
-from dg_lsp.pipeline import Completion, CompletionBackend, CompletionRequest, Pipeline
+from dg_lsp.pipeline import Completion, CompletionRequest, Pipeline
 from dg_lsp.rewrite import Edit, RewriteError, compute_edit
 from dg_lsp.settings import Settings, parse_settings
 from dg_lsp.trees import DocumentTrees
+from engine.backend import Backend as CompletionBackend  # Backend, at the merge
 from engine.serve.client import EngineUnavailable
 
 STATS_COMMAND = "dg-lsp.stats"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from engine.types import CANVAS_LENGTH, Draft, SamplerSettings
 
@@ -66,3 +66,42 @@ class Backend(Protocol):
         """The draft's tokens before the first stop token or uncommitted position; only where
         `engine_info.counts_tokens`."""
         ...
+
+
+class CountingBackend:
+    """A Backend that counts what passes through it: requests, drafts, forward passes (each
+    request's last draft's step) and completion tokens (None where the backend cannot tell
+    stop tokens apart, see EngineInfo.counts_tokens)."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.requests = 0
+        self.drafts = 0
+        self.steps = 0
+        self.tokens: int | None = 0 if backend.engine_info.counts_tokens else None
+
+    @property
+    def engine_info(self) -> EngineInfo:
+        return self.backend.engine_info
+
+    def infill_stream(self, prefix: str, suffix: str, max_tokens: int = 32,
+                      **kwargs: Any) -> Iterator[Draft]:
+        return self._count(self.backend.infill_stream(prefix, suffix, max_tokens, **kwargs))
+
+    def rewrite_stream(self, prefix: str, suffix: str, original: str,
+                       **kwargs: Any) -> Iterator[Draft]:
+        return self._count(self.backend.rewrite_stream(prefix, suffix, original, **kwargs))
+
+    def completion_ids(self, draft: Draft) -> list[int]:
+        return self.backend.completion_ids(draft)
+
+    def _count(self, drafts: Iterator[Draft]) -> Iterator[Draft]:
+        self.requests += 1
+        last = None
+        for last in drafts:
+            self.drafts += 1
+            yield last
+        if last is not None:
+            self.steps += last.step
+            if self.tokens is not None:
+                self.tokens += len(self.backend.completion_ids(last))
