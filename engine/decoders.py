@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from engine.ar import FIM_TOKENS, decode_ar
-from engine.canvas import Canvas, VocabText, completion_text, layout
+from engine.canvas import Canvas, VocabText, completion_text, layout, to_lf
 from engine.config import ModelConfig
 from engine.denoise import MaskedDenoiser, PrefixCache, denoise
 from engine.models.transformer import Transformer, shift_logits
@@ -97,7 +97,7 @@ class Decoder:
         (share of its tokens generated again; 1.0: a fresh infill)."""
         if not 0.0 <= strength <= 1.0:
             raise ValueError(f"strength must be in [0, 1], got {strength}")
-        original_ids = self.tokenizer.encode(original.replace("\r\n", "\n"))
+        original_ids = self.tokenizer.encode(to_lf(original))
         n = len(original_ids)
         hole_len = max(max_tokens or default_max_tokens(n), n)
         if strength >= 1.0 or n == 0:
