@@ -7,7 +7,7 @@ file is parsed again: if it has more syntax errors than before, edits are taken 
 time in document order, each kept only if the file stays as parseable as it was. Nothing is
 written here: callers write a file once, whole, when all its targets are done.
 
-`Job` is everything a worker needs besides the engine (it is sent to Ray workers as it is);
+`BatchJob` is everything a worker needs besides the engine (it is sent to Ray workers as it is);
 `run_files` works through files with one backend, `process_file` through one file.
 """
 
@@ -47,7 +47,7 @@ class QueryError(Exception):
 
 
 @dataclass
-class Job:
+class BatchJob:
     """What to do to every file (picklable: Ray workers receive it as it is)."""
 
     action: str  # one of actions.py's: "docstring", "complete-body", "fix-syntax", "rewrite"
@@ -155,7 +155,7 @@ def file_targets(doc: Document, action: str, query: ts.Query | None) -> list[Tar
 # -- one file ---------------------------------------------------------------------------------
 
 
-def process_file(backend: Backend, label: str, text: str, job: Job,
+def process_file(backend: Backend, label: str, text: str, job: BatchJob,
                  queries: Queries | None = None,
                  cancel: Callable[[], bool] | None = None) -> FileResult:
     """Every target of the file run through `backend`, and the merged text."""
@@ -168,7 +168,7 @@ def process_file(backend: Backend, label: str, text: str, job: Job,
     return merge(label, doc, outcomes)
 
 
-def run_target(backend: Backend, doc: Document, label: str, target: Target, job: Job,
+def run_target(backend: Backend, doc: Document, label: str, target: Target, job: BatchJob,
                cancel: Callable[[], bool] | None = None) -> tuple[Record, Edit | None]:
     """(its record, the Edit or None) for one target; failures are recorded, never raised."""
     record = Record(label, _position(doc.text, target.start), _position(doc.text, target.end),
@@ -221,7 +221,7 @@ def apply_edits(text: str, edits: list[Edit]) -> str:
     return text
 
 
-def run_files(backend: Backend, files: list[tuple[str, str]], job: Job,
+def run_files(backend: Backend, files: list[tuple[str, str]], job: BatchJob,
               cancel: Callable[[], bool] | None = None) -> Iterator[FileResult]:
     """process_file over (label, text) pairs, one after another (a Ray worker's loop)."""
     queries = Queries(job.query, job.action)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import BUNDLED_MODELS
+from engine.stats import percentile
 
 SECTIONS = ("lsp", "samplers", "cache", "concurrency", "memory")
 AR_BASELINE = BUNDLED_MODELS / "ar-baseline"
@@ -226,13 +227,11 @@ def concurrency_section(engine: Any, cases: list) -> list[dict]:
 
 
 def _percentiles(seconds: list[float]) -> dict[str, float | None]:
-    from engine.serve.bench import percentile
-
     if not seconds:
         return {"p50Ms": None, "p95Ms": None, "p99Ms": None}
     return {"p50Ms": round(1000 * statistics.median(seconds), 1),
-            "p95Ms": round(1000 * percentile(seconds, 0.95), 1),
-            "p99Ms": round(1000 * percentile(seconds, 0.99), 1)}
+            "p95Ms": round(1000 * percentile(seconds, 95), 1),
+            "p99Ms": round(1000 * percentile(seconds, 99), 1)}
 
 
 def _peak_rss_mb(pid: int) -> float | None:

@@ -21,13 +21,12 @@ so it must be a query again). The live span attends to the cached keys/values of
 position, which went stale when the hole changed; every `cache_refresh` steps (R) a refresh
 pass recomputes the hole and `refresh_window` tokens on each side of it (None: the whole
 canvas, a full pass). R=1 is a full pass every step: exactly the uncached computation.
-What goes stale is mostly the hole itself: on 200 held-out single-line holes (R=4) a window
-of 4, 16 or 48 tokens kept edit similarity at 0.441-0.447 against 0.445 for whole-canvas
-refreshes, and cut p50 latency 177 -> 139 ms.
+What goes stale is mostly the hole itself: a window of a few tokens keeps the edit
+similarity of whole-canvas refreshes at a lower latency (README, "Performance").
 Positions committed since the last refresh, such as the run of pads that ends a
 single-line hole, are seen as the masks they were until the next refresh; on held-out
 single-line holes that is also what lets the bundled model write whole lines instead of
-stopping after a token or two (R=4: edit similarity 0.325 -> 0.444).
+stopping after a token or two (README, "Performance").
 
 Across requests (R > 1 only). Typing changes the canvas near the cursor; the prefix before it
 is mostly the same tokens as a moment ago. A `PrefixCache` keeps recent canvases' prefix
@@ -55,9 +54,8 @@ from engine.tokenizer import Tokenizer
 from engine.types import Draft, SamplerSettings
 
 # The model's first guess at where a hole ends is often a token or two short: the positions
-# just before the stop run stay masked and are denoised as usual. (100 held-out single-line
-# holes: margin 0 cut completions, edit similarity 0.277; margin 2 kept 0.300, as with no
-# stop run, in 7.5 forward passes per hole instead of 26.8.)
+# just before the stop run stay masked and are denoised as usual (without the margin the
+# stop run cut completions short; README, "Performance").
 STOP_RUN_MARGIN = 2
 
 

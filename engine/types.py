@@ -9,6 +9,11 @@ from dataclasses import dataclass, field
 CANVAS_LENGTH = 256
 
 
+# The commit rules engine.samplers implements (SamplerSettings.sampler); torch-free, so
+# clients and settings validators name them without loading the engine.
+SAMPLERS = ("topk", "threshold", "entropy")
+
+
 @dataclass
 class SamplerSettings:
     """How a hole is denoised. Defaults are the interactive ones."""

@@ -7,7 +7,7 @@ import pickle
 import pytest
 
 from dg_lsp.actions import DOCSTRING
-from dg_lsp.batch import Job, process_file
+from dg_lsp.batch import BatchJob, process_file
 from engine.serve.client import EngineBusy, EngineRefused, EngineUnavailable, _raise_error
 from tests.test_actions import Scripted
 
@@ -29,7 +29,8 @@ def test_a_busy_target_is_recorded_with_its_exception_for_the_retry() -> None:
         def infill_stream(self, prefix, suffix, max_tokens=32, **kwargs):
             raise EngineBusy("the queue is full")
 
-    (record,) = process_file(Busy(), "s.py", "def f(a):\n    return a\n", Job(DOCSTRING)).records
+    text = "def f(a):\n    return a\n"
+    (record,) = process_file(Busy(), "s.py", text, BatchJob(DOCSTRING)).records
     assert record.result == "error: EngineBusy: the queue is full"
     assert isinstance(record.error, EngineBusy)
     assert "error" not in record.to_json()

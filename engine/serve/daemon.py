@@ -268,7 +268,7 @@ def _same_user(sock: Any) -> bool:
 
 
 def _job(message: dict[str, Any], op: str, limits: Limits, decoder: Any) -> Any:
-    from engine.serve.scheduler import PRIORITIES, Job, request_bytes
+    from engine.serve.scheduler import PRIORITIES, Request, request_bytes
 
     def field(name: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
         value = message.get(name, default)
@@ -311,7 +311,7 @@ def _job(message: dict[str, Any], op: str, limits: Limits, decoder: Any) -> Any:
         strength = float(field("strength", (int, float), 1.0))
         if not 0.0 <= strength <= 1.0:
             raise ProtocolError("bad-request", "strength must be in [0, 1]")
-    job = Job(prefix[-keep:], suffix[:keep], max_tokens, settings, canvas_length, priority,
+    job = Request(prefix[-keep:], suffix[:keep], max_tokens, settings, canvas_length, priority,
               original, strength)
     job.deadline = time.monotonic() + limits.request_timeout
     return job

@@ -16,7 +16,7 @@ cancelled and expired requests and advances the live ones by one forward pass:
 - the rest (masked steps on a cached context, the AR baseline, the block family, rewrites)
   run one after another in the same round.
 
-Every request has a deadline (`Job.deadline`): past it, it ends with the text it has and
+Every request has a deadline (`Request.deadline`): past it, it ends with the text it has and
 finish_reason "deadline", queued or live. After a large request the allocator's free memory
 is given back to the system.
 
@@ -52,7 +52,7 @@ BACKGROUND_SHARE = 4  # background work waits this many times its last step's du
 
 
 @dataclass
-class Job:
+class Request:
     """One infill or rewrite request, as the scheduler sees it."""
 
     prefix: str
@@ -101,7 +101,7 @@ def release_memory(device: torch.device) -> None:
 class _Live:
     """A job being denoised: a MaskedDenoiser the scheduler batches, or a step generator."""
 
-    def __init__(self, job: Job, engine: Engine, lane: str) -> None:
+    def __init__(self, job: Request, engine: Engine, lane: str) -> None:
         self.job = job
         self.lane = lane
         self.last: Draft | None = None  # the latest Draft sent
@@ -147,7 +147,7 @@ class Scheduler:
         self.max_batch = max_batch
         self.max_queue = max_queue
         self.large_canvas = large_canvas
-        self._queues: dict[str, deque[Job]] = {lane: deque() for lane in LANES}
+        self._queues: dict[str, deque[Request]] = {lane: deque() for lane in LANES}
         self._live: list[_Live] = []
         self._wake = threading.Condition()
         self._stopping = False
@@ -170,7 +170,7 @@ class Scheduler:
         if self._thread is not None:
             self._thread.join()
 
-    def submit(self, job: Job) -> bool:
+    def submit(self, job: Request) -> bool:
         """Queue `job`; False when the queue is full (the caller answers "busy")."""
         if job.priority not in PRIORITIES:
             raise ValueError(f"priority must be one of {PRIORITIES}")
@@ -183,10 +183,10 @@ class Scheduler:
             self._wake.notify()
         return True
 
-    def lane(self, job: Job) -> str:
+    def lane(self, job: Request) -> str:
         return LARGE if job.canvas_length > self.large_canvas else job.priority
 
-    def cancel(self, job: Job) -> None:
+    def cancel(self, job: Request) -> None:
         job.cancel()
         with self._wake:
             self._wake.notify()
@@ -223,7 +223,7 @@ class Scheduler:
         for live in self._live:
             live.close()
 
-    def _expire_queued(self) -> list[Job]:
+    def _expire_queued(self) -> list[Request]:
         now = time.monotonic()
         expired = []
         for queue in self._queues.values():
@@ -233,7 +233,7 @@ class Scheduler:
         self.counters["expired"] += len(expired)
         return expired
 
-    def _admit(self) -> list[Job]:
+    def _admit(self) -> list[Request]:
         jobs = []
         for lane, queue in self._queues.items():
             cap = LARGE_LIVE if lane == LARGE else self.max_batch
@@ -243,7 +243,7 @@ class Scheduler:
                 live += 1
         return jobs
 
-    def _start(self, job: Job) -> None:
+    def _start(self, job: Request) -> None:
         if job.cancelled.is_set():
             self.counters["cancelled"] += 1
             return
