@@ -78,6 +78,9 @@ def test_socket_and_its_directory_are_private(engine):
     assert stat.S_IMODE(engine.endpoint.socket.stat().st_mode) == 0o600
     assert stat.S_IMODE(engine.endpoint.socket.parent.stat().st_mode) == 0o700
     assert engine.info["family"] == "masked" and engine.info["version"] == protocol.VERSION
+    info = engine.engine_info  # the hello, as Backend's explicit capabilities
+    assert (info.family, info.device, info.resident, info.counts_tokens) == (
+        "masked", "cpu", True, False)
 
 
 def test_concurrent_requests_are_batched_and_each_gets_its_own_completion(engine, inproc):
