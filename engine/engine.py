@@ -66,8 +66,8 @@ class Engine:
 
         `dtype`: "auto" (bfloat16 on a GPU; on the CPU float32, with the linear layers of a
         masked-family model quantized to int8, see `quantize_int8`), "int8", or a float dtype
-        ("float32" is the exact CPU path). `compile`: see `compile_model`; with "auto" on the
-        CPU the model then stays float32.
+        ("float32" is the exact CPU path). `compile`: see `decoders.compile_model`; with "auto" on
+        the CPU the model then stays float32.
         """
         from engine.checkpoint import read_checkpoint, resolve
 
