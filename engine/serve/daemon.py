@@ -32,12 +32,16 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.serve import protocol
 from engine.serve.endpoint import Endpoint, UnsafeRuntimeDir, endpoint_for, peer_credentials
 from engine.serve.protocol import ProtocolError
 from engine.types import CANVAS_LENGTH, Draft
+
+if TYPE_CHECKING:  # they import torch: loaded only to serve, not to list the CLI's commands
+    from engine.decoders import Decoder
+    from engine.serve.scheduler import Request
 
 DEFAULT_IDLE_EXIT = 0  # seconds without a connection before exiting; 0 = never
 DEFAULT_MAX_CONNECTIONS = 64  # a language server holds one per request in flight
@@ -220,7 +224,7 @@ class EngineServer:
         if op in ("infill", "rewrite"):
             if request_id in jobs:
                 raise ProtocolError("bad-request", f"request id {request_id!r} is in use")
-            job = _job(message, op, self.limits, self.engine.decoder)
+            job = _request(message, op, self.limits, self.engine.decoder)
             stream = bool(message.get("stream", False))
 
             def on_draft(draft: Draft) -> None:
@@ -267,7 +271,9 @@ def _same_user(sock: Any) -> bool:
     return uid in (os.getuid(), 0)
 
 
-def _job(message: dict[str, Any], op: str, limits: Limits, decoder: Any) -> Any:
+def _request(message: dict[str, Any], op: str, limits: Limits, decoder: Decoder) -> Request:
+    """The scheduler's Request for an infill or rewrite message; ProtocolError when the
+    message is malformed or over this engine's limits."""
     from engine.serve.scheduler import PRIORITIES, Request, request_bytes
 
     def field(name: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
