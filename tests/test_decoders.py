@@ -14,16 +14,15 @@ from engine.types import SamplerSettings
 
 
 @pytest.fixture(scope="module")
-def masked(dream_ckpt: Path) -> Engine:
-    return Engine.load(str(dream_ckpt), device="cpu", dtype="float32")
+def engines(dream_ckpt: Path, ar_ckpt: Path) -> dict[str, Engine]:
+    """An engine of each transformer family, by family (float32: the exact CPU path)."""
+    return {family: Engine.load(str(ckpt), device="cpu", dtype="float32")
+            for family, ckpt in (("masked", dream_ckpt), ("ar", ar_ckpt))}
 
 
-@pytest.fixture(scope="module")
-def ar(ar_ckpt: Path) -> Engine:
-    return Engine.load(str(ar_ckpt), device="cpu", dtype="float32")
-
-
-def test_the_family_picks_the_decoder_and_the_engine_says_so(masked: Engine, ar: Engine) -> None:
+def test_the_family_picks_the_decoder_and_the_engine_says_so(engines: dict[str, Engine]
+                                                              ) -> None:
+    masked, ar = engines["masked"], engines["ar"]
     assert type(masked.decoder) is MaskedDecoder and type(ar.decoder) is ARDecoder
     for engine, family in ((masked, "masked"), (ar, "ar")):
         info = engine.engine_info
@@ -34,14 +33,16 @@ def test_the_family_picks_the_decoder_and_the_engine_says_so(masked: Engine, ar:
 
 
 def test_only_the_masked_family_gives_the_scheduler_a_batchable_denoiser(
-    masked: Engine, ar: Engine
+    engines: dict[str, Engine]
 ) -> None:
+    masked, ar = engines["masked"], engines["ar"]
     settings = SamplerSettings()
     assert isinstance(masked.decoder.denoiser("x = ", "\n", 4, 64, settings), MaskedDenoiser)
     assert ar.decoder.denoiser("x = ", "\n", 4, 64, settings) is None
 
 
-def test_stop_ids_are_the_models_and_results_end_at_them(masked: Engine, ar: Engine) -> None:
+def test_stop_ids_are_the_models_and_results_end_at_them(engines: dict[str, Engine]) -> None:
+    masked, ar = engines["masked"], engines["ar"]
     assert masked.decoder.stop_ids() == masked.config.stop_token_ids
     assert ar.tokenizer.token_id(EOS) in ar.decoder.stop_ids()  # the FIM template's end
     for engine in (masked, ar):
