@@ -7,7 +7,7 @@ file is parsed again: if it has more syntax errors than before, edits are taken 
 time in document order, each kept only if the file stays as parseable as it was. Nothing is
 written here: callers write a file once, whole, when all its targets are done.
 
-`Job` is everything a worker needs besides the engine (it is sent to Ray workers as it is);
+`BatchJob` is everything a worker needs besides the engine (it is sent to Ray workers as it is);
 `run_files` works through files with one backend, `process_file` through one file.
 """
 
@@ -34,9 +34,9 @@ from dg_lsp.actions import (
 )
 from dg_lsp.languages import LanguageSpec, language_for
 from dg_lsp.positions import UTF32, position_at
-from dg_lsp.rewrite import Edit, RewriteBackend, RewriteError, compute_edit
+from dg_lsp.rewrite import Edit, RewriteError, compute_edit
 from dg_lsp.settings import Settings
-from engine.types import Draft
+from engine.backend import Backend, CountingBackend
 
 # The command line's action names → actions.py's.
 ACTION_NAMES = {"docstrings": DOCSTRING, "complete-bodies": COMPLETE_BODY,
@@ -48,7 +48,7 @@ class QueryError(Exception):
 
 
 @dataclass
-class Job:
+class BatchJob:
     """What to do to every file (picklable: Ray workers receive it as it is)."""
 
     action: str  # one of actions.py's: "docstring", "complete-body", "fix-syntax", "rewrite"
@@ -71,9 +71,12 @@ class Record:
     steps: int = 0
     tokens: int | None = None
     seconds: float = 0.0
+    # The exception behind an "error: ..." result, for callers that retry on its type.
+    error: Exception | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name != "error"}
         data["start"], data["end"] = list(self.start), list(self.end)
         data["tokens_per_step"] = (round(self.tokens / self.steps, 3)
                                    if self.tokens is not None and self.steps else None)
@@ -153,7 +156,7 @@ def file_targets(doc: Document, action: str, query: ts.Query | None) -> list[Tar
 # -- one file ---------------------------------------------------------------------------------
 
 
-def process_file(backend: RewriteBackend, label: str, text: str, job: Job,
+def process_file(backend: Backend, label: str, text: str, job: BatchJob,
                  queries: Queries | None = None,
                  cancel: Callable[[], bool] | None = None) -> FileResult:
     """Every target of the file run through `backend`, and the merged text."""
@@ -166,12 +169,12 @@ def process_file(backend: RewriteBackend, label: str, text: str, job: Job,
     return merge(label, doc, outcomes)
 
 
-def run_target(backend: RewriteBackend, doc: Document, label: str, target: Target, job: Job,
+def run_target(backend: Backend, doc: Document, label: str, target: Target, job: BatchJob,
                cancel: Callable[[], bool] | None = None) -> tuple[Record, Edit | None]:
     """(its record, the Edit or None) for one target; failures are recorded, never raised."""
     record = Record(label, _position(doc.text, target.start), _position(doc.text, target.end),
                     target.action, target.name, "")
-    counting = _Counting(backend)
+    counting = CountingBackend(backend)
     started = time.perf_counter()
     edit = None
     try:
@@ -182,6 +185,7 @@ def run_target(backend: RewriteBackend, doc: Document, label: str, target: Targe
         record.result = f"refused: {exc}"
     except Exception as exc:  # noqa: BLE001 - one target's failure must not stop the rest
         record.result = f"error: {type(exc).__name__}: {exc}"
+        record.error = exc
     record.steps = counting.steps
     record.tokens = counting.tokens
     record.seconds = time.perf_counter() - started
@@ -218,7 +222,7 @@ def apply_edits(text: str, edits: list[Edit]) -> str:
     return text
 
 
-def run_files(backend: RewriteBackend, files: list[tuple[str, str]], job: Job,
+def run_files(backend: Backend, files: list[tuple[str, str]], job: BatchJob,
               cancel: Callable[[], bool] | None = None) -> Iterator[FileResult]:
     """process_file over (label, text) pairs, one after another (a Ray worker's loop)."""
     queries = Queries(job.query, job.action)
@@ -236,27 +240,3 @@ def _position(text: str, offset: int) -> tuple[int, int]:
     at = position_at(text, offset, UTF32)
     return at.line + 1, at.character + 1
 
-
-class _Counting:
-    """A backend wrapper that counts forward passes and generated tokens (where the backend
-    can tell stop tokens apart: an in-process Engine)."""
-
-    def __init__(self, backend: RewriteBackend) -> None:
-        self.backend = backend
-        self.steps = 0
-        self.tokens: int | None = 0 if hasattr(backend, "completion_ids") else None
-
-    def infill_stream(self, *args: Any, **kwargs: Any) -> Iterator[Draft]:
-        return self._count(self.backend.infill_stream(*args, **kwargs))
-
-    def rewrite_stream(self, *args: Any, **kwargs: Any) -> Iterator[Draft]:
-        return self._count(self.backend.rewrite_stream(*args, **kwargs))
-
-    def _count(self, drafts: Iterator[Draft]) -> Iterator[Draft]:
-        last = None
-        for last in drafts:
-            yield last
-        if last is not None:
-            self.steps += last.step
-            if self.tokens is not None:
-                self.tokens += len(self.backend.completion_ids(last))

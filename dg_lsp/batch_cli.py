@@ -29,8 +29,8 @@ from typing import Any
 from dg_lsp.actions import FIX_SYNTAX, REWRITE, Document, Target
 from dg_lsp.batch import (
     ACTION_NAMES,
+    BatchJob,
     FileResult,
-    Job,
     Queries,
     QueryError,
     Record,
@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
 Plan = tuple[SourceFile, Document, list[Target]]  # the file, its document, its targets
 
 
-def prepare(args: argparse.Namespace) -> tuple[Job, dict[str, Plan], list[tuple[str, str]]]:
+def prepare(args: argparse.Namespace) -> tuple[BatchJob, dict[str, Plan], list[tuple[str, str]]]:
     """The job, the files with work in them (by label) and the files skipped, with why."""
     action = ACTION_NAMES[args.action]
     if args.strength is not None and not 0.0 <= args.strength <= 1.0:
@@ -169,7 +169,7 @@ def prepare(args: argparse.Namespace) -> tuple[Job, dict[str, Plan], list[tuple[
         raise BadInput(str(exc)) from None
 
     settings = settings_from_arguments(args, engine=args.engine)
-    job = Job(action, settings, source, args.instruction, args.strength)
+    job = BatchJob(action, settings, source, args.instruction, args.strength)
     queries = Queries(source, action)
     languages = {f.label: language_for(None, f.label) for f in files}
     _check_query(queries, [spec for spec in languages.values() if spec is not None])
@@ -214,7 +214,7 @@ def _check_query(queries: Queries, present: list[LanguageSpec]) -> None:
 # -- running ----------------------------------------------------------------------------------
 
 
-def _run_inproc(args: argparse.Namespace, job: Job, plans: dict[str, Plan],
+def _run_inproc(args: argparse.Namespace, job: BatchJob, plans: dict[str, Plan],
                 finish: Callable[[FileResult], None], progress: Progress) -> None:
     if not plans:
         return
@@ -234,12 +234,12 @@ def _run_inproc(args: argparse.Namespace, job: Job, plans: dict[str, Plan],
         progress.file_done()
 
 
-def _run_resident(args: argparse.Namespace, job: Job, plans: dict[str, Plan],
+def _run_resident(args: argparse.Namespace, job: BatchJob, plans: dict[str, Plan],
                   finish: Callable[[FileResult], None], progress: Progress) -> None:
     """Several targets at once, each its own connection: the engine batches them."""
     if not plans:
         return
-    from engine.client import EngineClient, EngineUnavailable
+    from engine.serve.client import EngineBusy, EngineClient, EngineUnavailable
 
     try:
         first = EngineClient.connect_or_start(args.model, args.device, priority="batch",
@@ -257,7 +257,7 @@ def _run_resident(args: argparse.Namespace, job: Job, plans: dict[str, Plan],
         for wait in BUSY_RETRIES:  # the engine's queue is shared with every other client
             outcome = run_target(local.client, doc, label, targets[index], job,
                                  cancel=stop.is_set)
-            if not outcome[0].result.startswith("error: EngineBusy") or stop.wait(wait):
+            if not isinstance(outcome[0].error, EngineBusy) or stop.wait(wait):
                 break
         return label, index, outcome
 
@@ -280,7 +280,7 @@ def _run_resident(args: argparse.Namespace, job: Job, plans: dict[str, Plan],
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _run_ray(args: argparse.Namespace, job: Job, plans: dict[str, Plan],
+def _run_ray(args: argparse.Namespace, job: BatchJob, plans: dict[str, Plan],
              finish: Callable[[FileResult], None], progress: Progress) -> None:
     from dg_lsp import batch_ray
 
@@ -312,7 +312,7 @@ def _write(path: Path, result: FileResult, written: list[str]) -> None:
 # -- reporting --------------------------------------------------------------------------------
 
 
-def report(args: argparse.Namespace, job: Job, results: dict[str, FileResult],
+def report(args: argparse.Namespace, job: BatchJob, results: dict[str, FileResult],
            skipped: list[tuple[str, str]]) -> int:
     """The patch, the JSON report and the summary line; the exit status."""
     ordered = [results[label] for label in sorted(results)]

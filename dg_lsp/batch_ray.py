@@ -19,7 +19,7 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
-from dg_lsp.batch import FileResult, Job, Queries, process_file
+from dg_lsp.batch import BatchJob, FileResult, Queries, process_file
 
 
 class RayMissing(Exception):
@@ -33,7 +33,7 @@ class RayRunFailed(Exception):
 class BatchWorker:
     """One Ray actor: a loaded engine, and the files it is given one after another."""
 
-    def __init__(self, job: Job) -> None:
+    def __init__(self, job: BatchJob) -> None:
         from engine import Engine
 
         self.job = job
@@ -56,7 +56,7 @@ def import_ray() -> Any:
     return ray
 
 
-def run_on_ray(address: str | None, files: list[tuple[str, str]], job: Job,
+def run_on_ray(address: str | None, files: list[tuple[str, str]], job: BatchJob,
                workers: int | None = None) -> Iterator[FileResult]:
     """FileResults for (label, text) pairs as the workers finish them (in no set order)."""
     ray = import_ray()

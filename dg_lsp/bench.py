@@ -53,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the engine of the samplers, cache and concurrency "
-                        "sections (a GPU switch; see engine.engine.compile_model)")
+                        "sections (a GPU switch; see engine.decoders.compile_model)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
     parser.set_defaults(func=run)
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         report["samplers"] = sampler_section(engine, cases, args)
         _show(args, "samplers (single-line holes)", report["samplers"])
     if "cache" in sections:
-        from engine.bench import cache_levels
+        from engine.serve.bench import cache_levels
 
         report["cache"] = cache_levels(engine, args.limit, SINGLE_LINE_TOKENS)
         _show(args, "context cache", report["cache"])
@@ -142,7 +142,7 @@ def sampler_section(engine: Any, cases: list, args: argparse.Namespace) -> list[
 
 
 def concurrency_section(engine: Any, cases: list) -> list[dict]:
-    from engine.bench import run_level
+    from engine.serve.bench import run_level
     from engine.types import SamplerSettings
 
     pairs = [(c.prefix, c.suffix) for c in cases]

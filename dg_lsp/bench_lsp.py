@@ -132,8 +132,8 @@ class Session:
         await self.ask(uri, "def f(x):\n    return \n", 24)
 
     async def stop(self) -> None:
-        from engine.client import EngineClient, EngineUnavailable
-        from engine.endpoint import Endpoint
+        from engine.serve.client import EngineClient, EngineUnavailable
+        from engine.serve.endpoint import Endpoint
 
         await self.client.shutdown_async(None)
         self.client.exit(None)
@@ -146,8 +146,8 @@ class Session:
 
     def peak_rss_mb(self) -> float | None:
         """Peak RSS of the server, plus the engine's where the server started one."""
-        from engine.client import EngineClient, EngineUnavailable
-        from engine.endpoint import Endpoint
+        from engine.serve.client import EngineClient, EngineUnavailable
+        from engine.serve.endpoint import Endpoint
 
         pids = [self.client._server.pid] if self.client._server else []
         for sock in (Path(self.runtime) / "dg-engine").glob("*.sock"):
@@ -227,13 +227,13 @@ class Session:
 
 
 def percentiles(seconds: list[float]) -> dict[str, float | None]:
-    from engine.bench import percentile
+    from engine.stats import percentile
 
     if not seconds:
         return {"p50Ms": None, "p95Ms": None, "p99Ms": None}
     return {"p50Ms": round(1000 * statistics.median(seconds), 1),
-            "p95Ms": round(1000 * percentile(seconds, 0.95), 1),
-            "p99Ms": round(1000 * percentile(seconds, 0.99), 1)}
+            "p95Ms": round(1000 * percentile(seconds, 95), 1),
+            "p99Ms": round(1000 * percentile(seconds, 99), 1)}
 
 
 def peak_rss_mb(pid: int) -> float | None:

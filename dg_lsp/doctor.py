@@ -133,7 +133,7 @@ def check_model(report: Report, model: str | None) -> None:
 
 
 def check_device(report: Report, device: str) -> None:
-    from engine.endpoint import resolved_device
+    from engine.serve.endpoint import resolved_device
 
     resolved = resolved_device(device)
     try:
@@ -156,8 +156,8 @@ def check_device(report: Report, device: str) -> None:
 
 
 def check_engine(report: Report, model: str | None, device: str, dtype: str) -> None:
-    from engine.client import EngineClient, EngineUnavailable
-    from engine.endpoint import endpoint_for
+    from engine.serve.client import EngineClient, EngineUnavailable
+    from engine.serve.endpoint import endpoint_for
 
     try:
         endpoint = endpoint_for(model, device, dtype)

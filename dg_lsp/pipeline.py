@@ -16,33 +16,18 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from dg_lsp.cache import CompletionCache
 from dg_lsp.context import Context, OtherDocument, build_context
 from dg_lsp.languages import LanguageSpec
 from dg_lsp.postprocess import Suggestion, postprocess, unit_ended
 from dg_lsp.settings import Settings
-from engine.types import Draft, SamplerSettings
+from engine.backend import Backend
+from engine.types import Draft
 
 # Converts the canvas's token budget into the characters context windows are measured in;
 # code averages a little over 3 characters per token, so the windows rarely overflow.
 CHARS_PER_TOKEN = 3
-
-
-class CompletionBackend(Protocol):
-    """What the pipeline needs from an engine: in-process `Engine` or a resident-engine client."""
-
-    def infill_stream(
-        self,
-        prefix: str,
-        suffix: str,
-        max_tokens: int = 32,
-        *,
-        settings: SamplerSettings | None = None,
-        canvas_length: int = 256,
-        cancel: Callable[[], bool] | None = None,
-    ) -> Iterator[Draft]: ...
 
 
 @dataclass
@@ -66,7 +51,8 @@ class Completion:
 class Pipeline:
     def __init__(
         self,
-        backend: CompletionBackend,
+        backend: Backend | None,  # the in-process Engine or the resident engine's client;
+        # None for a pipeline that only looks in the cache
         settings: Settings | None = None,
         cache: CompletionCache | None = None,
     ) -> None:
@@ -101,7 +87,7 @@ class Pipeline:
     def finish(
         self, request: CompletionRequest, ctx: Context, last: Draft | None
     ) -> Completion | None:
-        if last is None or getattr(last, "finish_reason", "") == "cancelled":
+        if last is None or last.finish_reason == "cancelled":
             return None
         suggestion = postprocess(last.text, ctx)
         if suggestion is None:

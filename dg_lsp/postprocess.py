@@ -1,22 +1,20 @@
 """Turns the model's raw hole text into a suggestion an editor can show, or rejects it.
 
-The steps run in order: cut at stop tokens, trim to the hole kind's syntactic unit, cut a line
-the suggestion repeats, re-indent to the file's style, drop what repeats the suffix, reuse
-closing brackets already after the cursor, reject junk, and check that the insertion does not
-add parse errors.
+The steps run in order: cut at special tokens written as text (engine.stops), trim to the
+hole kind's syntactic unit, cut a line the suggestion repeats, re-indent to the file's style,
+drop what repeats the suffix, reuse closing brackets already after the cursor, reject junk,
+and check that the insertion does not add parse errors.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import tree_sitter as ts
 
 from dg_lsp.context import BLOCK, BRACKETS, CLOSERS, COMMENT, Context
+from engine.stops import cut_at_special
 
-# Special tokens of the common checkpoints (`<|endoftext|>`, `<|dlm_pad|>`, `<eos>`, `</s>` ...).
-_STOP = re.compile(r"<\|[A-Za-z0-9_]+\|>|</s>|<eos>|<pad>|<mask>")
 _OPENERS = {v: k for k, v in CLOSERS.items()}
 # Characters that may follow the cursor and that a completion may re-type (extend over them).
 _TRAILING = set(")]}\"'`;,:")
@@ -29,7 +27,7 @@ class Suggestion:
 
 
 def postprocess(raw: str, ctx: Context) -> Suggestion | None:
-    text = cut_at_stop(raw)
+    text = cut_at_special(raw)
     text = _trim_to_unit(text, ctx)
     text = _cut_repeated_line(text, ctx)
     text = _reindent(text, ctx)
@@ -45,7 +43,7 @@ def unit_ended(raw: str, ctx: Context) -> bool:
     """Whether committed text `raw` already holds the end of the hole kind's unit, so the
     suggestion cannot change however the rest of the hole is filled (committed text is final:
     the engine never revises it)."""
-    text = cut_at_stop(raw)
+    text = cut_at_special(raw)
     if text != raw:
         return True
     if ctx.kind == BLOCK:
@@ -53,11 +51,6 @@ def unit_ended(raw: str, ctx: Context) -> bool:
     if ctx.kind == BRACKETS:
         return _cut_at_unmatched_closer(text) != text
     return "\n" in text  # rest of line, comment: one line
-
-
-def cut_at_stop(text: str) -> str:
-    match = _STOP.search(text)
-    return text if match is None else text[: match.start()]
 
 
 def _trim_to_unit(text: str, ctx: Context) -> str:

@@ -17,34 +17,20 @@ The one edit path for code actions, `dg-lsp rewrite` and batch mode:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Protocol
 
 from dg_lsp.actions import COMPLETE_BODY, DOCSTRING, FIX_SYNTAX, Document, Target, error_count
 from dg_lsp.context import windows
 from dg_lsp.pipeline import CHARS_PER_TOKEN
 from dg_lsp.settings import Settings
-from engine.types import Draft, SamplerSettings
+from engine.backend import Backend
 
 # Keep the half of a selection the model is surest of and write the rest again.
 DEFAULT_STRENGTH = 0.5
 # A body or a doc comment is not empty: no stop token in its first few positions.
 MIN_TOKENS = {COMPLETE_BODY: 4, DOCSTRING: 2}
 MAX_DOCUMENT_CHARS = 5_000_000
-
-
-class RewriteBackend(Protocol):
-    """What rewrites need from an engine: `Engine` or a resident-engine client."""
-
-    def infill_stream(self, prefix: str, suffix: str, max_tokens: int = 32, *,
-                      settings: SamplerSettings | None = None, canvas_length: int = 256,
-                      cancel: Callable[[], bool] | None = None) -> Iterator[Draft]: ...
-
-    def rewrite_stream(self, prefix: str, suffix: str, original: str, *, strength: float = 1.0,
-                       max_tokens: int | None = None, settings: SamplerSettings | None = None,
-                       canvas_length: int = 256, cancel: Callable[[], bool] | None = None
-                       ) -> Iterator[Draft]: ...
 
 
 class RewriteError(Exception):
@@ -60,7 +46,7 @@ class Edit:
 
 
 def compute_edit(
-    backend: RewriteBackend,
+    backend: Backend,
     doc: Document,
     target: Target,
     settings: Settings,
@@ -151,7 +137,7 @@ def _strengths(target: Target, strength: float) -> list[float]:
 
 
 def _generate(
-    backend: RewriteBackend,
+    backend: Backend,
     doc: Document,
     target: Target,
     settings: Settings,

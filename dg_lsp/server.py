@@ -41,12 +41,13 @@ from dg_lsp.cache import CompletionCache
 from dg_lsp.context import OtherDocument
 from dg_lsp.documents import Documents
 from dg_lsp.languages import language_for
-from dg_lsp.pipeline import Completion, CompletionBackend, CompletionRequest, Pipeline
+from dg_lsp.pipeline import Completion, CompletionRequest, Pipeline
 from dg_lsp.positions import line_end, offset_at, position_at, units
 from dg_lsp.rewrite import MAX_DOCUMENT_CHARS, RewriteError, compute_edit
 from dg_lsp.settings import Settings, parse_settings
 from dg_lsp.trees import DocumentTrees
-from engine.client import EngineUnavailable
+from engine.backend import Backend, CountingBackend, Counts
+from engine.serve.client import EngineUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +137,7 @@ class DgProtocol(LanguageServerProtocol):
 
 
 class DgLanguageServer(LanguageServer):
-    def __init__(self, backend: CompletionBackend | None = None) -> None:
+    def __init__(self, backend: Backend | None = None) -> None:
         super().__init__("dg-lsp", __version__, protocol_cls=DgProtocol)
         self.settings = Settings()
         self.documents = Documents()
@@ -149,7 +150,8 @@ class DgLanguageServer(LanguageServer):
         self._loading: asyncio.Task | None = None
         self._lost_reported = False
         self._inflight: dict[str, asyncio.Task] = {}
-        self.stats = {"engineRequests": 0, "denoiseSteps": 0, "cacheHits": 0, "cancelled": 0}
+        self.stats = {"cacheHits": 0, "cancelled": 0}
+        self.engine_counts = Counts()  # every engine's requests and drafts, restarts included
 
     # -- transport ------------------------------------------------------------------------
 
@@ -222,7 +224,7 @@ class DgLanguageServer(LanguageServer):
 
     # -- engine ---------------------------------------------------------------------------
 
-    async def backend(self) -> CompletionBackend | None:
+    async def backend(self) -> Backend | None:
         """The engine, loaded on first use; None while it cannot be loaded."""
         if self._backend is not None:
             return self._backend
@@ -230,7 +232,7 @@ class DgLanguageServer(LanguageServer):
             self._loading = asyncio.ensure_future(self._load())
         return await asyncio.shield(self._loading)
 
-    async def _load(self) -> CompletionBackend | None:
+    async def _load(self) -> Backend | None:
         token = str(uuid.uuid4())
         progress = self._client_has_progress()
         what = self.settings.model or "bundled model"
@@ -254,23 +256,22 @@ class DgLanguageServer(LanguageServer):
                 self.work_done_progress.end(token, types.WorkDoneProgressEnd(message="ready"))
         self._backend = backend
         self._lost_reported = False
-        info = getattr(backend, "info", None)  # a resident engine's hello
-        where = info.get("device", "?") if info is not None else backend.device
+        where = backend.engine_info.device
         self.log(f"model loaded: {what} on {where} ({self.settings.engine} engine)")
         self.engine_state("ready", f"{what} on {where}")
         return backend
 
-    def _open_backend(self) -> CompletionBackend:
+    def _open_backend(self) -> Backend:
         model, device, dtype = self.settings.model, self.settings.device, self.settings.dtype
         if self.settings.engine == "inproc":
             from engine import Engine
 
             return Engine.load(model, device, dtype)
-        from engine.client import EngineClient
+        from engine.serve.client import EngineClient
 
         return EngineClient.connect_or_start(model, device, dtype=dtype)
 
-    def engine_lost(self, exc: Exception, backend: CompletionBackend | None = None) -> None:
+    def engine_lost(self, exc: Exception, backend: Backend | None = None) -> None:
         """The resident engine died or refused: drop it, start it again, tell the user once.
 
         `backend` is the engine the failed request used; when it is no longer the current
@@ -322,7 +323,7 @@ class DgLanguageServer(LanguageServer):
         try:
             if self.settings.debounce_ms:
                 await asyncio.sleep(self.settings.debounce_ms / 1000)
-            pipeline = Pipeline(_Counting(self.stats, None), self.settings, self.cache)
+            pipeline = Pipeline(None, self.settings, self.cache)
             completion = pipeline.cached(request)
             if completion is not None:
                 self.stats["cacheHits"] += 1
@@ -332,7 +333,7 @@ class DgLanguageServer(LanguageServer):
                 backend = await self.backend()
                 if backend is None:
                     return None
-                pipeline.backend = _Counting(self.stats, backend)
+                pipeline.backend = CountingBackend(backend, self.engine_counts)
                 completion = await pipeline.complete_async(request, self.executor)
             if completion is None:
                 return None
@@ -469,7 +470,7 @@ class DgLanguageServer(LanguageServer):
         try:
             # On a thread of its own, each step on the engine's worker: completions in other
             # documents take their steps between this rewrite's instead of after all of them.
-            stepped = _StepsOnWorker(_Counting(self.stats, backend), self.executor)
+            stepped = _StepsOnWorker(CountingBackend(backend, self.engine_counts), self.executor)
             edit = await loop.run_in_executor(
                 None, compute_edit, stepped, doc, target, self.settings, instruction, strength,
                 stop.is_set)
@@ -521,25 +522,6 @@ class DgLanguageServer(LanguageServer):
 
 
 
-class _Counting:
-    """One engine, counted: `dg-lsp.stats` reports engine calls and steps."""
-
-    def __init__(self, stats: dict[str, int], backend: CompletionBackend | None) -> None:
-        self.stats, self.backend = stats, backend
-
-    def infill_stream(self, prefix: str, suffix: str, max_tokens: int = 32, **kwargs: Any):
-        self.stats["engineRequests"] += 1
-        for draft in self.backend.infill_stream(prefix, suffix, max_tokens, **kwargs):
-            self.stats["denoiseSteps"] += 1
-            yield draft
-
-    def rewrite_stream(self, prefix: str, suffix: str, original: str, **kwargs: Any):
-        self.stats["engineRequests"] += 1
-        for draft in self.backend.rewrite_stream(prefix, suffix, original, **kwargs):
-            self.stats["denoiseSteps"] += 1
-            yield draft
-
-
 class _StepsOnWorker:
     """An engine whose every denoising step runs on `executor` (the engine's one worker),
     for work that runs on another thread: the steps of other requests interleave with its."""
@@ -583,7 +565,7 @@ def _short_path(uri: str) -> str:
 # -- LSP features -----------------------------------------------------------------------------
 
 
-def create_server(backend: CompletionBackend | None = None) -> DgLanguageServer:
+def create_server(backend: Backend | None = None) -> DgLanguageServer:
     server = DgLanguageServer(backend)
 
     @server.feature(types.INITIALIZE)
@@ -688,7 +670,8 @@ def create_server(backend: CompletionBackend | None = None) -> DgLanguageServer:
 
     @server.command(STATS_COMMAND)
     def stats(ls: DgLanguageServer, *args: Any) -> dict[str, int]:
-        return {**ls.stats, "fullParses": ls.trees.full_parses,
+        return {**ls.stats, "engineRequests": ls.engine_counts.requests,
+                "denoiseSteps": ls.engine_counts.drafts, "fullParses": ls.trees.full_parses,
                 "incrementalParses": ls.trees.incremental_parses}
 
     return server

@@ -19,7 +19,7 @@ import torch
 from engine.canvas import Canvas, VocabText, completion_text
 from engine.config import ModelConfig
 from engine.models.transformer import LayerKV, Transformer
-from engine.tokenizer import EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, Tokenizer
+from engine.tokenizer import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, Tokenizer
 from engine.types import Draft
 
 FIM_TOKENS = 3  # prompt tokens the PSM template adds around prefix and suffix
@@ -35,17 +35,13 @@ def fim_prompt(tokenizer: Tokenizer, canvas: Canvas) -> list[int]:
     return [ids[0], *prefix, ids[1], *suffix, ids[2]]
 
 
-def ar_stop_ids(config: ModelConfig, tokenizer: Tokenizer) -> set[int]:
-    eos = tokenizer.token_id(EOS)
-    return config.stop_token_ids | ({eos} if eos is not None else set())
-
-
 def decode_ar(
     model: Transformer,
     config: ModelConfig,
     tokenizer: Tokenizer,
     canvas: Canvas,
     max_tokens: int,
+    stop_ids: set[int],
     *,
     stop_early: bool = True,
     vocab: VocabText | None = None,
@@ -54,12 +50,12 @@ def decode_ar(
 ) -> Iterator[Draft]:
     """Greedy KV-cached decoding of the middle; a Draft per token, the last with done=True.
 
-    With `stop_early=False` stop tokens are forbidden and exactly `max_tokens` are written.
+    `stop_ids`: the tokens that end the middle (`Decoder.stop_ids`). With `stop_early=False`
+    they are forbidden and exactly `max_tokens` are written.
     """
     device = next(model.parameters()).device
     timings = {} if timings is None else timings
     timings.setdefault("forward", 0.0)
-    stop_ids = ar_stop_ids(config, tokenizer)
     banned = torch.zeros(model.cfg.vocab_size, dtype=torch.bool, device=device)
     banned[[i for i in (config.mask_token_id,) if i is not None]] = True
     if not stop_early:

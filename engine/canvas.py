@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 from engine.config import ModelConfig
 from engine.tokenizer import Tokenizer
+from engine.types import CANVAS_LENGTH
 
-DEFAULT_CANVAS_LENGTH = 256
 DEFAULT_PREFIX_SHARE = 0.75
 
 
@@ -67,7 +67,7 @@ class Canvas:
     hole_len: int
     heal_text: str = ""  # cut from the prefix; the hole's text must start with it
     crlf: bool = False  # the document uses CRLF: the completion gets "\r\n" back
-    max_length: int = DEFAULT_CANVAS_LENGTH  # L: room an expanding hole (DreamOn) may grow into
+    max_length: int = CANVAS_LENGTH  # L: room an expanding hole (DreamOn) may grow into
 
     @property
     def hole_end(self) -> int:
@@ -164,7 +164,7 @@ def layout(
     prefix: str,
     suffix: str,
     hole_len: int,
-    canvas_length: int = DEFAULT_CANVAS_LENGTH,
+    canvas_length: int = CANVAS_LENGTH,
     prefix_share: float = DEFAULT_PREFIX_SHARE,
     vocab: VocabText | None = None,
     bos: bool | None = None,
@@ -180,7 +180,7 @@ def layout(
     if hole_len < 1 or budget < 0:
         raise ValueError(f"a hole of {hole_len} tokens does not fit a canvas of {canvas_length}")
     crlf = "\r\n" in prefix or "\r\n" in suffix
-    prefix, suffix = prefix.replace("\r\n", "\n"), suffix.replace("\r\n", "\n")
+    prefix, suffix = to_lf(prefix), to_lf(suffix)
     prefix_ids, suffix_ids = tokenizer.encode(prefix), tokenizer.encode(suffix)
     heal_text = ""
     if vocab is not None:
@@ -192,6 +192,11 @@ def layout(
     ids = head + [hole_id] * hole_len + suffix_ids
     return Canvas(ids=ids, hole_start=len(head), hole_len=hole_len, heal_text=heal_text,
                   crlf=crlf, max_length=canvas_length)
+
+
+def to_lf(text: str) -> str:
+    """`text` with CRLF line ends as LF: the model reads LF (`completion_text` restores CRLF)."""
+    return text.replace("\r\n", "\n")
 
 
 def completion_text(canvas: Canvas, text: str) -> str:

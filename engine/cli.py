@@ -17,8 +17,8 @@ log = logging.getLogger(__name__)
 SUBCOMMAND_MODULES = [
     "engine.train.corpus",
     "engine.train.trainer",
-    "engine.server",
-    "engine.bench",
+    "engine.serve.daemon",
+    "engine.serve.bench",
 ]
 
 

@@ -21,13 +21,12 @@ so it must be a query again). The live span attends to the cached keys/values of
 position, which went stale when the hole changed; every `cache_refresh` steps (R) a refresh
 pass recomputes the hole and `refresh_window` tokens on each side of it (None: the whole
 canvas, a full pass). R=1 is a full pass every step: exactly the uncached computation.
-What goes stale is mostly the hole itself: on 200 held-out single-line holes (R=4) a window
-of 4, 16 or 48 tokens kept edit similarity at 0.441-0.447 against 0.445 for whole-canvas
-refreshes, and cut p50 latency 177 -> 139 ms.
+What goes stale is mostly the hole itself: a window of a few tokens keeps the edit
+similarity of whole-canvas refreshes at a lower latency (README, "Performance").
 Positions committed since the last refresh, such as the run of pads that ends a
 single-line hole, are seen as the masks they were until the next refresh; on held-out
 single-line holes that is also what lets the bundled model write whole lines instead of
-stopping after a token or two (R=4: edit similarity 0.325 -> 0.444).
+stopping after a token or two (README, "Performance").
 
 Across requests (R > 1 only). Typing changes the canvas near the cursor; the prefix before it
 is mostly the same tokens as a moment ago. A `PrefixCache` keeps recent canvases' prefix
@@ -50,13 +49,13 @@ from engine.canvas import Canvas, VocabText, completion_text
 from engine.config import ModelConfig
 from engine.models.transformer import LayerKV, Transformer
 from engine.samplers import adjust_logits, step
+from engine.stops import completion_ids
 from engine.tokenizer import Tokenizer
 from engine.types import Draft, SamplerSettings
 
 # The model's first guess at where a hole ends is often a token or two short: the positions
-# just before the stop run stay masked and are denoised as usual. (100 held-out single-line
-# holes: margin 0 cut completions, edit similarity 0.277; margin 2 kept 0.300, as with no
-# stop run, in 7.5 forward passes per hole instead of 26.8.)
+# just before the stop run stay masked and are denoised as usual (without the margin the
+# stop run cut completions short; README, "Performance").
 STOP_RUN_MARGIN = 2
 
 
@@ -189,14 +188,6 @@ def hole_logits(
     return rows_to_logits(raw[0], p0, p1, shifted), kv
 
 
-def completion_ids(token_ids: list[int], stop_ids: set[int]) -> list[int]:
-    """The hole's tokens up to the first stop token."""
-    for i, t in enumerate(token_ids):
-        if t in stop_ids:
-            return token_ids[:i]
-    return token_ids
-
-
 def _sync(device: torch.device) -> None:
     # Timings of asynchronous devices mean nothing without a sync.
     if device.type == "cuda":
@@ -245,6 +236,7 @@ class MaskedDenoiser:
         tokenizer: Tokenizer,
         canvas: Canvas,
         settings: SamplerSettings,
+        stop_ids: set[int],
         *,
         stop_early: bool = True,
         vocab: VocabText | None = None,
@@ -252,8 +244,9 @@ class MaskedDenoiser:
         prefix_cache: PrefixCache | None = None,
         start: tuple[list[int], list[bool]] | None = None,
     ) -> None:
-        """`start` (tokens, committed flags) replaces the all-mask hole: a rewrite keeps the
-        committed tokens and denoises the rest."""
+        """`stop_ids`: the tokens that end the completion (`Decoder.stop_ids`). `start`
+        (tokens, committed flags) replaces the all-mask hole: a rewrite keeps the committed
+        tokens and denoises the rest."""
         if config.mask_token_id is None:
             raise ValueError("the model has no mask token")
         self.model, self.config, self.tokenizer, self.canvas = model, config, tokenizer, canvas
@@ -263,7 +256,7 @@ class MaskedDenoiser:
         self.timings = {} if timings is None else timings
         self.timings.setdefault("forward", 0.0)
         self.timings.setdefault("sample", 0.0)
-        self.stop_ids = config.stop_token_ids
+        self.stop_ids = stop_ids
         # Built once: the stop-run rule and min_tokens index by them at every step.
         self.stop_list = sorted(self.stop_ids)
         self.stop_tensor = torch.tensor(self.stop_list, dtype=torch.long, device=device)
@@ -298,10 +291,9 @@ class MaskedDenoiser:
     def draft(self, done: bool = False, reason: str = "") -> Draft:
         tokens = self.hole.tokens()
         committed = self.hole.committed.tolist()
-        upto = 0
-        while upto < len(tokens) and committed[upto] and tokens[upto] not in self.stop_ids:
-            upto += 1
-        text = completion_text(self.canvas, self.tokenizer.decode(tokens[:upto]))
+        settled = next((i for i, c in enumerate(committed) if not c), len(committed))
+        ids = completion_ids(tokens[:settled], self.stop_ids)
+        text = completion_text(self.canvas, self.tokenizer.decode(ids))
         return Draft(step=self.steps, token_ids=tokens, committed=sum(committed), text=text,
                      done=done, finish_reason=reason)
 
@@ -435,8 +427,8 @@ class MaskedDenoiser:
         self._masked_range = None
 
         if self.expand_id is not None:
-            resized, deleted = _edit_dreamon(hole, self.config, self.canvas.max_length,
-                                             self.config.mask_token_id)
+            resized, deleted = _edit_dreamon(hole, self.expand_id, self.stop_ids,
+                                             self.canvas.max_length, self.config.mask_token_id)
             self.stale, self.stopped = self.stale or resized, self.stopped or deleted
         else:
             self.stopped |= _stop_early(hole, self.stop_ids, self.pad_id)
@@ -452,6 +444,7 @@ def denoise(
     tokenizer: Tokenizer,
     canvas: Canvas,
     settings: SamplerSettings,
+    stop_ids: set[int],
     *,
     stop_early: bool = True,
     vocab: VocabText | None = None,
@@ -466,8 +459,9 @@ def denoise(
     seconds spent in "forward" and "sample"; `prefix_cache` is used when cache_refresh > 1;
     `start` as for MaskedDenoiser.
     """
-    d = MaskedDenoiser(model, config, tokenizer, canvas, settings, stop_early=stop_early,
-                       vocab=vocab, timings=timings, prefix_cache=prefix_cache, start=start)
+    d = MaskedDenoiser(model, config, tokenizer, canvas, settings, stop_ids,
+                       stop_early=stop_early, vocab=vocab, timings=timings,
+                       prefix_cache=prefix_cache, start=start)
     while True:
         if d.done:
             yield d.final()
@@ -518,7 +512,7 @@ def _stop_early(hole: _Hole, stop_ids: set[int], pad_id: int | None) -> bool:
 
 
 def _edit_dreamon(
-    hole: _Hole, config: ModelConfig, max_length: int, mask_id: int
+    hole: _Hole, expand_id: int, stop_ids: set[int], max_length: int, mask_id: int
 ) -> tuple[bool, bool]:
     """DreamOn: committed expand → two masks (while there is room), committed stop → deleted.
 
@@ -530,14 +524,14 @@ def _edit_dreamon(
     new_committed: list[bool] = []
     deleted = False
     for tok, done in zip(tokens, committed, strict=True):
-        if done and tok == config.expand_token_id and room > 0:
+        if done and tok == expand_id and room > 0:
             new_tokens += [mask_id, mask_id]
             new_committed += [False, False]
             room -= 1
-        elif done and tok == config.expand_token_id:
+        elif done and tok == expand_id:
             new_tokens.append(mask_id)  # no room left: the slot stays a single mask
             new_committed.append(False)
-        elif done and tok in config.stop_token_ids:
+        elif done and tok in stop_ids:
             deleted = True
         else:
             new_tokens.append(tok)

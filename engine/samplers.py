@@ -22,9 +22,7 @@ import torch
 from torch import Tensor
 
 from engine.kernels import fused_stats
-from engine.types import SamplerSettings
-
-SAMPLERS = ("topk", "threshold", "entropy")
+from engine.types import SAMPLERS, SamplerSettings
 
 
 def adjust_logits(

@@ -4,6 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# Tokens in a canvas (context and hole) when the caller names no other length: the editor's
+# default, and what the engine's requests, benchmarks and evaluation assume.
+CANVAS_LENGTH = 256
+
+
+# The commit rules engine.samplers implements (SamplerSettings.sampler); torch-free, so
+# clients and settings validators name them without loading the engine.
+SAMPLERS = ("topk", "threshold", "entropy")
+
 
 @dataclass
 class SamplerSettings:

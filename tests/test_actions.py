@@ -34,6 +34,7 @@ from dg_lsp.positions import offset_at
 from dg_lsp.rewrite import RewriteError, _same_nesting, compute_edit, shape
 from dg_lsp.server import REWRITE_COMMAND
 from dg_lsp.settings import Settings
+from engine.backend import EngineInfo
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = ROOT / "engine" / "bundled" / "default"
@@ -179,6 +180,9 @@ def test_bracket_nesting_guard():
 
 class Scripted:
     """A backend that writes given text, to test what compute_edit does with it."""
+
+    engine_info = EngineInfo(model="scripted", family="masked", device="cpu", resident=False,
+                             counts_tokens=False)
 
     def __init__(self, *texts: str) -> None:
         self.texts = list(texts)

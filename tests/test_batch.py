@@ -18,7 +18,7 @@ import pytest
 from dg_lsp.actions import DOCSTRING, Document, all_targets, error_count
 from dg_lsp.batch import (
     ACTION_NAMES,
-    Job,
+    BatchJob,
     Record,
     apply_edits,
     compile_query,
@@ -153,7 +153,7 @@ def test_every_edit_is_computed_against_the_original_and_applied_last_to_first()
     names = [t.name for t in all_targets(d, DOCSTRING)]
     assert names == ["area", "perimeter", "__init__", "diameter"]
     backend = Scripted("Area.", "Perimeter.", "Make one.", "Twice the radius.")
-    result = process_file(backend, "src/shapes.py", SHAPES, Job(DOCSTRING))
+    result = process_file(backend, "src/shapes.py", SHAPES, BatchJob(DOCSTRING))
     assert [r.result for r in result.records] == ["edited"] * 4
     assert [r.name for r in result.records] == names
     assert [r.start for r in result.records] == [(4, 18), (8, 23), (15, 32),
@@ -197,7 +197,7 @@ def test_a_failing_target_is_recorded_and_the_others_still_run():
                 raise ConnectionError("the engine went away")
             return super().infill_stream(prefix, suffix, max_tokens, **kwargs)
 
-    result = process_file(Failing("Area.", "", "Twice."), "s.py", SHAPES, Job(DOCSTRING))
+    result = process_file(Failing("Area.", "", "Twice."), "s.py", SHAPES, BatchJob(DOCSTRING))
     assert [r.result for r in result.records] == [
         "edited", "error: ConnectionError: the engine went away",
         "refused: the model wrote nothing usable for 'Add docstring of __init__'", "edited"]
@@ -385,7 +385,7 @@ def test_a_ray_cluster_of_two_workers_gives_the_local_patch(tmp_path, docstrings
 
 def test_the_resident_engine_takes_every_target_and_gives_the_local_patch(tmp_path,
                                                                          docstrings_run):
-    from engine.client import EngineClient, EngineUnavailable
+    from engine.serve.client import EngineClient, EngineUnavailable
 
     def stats() -> dict:
         try:

@@ -15,7 +15,7 @@ import pytest
 import dg_lsp
 from dg_lsp import doctor, languages
 from engine.checkpoint import BUNDLED_MODEL_DIR, resolve_device
-from engine.endpoint import resolved_device
+from engine.serve.endpoint import resolved_device
 
 
 def dg_lsp_cli(*args: str) -> subprocess.CompletedProcess:

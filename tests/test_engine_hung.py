@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from engine.client import EngineClient, EngineUnavailable
-from engine.endpoint import PING_TIMEOUT
+from engine.serve.client import EngineClient, EngineUnavailable
+from engine.serve.endpoint import PING_TIMEOUT
 from engine.types import SamplerSettings
 from tests.engine_procs import gone, serving
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import protocol
-from engine.scheduler import BATCH, INTERACTIVE, Job, Scheduler
+from engine.serve import protocol
+from engine.serve.scheduler import BATCH, INTERACTIVE, Request, Scheduler
 from engine.types import Draft, SamplerSettings
 from tests.engine_procs import rss_mb, serving
 from tests.tiny_checkpoints import write_dream_checkpoint
@@ -171,14 +171,14 @@ class Timeline:
         self.events: list[tuple[str, Draft]] = []
         self.lock = threading.Lock()
 
-    def job(self, name: str, canvas: int, tokens: int, priority: str = INTERACTIVE) -> Job:
+    def job(self, name: str, canvas: int, tokens: int, priority: str = INTERACTIVE) -> Request:
         def on_draft(draft: Draft) -> None:
             with self.lock:
                 self.events.append((name, draft))
 
         # One token per step and no stop token: exactly `tokens` steps.
         settings = SamplerSettings(sampler="topk", k=1, min_tokens=tokens)
-        return Job("x = ", "\n", tokens, settings, canvas, priority, on_draft=on_draft)
+        return Request("x = ", "\n", tokens, settings, canvas, priority, on_draft=on_draft)
 
     def done(self, name: str) -> bool:
         with self.lock:
@@ -200,7 +200,7 @@ def wait_for(predicate, timeout: float = 120.0) -> None:
         time.sleep(0.01)
 
 
-def run_beside(engine, long: Job, short: Job, timeline: Timeline, **kwargs) -> None:
+def run_beside(engine, long: Request, short: Request, timeline: Timeline, **kwargs) -> None:
     scheduler = Scheduler(engine, **kwargs)
     scheduler.start()
     try:

@@ -11,7 +11,7 @@ import asyncio
 from lsprotocol import types
 
 from dg_lsp.server import create_server
-from engine.client import EngineUnavailable
+from engine.serve.client import EngineUnavailable
 from engine.types import Draft
 
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import protocol
-from engine.client import EngineBusy, EngineClient, EngineUnavailable
-from engine.endpoint import Endpoint, UnsafeRuntimeDir, endpoint_for, runtime_dir
+from engine.serve import protocol
+from engine.serve.client import EngineBusy, EngineClient, EngineUnavailable
+from engine.serve.endpoint import Endpoint, UnsafeRuntimeDir, endpoint_for, runtime_dir
 from tests.engine_procs import NOBODY, Attacker, as_attacker, needs_root, serving
 
 pytestmark = needs_root

@@ -14,7 +14,7 @@ from dg_lsp.eval import cli as eval_cli
 from dg_lsp.eval.baselines import predict_copy_prev_line, predict_empty
 from dg_lsp.eval.cases import CURSOR_CLASSES, KINDS, cursor_spans, cut_cases, cut_cursor_cases
 from dg_lsp.eval.humaneval import SUITES, load_suite
-from dg_lsp.eval.runner import Predictor, evaluate, percentile
+from dg_lsp.eval.runner import Predictor, evaluate
 from dg_lsp.eval.sandbox import check_completion, run_program
 from dg_lsp.eval.scoring import (
     edit_similarity,
@@ -23,6 +23,7 @@ from dg_lsp.eval.scoring import (
     normalize_whitespace,
     single_line,
 )
+from engine.stats import percentile
 
 # ---------------------------------------------------------------- scoring
 
@@ -67,6 +68,7 @@ def test_percentile_nearest_rank() -> None:
     assert percentile(values, 95) == 19.0
     assert percentile([7.0], 95) == 7.0
     assert percentile([], 50) == 0.0
+    assert percentile(reversed(values), 95) == 19.0  # any order: benches pass arrival order
 
 
 # ---------------------------------------------------------------- sandbox

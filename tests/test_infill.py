@@ -327,28 +327,28 @@ def test_block_family_is_served_through_the_same_api(tmp_path: Path) -> None:
 
 
 def test_prefix_cache_reuses_the_previous_requests_prefix_keys(dream: Engine) -> None:
-    dream.prefix_cache = PrefixCache()
+    dream.decoder.prefix_cache = PrefixCache()
     prefix = "import os\nimport sys\n\n\ndef main(argv):\n    path = os.path.join(argv[1], 'x')\n"
     exact = dream.infill(prefix, "\n", max_tokens=6, cache_refresh=1)
     first = dream.infill(prefix, "\n", max_tokens=6, cache_refresh=4)
-    assert (dream.prefix_cache.hits, dream.prefix_cache.misses) == (0, 1)
+    assert (dream.decoder.prefix_cache.hits, dream.decoder.prefix_cache.misses) == (0, 1)
     again = dream.infill(prefix, "\n", max_tokens=6, cache_refresh=4)
-    assert dream.prefix_cache.hits == 1
+    assert dream.decoder.prefix_cache.hits == 1
     # Same canvas: the reused keys are exactly what a full pass computes.
     assert again.token_ids == first.token_ids
     assert first.steps == exact.steps
     typed = dream.infill(prefix + "    ", "\n", max_tokens=6, cache_refresh=4)
-    assert dream.prefix_cache.hits == 2 and typed.finish_reason in ("stop", "length")
+    assert dream.decoder.prefix_cache.hits == 2 and typed.finish_reason in ("stop", "length")
     # Exact mode (R=1) never reuses another request's keys.
     dream.infill(prefix, "\n", max_tokens=6)
-    assert (dream.prefix_cache.hits, dream.prefix_cache.misses) == (2, 1)
+    assert (dream.decoder.prefix_cache.hits, dream.decoder.prefix_cache.misses) == (2, 1)
 
 
 # -- rewrites ---------------------------------------------------------------------------------
 
 
 def test_kept_flags_drop_the_lowest_scores_first():
-    from engine.rewrite import kept_flags
+    from engine.remask import kept_flags
 
     scores = [0.9, 0.1, 0.5, 0.1, 0.8]
     assert kept_flags(scores, 0.0) == [True] * 5
@@ -370,7 +370,7 @@ def test_rewrite_keeps_the_tokens_the_model_is_surest_of(dream: Engine) -> None:
     logits = dream.forward_logits(torch.tensor([canvas.ids]))[0]
     probs = logits[canvas.hole_start : canvas.hole_start + len(ids)].softmax(-1)
     scores = probs[torch.arange(len(ids)), torch.tensor(ids)].tolist()
-    from engine.rewrite import kept_flags
+    from engine.remask import kept_flags
 
     keep = kept_flags(scores, 0.5)
     half = list(dream.rewrite_stream(prefix, suffix, original, strength=0.5))

@@ -28,9 +28,9 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 from dg_lsp.languages import language_for
 from dg_lsp.pipeline import CompletionRequest, Pipeline
 from dg_lsp.settings import parse_settings
-from engine import protocol
-from engine.client import EngineClient
-from engine.endpoint import endpoint_for, resolved_device
+from engine.serve import protocol
+from engine.serve.client import EngineClient
+from engine.serve.endpoint import endpoint_for, resolved_device
 from engine.types import SamplerSettings
 
 PREFIXES = [f"def f{i}(x):\n    y = x + {i}\n    return " for i in range(8)]
@@ -78,6 +78,9 @@ def test_socket_and_its_directory_are_private(engine):
     assert stat.S_IMODE(engine.endpoint.socket.stat().st_mode) == 0o600
     assert stat.S_IMODE(engine.endpoint.socket.parent.stat().st_mode) == 0o700
     assert engine.info["family"] == "masked" and engine.info["version"] == protocol.VERSION
+    info = engine.engine_info  # the hello, as Backend's explicit capabilities
+    assert (info.family, info.device, info.resident, info.counts_tokens) == (
+        "masked", "cpu", True, False)
 
 
 def test_concurrent_requests_are_batched_and_each_gets_its_own_completion(engine, inproc):
@@ -243,16 +246,16 @@ def test_tcp_listener_refuses_a_connection_without_the_token(engine, tcp):
 
 def test_a_full_queue_answers_busy(dream_ckpt):
     from engine import Engine
-    from engine.scheduler import BATCH, INTERACTIVE, Job, Scheduler
+    from engine.serve.scheduler import BATCH, INTERACTIVE, Request, Scheduler
 
     scheduler = Scheduler(Engine.load(str(dream_ckpt), device="cpu"), max_batch=1, max_queue=3)
     order: list[str] = []
 
-    def job(name: str, priority: str) -> Job:
+    def job(name: str, priority: str) -> Request:
         def done(draft) -> None:
             if draft.done:
                 order.append(name)
-        return Job("x = ", "\n", 4, SamplerSettings(), priority=priority, on_draft=done)
+        return Request("x = ", "\n", 4, SamplerSettings(), priority=priority, on_draft=done)
 
     # Queued before the scheduler runs: interactive work goes ahead of batch work.
     assert scheduler.submit(job("batch-1", BATCH))

@@ -11,7 +11,6 @@ from dg_lsp.eval.cases import KINDS, Case, cut_cases
 from dg_lsp.eval.humaneval import SUITES, load_suite
 from dg_lsp.eval.runner import (
     BUNDLED,
-    DEFAULT_CANVAS_LENGTH,
     DEFAULT_HOLE_TOKENS,
     PROTOCOLS,
     CaseResult,
@@ -19,7 +18,7 @@ from dg_lsp.eval.runner import (
     evaluate,
     load_predictor,
 )
-from engine.types import SamplerSettings
+from engine.types import CANVAS_LENGTH, SamplerSettings
 
 DEFAULT_MODELS = ["empty", "copy-prev-line", BUNDLED]
 DEFAULT_CUT_CASES = 100
@@ -60,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "(-1: the whole canvas)")
     p.add_argument("--no-stop-run", action="store_true",
                    help="commit padding one position per step (the plain sampler)")
-    p.add_argument("--canvas-length", type=int, default=DEFAULT_CANVAS_LENGTH,
+    p.add_argument("--canvas-length", type=int, default=CANVAS_LENGTH,
                    help="tokens of context + hole the model sees (default: %(default)s)")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto",

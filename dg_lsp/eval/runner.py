@@ -20,7 +20,6 @@ p50 and p95 by nearest rank. Each model gets one untimed warm-up call first.
 
 from __future__ import annotations
 
-import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -31,17 +30,18 @@ from dg_lsp.eval.baselines import BASELINES
 from dg_lsp.eval.cases import Case
 from dg_lsp.eval.sandbox import check_completion
 from dg_lsp.eval.scoring import edit_similarity, exact_match, single_line
+from engine.stats import percentile
+from engine.types import CANVAS_LENGTH
 
 PROTOCOLS = ("oracle", "fixed")
 DEFAULT_HOLE_TOKENS = {"single-line": 32, "multi-line": 128, "random-span": 64}
 BUNDLED = "bundled"
-DEFAULT_CANVAS_LENGTH = 256
 # A hole too long for the canvas (long oracle middles) widens the canvas to keep this much context.
 MIN_CONTEXT_TOKENS = 64
 
 
 @dataclass
-class Completion:
+class Prediction:
     text: str
     steps: int  # forward passes of the model (0 for baselines)
     tokens: int  # tokens of the completion (0 for baselines: they have no tokenizer)
@@ -51,14 +51,14 @@ class Completion:
 class Predictor:
     """Something that fills a hole: a baseline function or a loaded engine."""
 
-    def __init__(self, name: str, fill: Callable[[Case, str], Completion]) -> None:
+    def __init__(self, name: str, fill: Callable[[Case, str], Prediction]) -> None:
         self.name = name
         self.fill = fill
 
     @classmethod
     def baseline(cls, name: str) -> Predictor:
         predict = BASELINES[name]
-        return cls(name, lambda case, protocol: Completion(
+        return cls(name, lambda case, protocol: Prediction(
             predict(case.prefix, case.suffix), 0, 0, "baseline"))
 
     @classmethod
@@ -68,13 +68,13 @@ class Predictor:
         engine: Any,
         settings: Any,
         hole_tokens: dict[str, int],
-        canvas_length: int = DEFAULT_CANVAS_LENGTH,
+        canvas_length: int = CANVAS_LENGTH,
     ) -> Predictor:
-        def fill(case: Case, protocol: str) -> Completion:
+        def fill(case: Case, protocol: str) -> Prediction:
             if protocol == "oracle":
                 size = len(engine.tokenizer.encode(case.middle))
                 if size == 0:
-                    return Completion("", 0, 0, "empty-middle")
+                    return Prediction("", 0, 0, "empty-middle")
             else:
                 size = hole_tokens[case.kind]
             result = engine.infill(
@@ -82,7 +82,7 @@ class Predictor:
                 stop_early=protocol == "fixed",
                 canvas_length=max(canvas_length, size + MIN_CONTEXT_TOKENS),
             )
-            return Completion(result.text, result.steps, result.tokens, result.finish_reason)
+            return Prediction(result.text, result.steps, result.tokens, result.finish_reason)
 
         return cls(name, fill)
 
@@ -93,7 +93,7 @@ def load_predictor(
     hole_tokens: dict[str, int] | None = None,
     device: str = "auto",
     dtype: str = "auto",
-    canvas_length: int = DEFAULT_CANVAS_LENGTH,
+    canvas_length: int = CANVAS_LENGTH,
 ) -> Predictor:
     """`spec` is a baseline name, `bundled`, or a checkpoint folder / Hugging Face hub id."""
     if spec in BASELINES:
@@ -183,14 +183,6 @@ def summarize(model: str, protocol: str, results: list[CaseResult]) -> Summary:
         latency_ms_p95=percentile(latencies, 95),
         finish_reasons=dict(Counter(r.finish_reason for r in results)),
     )
-
-
-def percentile(sorted_values: list[float], p: float) -> float:
-    """Nearest-rank percentile of already sorted values (0.0 for none)."""
-    if not sorted_values:
-        return 0.0
-    rank = max(1, math.ceil(p / 100 * len(sorted_values)))
-    return sorted_values[rank - 1]
 
 
 def evaluate(

@@ -39,6 +39,7 @@ import torch
 from torch import Tensor
 
 from engine.config import CheckpointError
+from engine.stops import completion_ids
 from engine.types import Draft, SamplerSettings
 
 if TYPE_CHECKING:
@@ -224,9 +225,9 @@ def entropy_bound_accept(entropy: Tensor, bound: float) -> Tensor:
 # The denoising loop
 
 
-def _text(ckpt: Checkpoint, ids: list[int], stop: set[int]) -> str:
-    cut = next((i for i, t in enumerate(ids) if t in stop), len(ids))
-    return ckpt.tokenizer.decode(ids[:cut])
+def block_stop_ids(s: BlockSettings) -> set[int]:
+    """The tokens that end a completion: the generation config's EOS and pad."""
+    return set(s.eos_ids) | ({s.pad_id} if s.pad_id is not None else set())
 
 
 def _eos_to_pad(ids: list[int], s: BlockSettings) -> tuple[list[int], bool]:
@@ -279,7 +280,7 @@ def denoise_block(
     vocab = int(model.config.text_config.vocab_size)
     embed_dtype = model.model.decoder.embed_tokens.weight.dtype
     generator = torch.Generator(device=device).manual_seed(s.seed)
-    stop = set(s.eos_ids) | ({s.pad_id} if s.pad_id is not None else set())
+    stop = block_stop_ids(s)
     start = list(start_ids or [])
     flags = list(pinned) if pinned is not None else None
 
@@ -293,7 +294,8 @@ def denoise_block(
     def draft(ids: list[int], committed: int, done: bool = False, reason: str = "") -> Draft:
         ids = ids[:max_tokens]
         return Draft(step=forwards, token_ids=ids, committed=min(committed, len(ids)),
-                     text=_text(ckpt, ids, stop), done=done, finish_reason=reason)
+                     text=ckpt.tokenizer.decode(completion_ids(ids, stop)), done=done,
+                     finish_reason=reason)
 
     with torch.inference_mode():
         for c in range(math.ceil(max_tokens / canvas_len)):

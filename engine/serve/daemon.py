@@ -1,21 +1,21 @@
 """`dg-engine serve`: one long-lived process holds the model; editors and CLIs connect to it.
 
-The socket lives in the user's runtime directory (engine.endpoint), mode 0600, and a Unix
+The socket lives in the user's runtime directory (engine.serve.endpoint), mode 0600, and a Unix
 connection from another uid is closed before its first byte is read (root may connect: it
 can read this user's memory anyway). A second `serve` for the same model and device finds
 the first one (it holds `<socket>.lock` for its whole life) and exits, telling where the
 running engine is. `--listen HOST:PORT` adds a TCP listener that requires a token on every
 connection: the token file must be private (mode 0600), a peer must send it in a small first
 message within AUTH_TIMEOUT seconds, and the token travels in clear (see the README for TLS).
-The wire format is engine.protocol.
+The wire format is engine.serve.protocol.
 
 No request holds the engine hostage: its canvas must fit the model's positions and the
 per-request memory budget, it ends at its deadline (`--request-timeout`), and large or batch
-work yields to interactive requests (engine.scheduler). Connections are capped
+work yields to interactive requests (engine.serve.scheduler). Connections are capped
 (`--max-connections`).
 
 Connections are served by asyncio on the main thread; the model runs on the scheduler's
-thread (engine.scheduler). A connection that closes has every request it made cancelled.
+thread (engine.serve.scheduler). A connection that closes has every request it made cancelled.
 """
 
 from __future__ import annotations
@@ -32,12 +32,16 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from engine import protocol
-from engine.endpoint import Endpoint, UnsafeRuntimeDir, endpoint_for, peer_credentials
-from engine.protocol import ProtocolError
-from engine.types import Draft
+from engine.serve import protocol
+from engine.serve.endpoint import Endpoint, UnsafeRuntimeDir, endpoint_for, peer_credentials
+from engine.serve.protocol import ProtocolError
+from engine.types import CANVAS_LENGTH, Draft
+
+if TYPE_CHECKING:  # they import torch: loaded only to serve, not to list the CLI's commands
+    from engine.decoders import Decoder
+    from engine.serve.scheduler import Request
 
 DEFAULT_IDLE_EXIT = 0  # seconds without a connection before exiting; 0 = never
 DEFAULT_MAX_CONNECTIONS = 64  # a language server holds one per request in flight
@@ -53,7 +57,7 @@ class Limits:
     """What one request may ask of this engine."""
 
     max_canvas: int  # the model's positions
-    max_request_bytes: int  # engine.scheduler.request_bytes of one request
+    max_request_bytes: int  # engine.serve.scheduler.request_bytes of one request
     request_timeout: float  # seconds from arrival to the last draft
 
 
@@ -220,7 +224,7 @@ class EngineServer:
         if op in ("infill", "rewrite"):
             if request_id in jobs:
                 raise ProtocolError("bad-request", f"request id {request_id!r} is in use")
-            job = _job(message, op, self.limits, self.engine.config)
+            job = _request(message, op, self.limits, self.engine.decoder)
             stream = bool(message.get("stream", False))
 
             def on_draft(draft: Draft) -> None:
@@ -267,8 +271,10 @@ def _same_user(sock: Any) -> bool:
     return uid in (os.getuid(), 0)
 
 
-def _job(message: dict[str, Any], op: str, limits: Limits, config: Any) -> Any:
-    from engine.scheduler import PRIORITIES, Job, request_bytes
+def _request(message: dict[str, Any], op: str, limits: Limits, decoder: Decoder) -> Request:
+    """The scheduler's Request for an infill or rewrite message; ProtocolError when the
+    message is malformed or over this engine's limits."""
+    from engine.serve.scheduler import PRIORITIES, Request, request_bytes
 
     def field(name: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
         value = message.get(name, default)
@@ -283,15 +289,15 @@ def _job(message: dict[str, Any], op: str, limits: Limits, config: Any) -> Any:
 
     prefix, suffix = text("prefix"), text("suffix")
     max_tokens = field("max_tokens", int, 32)
-    canvas_length = field("canvas_length", int, 256)
+    canvas_length = field("canvas_length", int, CANVAS_LENGTH)
     if not 8 <= canvas_length <= limits.max_canvas:
         raise ProtocolError("bad-request", f"canvas_length must be in [8, {limits.max_canvas}] "
                             f"(this model's positions), not {canvas_length}")
     if not 1 <= max_tokens < canvas_length:
         raise ProtocolError("bad-request", f"max_tokens must be in [1, canvas_length - 1 = "
                             f"{canvas_length - 1}], not {max_tokens}")
-    positions = canvas_length + (max_tokens if config.family == "block" else 0)
-    need = request_bytes(config, positions, max_tokens)
+    need = request_bytes(decoder.config, decoder.positions(canvas_length, max_tokens),
+                         max_tokens)
     if need > limits.max_request_bytes:
         raise ProtocolError("bad-request", f"canvas_length {canvas_length} with max_tokens "
                             f"{max_tokens} needs about {need >> 20} MiB, over this engine's "
@@ -311,7 +317,7 @@ def _job(message: dict[str, Any], op: str, limits: Limits, config: Any) -> Any:
         strength = float(field("strength", (int, float), 1.0))
         if not 0.0 <= strength <= 1.0:
             raise ProtocolError("bad-request", "strength must be in [0, 1]")
-    job = Job(prefix[-keep:], suffix[:keep], max_tokens, settings, canvas_length, priority,
+    job = Request(prefix[-keep:], suffix[:keep], max_tokens, settings, canvas_length, priority,
               original, strength)
     job.deadline = time.monotonic() + limits.request_timeout
     return job
@@ -346,7 +352,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "the device's free memory at start)")
     parser.add_argument("--large-canvas", type=int, default=None,
                         help="canvases over this many tokens run as background work "
-                        "(default: engine.scheduler.LARGE_CANVAS)")
+                        "(default: engine.serve.scheduler.LARGE_CANVAS)")
     parser.add_argument("--idle-exit", type=float, default=DEFAULT_IDLE_EXIT,
                         help="exit after this many seconds with no client (0: never)")
     parser.set_defaults(func=serve)
@@ -402,7 +408,7 @@ def _serve_endpoint(args: argparse.Namespace, endpoint: Endpoint) -> int:
         return 1
     try:
         from engine import Engine
-        from engine.scheduler import LARGE_CANVAS, Scheduler
+        from engine.serve.scheduler import LARGE_CANVAS, Scheduler
 
         print(f"dg-engine: loading {args.model or 'the bundled model'} ...", file=sys.stderr)
         try:

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.stats import percentile
 from engine.types import SamplerSettings
 
 SOURCES = Path(__file__).resolve().parent
@@ -48,14 +49,9 @@ def cursor_cases_with_lines(count: int, min_prefix: int = 200) -> list[tuple[str
     return cases[::step][:count]
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
-
-
 def run_level(engine: Any, cases: list[tuple[str, str]], clients: int, max_batch: int,
               max_tokens: int, settings: SamplerSettings) -> dict[str, Any]:
-    from engine.scheduler import Job, Scheduler
+    from engine.serve.scheduler import Request, Scheduler
 
     scheduler = Scheduler(engine, max_batch=max_batch, max_queue=max(64, clients))
     scheduler.start()
@@ -80,7 +76,7 @@ def run_level(engine: Any, cases: list[tuple[str, str]], clients: int, max_batch
                     done.set()
 
             start = time.perf_counter()
-            job = Job(prefix, suffix, max_tokens, settings, on_draft=on_draft,
+            job = Request(prefix, suffix, max_tokens, settings, on_draft=on_draft,
                       on_error=lambda code, msg, done=done: done.set())
             while not scheduler.submit(job):
                 time.sleep(0.001)
@@ -104,7 +100,7 @@ def run_level(engine: Any, cases: list[tuple[str, str]], clients: int, max_batch
             "requests": len(latencies), "tokens": tokens, "seconds": round(wall, 3),
             "tokensPerSecond": round(tokens / wall, 1),
             "p50Ms": round(1000 * statistics.median(latencies), 1),
-            "p95Ms": round(1000 * percentile(latencies, 0.95), 1),
+            "p95Ms": round(1000 * percentile(latencies, 95), 1),
             "forwardPasses": stats["forwardPasses"],
             "rowsPerPass": round(rows_per_pass(stats), 2)}
 
@@ -137,7 +133,7 @@ def cache_levels(engine: Any, count: int, max_tokens: int) -> list[dict[str, Any
         latencies, same, steps = [], 0, 0
         kwargs = dict(cache_refresh=refresh, refresh_window=refresh_window)
         for (p, s), (tp, ts) in zip(plain, typed, strict=True):
-            engine.prefix_cache = PrefixCache(max_entries=32 if reuse else 0)
+            engine.decoder.prefix_cache = PrefixCache(max_entries=32 if reuse else 0)
             engine.infill(p, s, max_tokens, **kwargs)  # the previous keystroke
             start = time.perf_counter()
             res = engine.infill(tp, ts, max_tokens, **kwargs)
@@ -150,7 +146,7 @@ def cache_levels(engine: Any, count: int, max_tokens: int) -> list[dict[str, Any
                      "meanMs": round(1000 * statistics.fmean(latencies), 1),
                      "stepsPerCompletion": round(steps / len(plain), 2),
                      "sameAsExact": round(same / len(plain), 3)})
-    engine.prefix_cache = PrefixCache()
+    engine.decoder.prefix_cache = PrefixCache()
     return rows
 
 

@@ -48,7 +48,7 @@ import socket
 import struct
 from typing import Any
 
-from engine.types import Draft, SamplerSettings
+from engine.types import SAMPLERS, Draft, SamplerSettings
 
 VERSION = 1
 MAX_MESSAGE = 8 * 1024 * 1024  # a 256-token canvas's text is a few KB; this is generous
@@ -179,8 +179,6 @@ def settings_to_wire(settings: SamplerSettings | None) -> dict[str, Any]:
     return dataclasses.asdict(settings or SamplerSettings())
 
 
-# engine.samplers.SAMPLERS, named here so that clients need not import torch.
-SAMPLER_NAMES = ("topk", "threshold", "entropy")
 # Each setting's range: (low, high), both inclusive; None: unbounded on that side.
 _SETTINGS_RANGES: dict[str, tuple[float | None, float | None]] = {
     "k": (1, None),
@@ -219,7 +217,7 @@ def settings_from_wire(raw: Any) -> SamplerSettings:
         if ok and value is not None and not isinstance(value, str | bool):
             ok = (low is None or value >= low) and (high is None or value <= high)
         if ok and name == "sampler":
-            ok = value in SAMPLER_NAMES
+            ok = value in SAMPLERS
         if not ok:
             raise ProtocolError("bad-request", f"settings.{name}: bad value {value!r:.60}"
                                 + (f" (range [{low}, {high}])" if name in _SETTINGS_RANGES

@@ -16,7 +16,7 @@ cancelled and expired requests and advances the live ones by one forward pass:
 - the rest (masked steps on a cached context, the AR baseline, the block family, rewrites)
   run one after another in the same round.
 
-Every request has a deadline (`Job.deadline`): past it, it ends with the text it has and
+Every request has a deadline (`Request.deadline`): past it, it ends with the text it has and
 finish_reason "deadline", queued or live. After a large request the allocator's free memory
 is given back to the system.
 
@@ -41,7 +41,7 @@ from engine.config import ModelConfig
 from engine.denoise import MaskedDenoiser
 from engine.engine import Engine
 from engine.models.transformer import LayerKV
-from engine.types import Draft, SamplerSettings
+from engine.types import CANVAS_LENGTH, Draft, SamplerSettings
 
 INTERACTIVE, BATCH, LARGE = "interactive", "batch", "large"
 PRIORITIES = (INTERACTIVE, BATCH)
@@ -52,14 +52,14 @@ BACKGROUND_SHARE = 4  # background work waits this many times its last step's du
 
 
 @dataclass
-class Job:
+class Request:
     """One infill or rewrite request, as the scheduler sees it."""
 
     prefix: str
     suffix: str
     max_tokens: int
     settings: SamplerSettings
-    canvas_length: int = 256
+    canvas_length: int = CANVAS_LENGTH
     priority: str = INTERACTIVE
     original: str | None = None  # set for a rewrite
     strength: float = 1.0
@@ -101,7 +101,7 @@ def release_memory(device: torch.device) -> None:
 class _Live:
     """A job being denoised: a MaskedDenoiser the scheduler batches, or a step generator."""
 
-    def __init__(self, job: Job, engine: Engine, lane: str) -> None:
+    def __init__(self, job: Request, engine: Engine, lane: str) -> None:
         self.job = job
         self.lane = lane
         self.last: Draft | None = None  # the latest Draft sent
@@ -109,17 +109,16 @@ class _Live:
         self.stepped_at = 0.0  # time.monotonic() when its last step ended
         self.denoiser: MaskedDenoiser | None = None
         self.steps: Iterator[Draft] | None = None
-        if engine.config.family == "masked" and job.original is None:
-            canvas = engine._canvas(job.prefix, job.suffix, job.max_tokens, job.canvas_length)
-            self.denoiser = MaskedDenoiser(engine.model, engine.config, engine.tokenizer, canvas,
-                                           job.settings, vocab=engine.vocab,
-                                           prefix_cache=engine.prefix_cache)
-        elif job.original is not None:
+        if job.original is not None:
             self.steps = engine.rewrite_stream(
                 job.prefix, job.suffix, job.original, strength=job.strength,
                 max_tokens=job.max_tokens, settings=job.settings,
                 canvas_length=job.canvas_length, cancel=job.cancelled.is_set)
-        else:
+            return
+        # The masked family's holes are stepped here, so their full passes can be batched.
+        self.denoiser = engine.decoder.denoiser(job.prefix, job.suffix, job.max_tokens,
+                                                job.canvas_length, job.settings)
+        if self.denoiser is None:
             self.steps = engine.infill_stream(
                 job.prefix, job.suffix, job.max_tokens, settings=job.settings,
                 canvas_length=job.canvas_length, cancel=job.cancelled.is_set)
@@ -148,7 +147,7 @@ class Scheduler:
         self.max_batch = max_batch
         self.max_queue = max_queue
         self.large_canvas = large_canvas
-        self._queues: dict[str, deque[Job]] = {lane: deque() for lane in LANES}
+        self._queues: dict[str, deque[Request]] = {lane: deque() for lane in LANES}
         self._live: list[_Live] = []
         self._wake = threading.Condition()
         self._stopping = False
@@ -171,7 +170,7 @@ class Scheduler:
         if self._thread is not None:
             self._thread.join()
 
-    def submit(self, job: Job) -> bool:
+    def submit(self, job: Request) -> bool:
         """Queue `job`; False when the queue is full (the caller answers "busy")."""
         if job.priority not in PRIORITIES:
             raise ValueError(f"priority must be one of {PRIORITIES}")
@@ -184,10 +183,10 @@ class Scheduler:
             self._wake.notify()
         return True
 
-    def lane(self, job: Job) -> str:
+    def lane(self, job: Request) -> str:
         return LARGE if job.canvas_length > self.large_canvas else job.priority
 
-    def cancel(self, job: Job) -> None:
+    def cancel(self, job: Request) -> None:
         job.cancel()
         with self._wake:
             self._wake.notify()
@@ -196,7 +195,7 @@ class Scheduler:
         with self._wake:
             queued = {p: len(q) for p, q in self._queues.items()}
             live = len(self._live)
-        cache = self.engine.prefix_cache
+        cache = self.engine.decoder.prefix_cache
         return {**self.counters, "live": live, "prefixCacheHits": cache.hits,
                 "prefixCacheMisses": cache.misses, "prefixCacheBytes": cache.nbytes(),
                 "queued": queued, "maxBatch": self.max_batch, "maxQueue": self.max_queue,
@@ -224,7 +223,7 @@ class Scheduler:
         for live in self._live:
             live.close()
 
-    def _expire_queued(self) -> list[Job]:
+    def _expire_queued(self) -> list[Request]:
         now = time.monotonic()
         expired = []
         for queue in self._queues.values():
@@ -234,7 +233,7 @@ class Scheduler:
         self.counters["expired"] += len(expired)
         return expired
 
-    def _admit(self) -> list[Job]:
+    def _admit(self) -> list[Request]:
         jobs = []
         for lane, queue in self._queues.items():
             cap = LARGE_LIVE if lane == LARGE else self.max_batch
@@ -244,7 +243,7 @@ class Scheduler:
                 live += 1
         return jobs
 
-    def _start(self, job: Job) -> None:
+    def _start(self, job: Request) -> None:
         if job.cancelled.is_set():
             self.counters["cancelled"] += 1
             return

@@ -1,7 +1,7 @@
 """Talk to the resident engine: connect to the one serving (model, device), or start it.
 
-`EngineClient` has the same `infill_stream` / `rewrite_stream` as `Engine`, so the language
-server's pipeline uses either. Each stream is one connection: closing the generator closes the
+`EngineClient` implements engine.backend.Backend, as `Engine` does, so the language server's
+pipeline uses either. Each stream is one connection: closing the generator closes the
 socket, and the engine drops that work at its next step boundary. When the engine is gone
 every call raises `EngineUnavailable`; the caller decides whether to restart it
 (`EngineClient.connect_or_start`).
@@ -30,15 +30,16 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from engine import protocol
-from engine.endpoint import (
+from engine.backend import EngineInfo
+from engine.serve import protocol
+from engine.serve.endpoint import (
     PING_TIMEOUT,
     Endpoint,
     UnsafeRuntimeDir,
     endpoint_for,
     open_private,
 )
-from engine.types import Draft, SamplerSettings
+from engine.types import CANVAS_LENGTH, Draft, SamplerSettings
 
 START_TIMEOUT = 600.0  # seconds to wait for a starting engine to load a model
 IDLE_EXIT = 1800.0  # an engine started by a client exits after this long without clients
@@ -52,11 +53,23 @@ KILL_WAIT = 10.0  # seconds for a killed engine to release its lock
 
 
 class EngineUnavailable(Exception):
-    """The engine cannot be reached, died mid-request, or refused to start."""
+    """The engine cannot be reached, died mid-request, refused to start, or answered with an
+    error that is about its state, not the request."""
+
+    code = ""  # the engine's error code (engine.serve.protocol) when it answered with one
 
 
 class EngineBusy(EngineUnavailable):
-    """The engine's queue is full."""
+    """The engine's queue or connection limit is full: the same request may succeed later."""
+
+    code = "busy"
+
+
+class EngineRefused(ValueError):
+    """The engine refused the request itself (malformed, over its limits, another protocol
+    version): sending it again cannot help."""
+
+    code = ""
 
 
 class EngineClient:
@@ -69,7 +82,7 @@ class EngineClient:
         self.device = device
         self.dtype = dtype
         self.priority = priority
-        self.info: dict[str, Any] = {}
+        self.info: dict[str, Any] = {}  # the engine's hello
         self._ids = itertools.count(1)
 
     # -- finding the engine -------------------------------------------------------------
@@ -116,6 +129,13 @@ class EngineClient:
             self.info = self._call(sock, {"op": "hello", "version": protocol.VERSION})
         return self.info
 
+    @property
+    def engine_info(self) -> EngineInfo:
+        return EngineInfo(model=str(self.info.get("model", self.model or "")),
+                          family=str(self.info.get("family", "")),
+                          device=str(self.info.get("device", self.device)),
+                          resident=True, counts_tokens=False)
+
     # -- requests -----------------------------------------------------------------------
 
     def infill_stream(
@@ -125,7 +145,7 @@ class EngineClient:
         max_tokens: int = 32,
         *,
         settings: SamplerSettings | None = None,
-        canvas_length: int = 256,
+        canvas_length: int = CANVAS_LENGTH,
         cancel: Callable[[], bool] | None = None,
     ) -> Iterator[Draft]:
         """Drafts as the engine denoises (the last has done=True)."""
@@ -142,7 +162,7 @@ class EngineClient:
         strength: float = 1.0,
         max_tokens: int | None = None,
         settings: SamplerSettings | None = None,
-        canvas_length: int = 256,
+        canvas_length: int = CANVAS_LENGTH,
         cancel: Callable[[], bool] | None = None,
     ) -> Iterator[Draft]:
         request = {"op": "rewrite", "prefix": prefix, "suffix": suffix, "original": original,
@@ -151,6 +171,10 @@ class EngineClient:
         if max_tokens is not None:
             request["max_tokens"] = max_tokens
         return self._stream(request, cancel)
+
+    def completion_ids(self, draft: Draft) -> list[int]:
+        raise NotImplementedError("the resident engine's drafts do not say which of their "
+                                  "tokens are stop tokens (engine_info.counts_tokens)")
 
     def stats(self) -> dict[str, Any]:
         with self._connect() as sock:
@@ -265,15 +289,23 @@ def _kill(endpoint: Endpoint, pid: int) -> None:
         time.sleep(0.05)
 
 
+REFUSED = ("bad-request", "unknown-op", "too-large", "version")  # codes about the request
+
+
 def _raise_error(reply: dict[str, Any]) -> None:
+    """The engine's error reply as the exception type its code stands for."""
     if reply.get("type") != "error":
         return
-    code, message = reply.get("code"), reply.get("message", "")
-    if code == "busy":
-        raise EngineBusy(message)
-    if code in ("bad-request", "unknown-op", "too-large", "version"):
-        raise ValueError(f"engine refused the request ({code}): {message}")
-    raise EngineUnavailable(f"engine error ({code}): {message}")
+    code, message = str(reply.get("code")), reply.get("message", "")
+    error: EngineUnavailable | EngineRefused
+    if code == EngineBusy.code:
+        error = EngineBusy(message)
+    elif code in REFUSED:
+        error = EngineRefused(f"engine refused the request ({code}): {message}")
+    else:
+        error = EngineUnavailable(f"engine error ({code}): {message}")
+    error.code = code
+    raise error
 
 
 def _send_quietly(sock: socket.socket, message: dict[str, Any]) -> None:

@@ -1,0 +1,128 @@
+"""`Backend`: what dg-lsp asks of an engine, whether it runs in this process or not.
+
+Two classes implement it: `engine.Engine` (the model loaded in this process) and
+`engine.serve.client.EngineClient` (the resident engine, over a socket). What differs
+between them that a caller may need to know is written down in `EngineInfo`, never found
+out by probing for attributes.
+
+No torch here: `dg-lsp` types against this without loading a model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from engine.types import CANVAS_LENGTH, Draft, SamplerSettings
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    model: str  # the checkpoint folder or hub id ("" or the folder: the bundled model)
+    family: str  # "masked", "ar" or "block" (engine.decoders)
+    device: str  # where the model runs: "cpu", "cuda:0", ...
+    resident: bool  # a shared engine process serves it (EngineClient), not this process
+    # Whether `completion_ids` can tell stop tokens apart (the resident engine's drafts carry
+    # the hole's ids but not the model's stop ids).
+    counts_tokens: bool
+
+
+class Backend(Protocol):
+    @property
+    def engine_info(self) -> EngineInfo: ...
+
+    def infill_stream(
+        self,
+        prefix: str,
+        suffix: str,
+        max_tokens: int = 32,
+        *,
+        settings: SamplerSettings | None = None,
+        canvas_length: int = CANVAS_LENGTH,
+        cancel: Callable[[], bool] | None = None,
+    ) -> Iterator[Draft]:
+        """Drafts of the hole between `prefix` and `suffix` after every forward pass; the
+        last has done=True and a finish_reason."""
+        ...
+
+    def rewrite_stream(
+        self,
+        prefix: str,
+        suffix: str,
+        original: str,
+        *,
+        strength: float = 1.0,
+        max_tokens: int | None = None,
+        settings: SamplerSettings | None = None,
+        canvas_length: int = CANVAS_LENGTH,
+        cancel: Callable[[], bool] | None = None,
+    ) -> Iterator[Draft]:
+        """Drafts of `original` (the text between prefix and suffix) rewritten at `strength`
+        (the share of its tokens generated again; 1.0: a fresh infill)."""
+        ...
+
+    def completion_ids(self, draft: Draft) -> list[int]:
+        """The draft's tokens before the first stop token or uncommitted position; only where
+        `engine_info.counts_tokens`."""
+        ...
+
+
+@dataclass
+class Counts:
+    requests: int = 0
+    drafts: int = 0
+    steps: int = 0  # forward passes: each request's last draft's step
+    tokens: int | None = 0  # completion tokens; None once a backend could not tell
+
+
+class CountingBackend:
+    """A Backend that counts what passes through it into `counts` (its own, or one shared by
+    several backends: the language server's engine may be replaced, its counts go on):
+    requests, drafts, forward passes and completion tokens (None where the backend cannot
+    tell stop tokens apart, see EngineInfo.counts_tokens)."""
+
+    def __init__(self, backend: Backend, counts: Counts | None = None) -> None:
+        self.backend = backend
+        self.counts = counts if counts is not None else Counts()
+        if not backend.engine_info.counts_tokens:
+            self.counts.tokens = None
+
+    @property
+    def requests(self) -> int:
+        return self.counts.requests
+
+    @property
+    def steps(self) -> int:
+        return self.counts.steps
+
+    @property
+    def tokens(self) -> int | None:
+        return self.counts.tokens
+
+    @property
+    def engine_info(self) -> EngineInfo:
+        return self.backend.engine_info
+
+    def infill_stream(self, prefix: str, suffix: str, max_tokens: int = 32,
+                      **kwargs: Any) -> Iterator[Draft]:
+        return self._count(self.backend.infill_stream(prefix, suffix, max_tokens, **kwargs))
+
+    def rewrite_stream(self, prefix: str, suffix: str, original: str,
+                       **kwargs: Any) -> Iterator[Draft]:
+        return self._count(self.backend.rewrite_stream(prefix, suffix, original, **kwargs))
+
+    def completion_ids(self, draft: Draft) -> list[int]:
+        return self.backend.completion_ids(draft)
+
+    def _count(self, drafts: Iterator[Draft]) -> Iterator[Draft]:
+        counts = self.counts
+        counts.requests += 1
+        last = None
+        for last in drafts:
+            counts.drafts += 1
+            yield last
+        if last is not None:
+            counts.steps += last.step
+            if counts.tokens is not None:
+                counts.tokens += len(self.backend.completion_ids(last))
