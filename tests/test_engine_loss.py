@@ -11,6 +11,7 @@ import asyncio
 from lsprotocol import types
 
 from dg_lsp.server import create_server
+from engine.backend import EngineInfo
 from engine.serve.client import EngineUnavailable
 from engine.types import Draft
 
@@ -18,7 +19,8 @@ from engine.types import Draft
 class Dying:
     """An engine that answers one step, then is gone (as a killed resident engine is)."""
 
-    device = "cpu"
+    engine_info = EngineInfo(model="scripted", family="masked", device="cpu", resident=True,
+                             counts_tokens=False)
 
     def infill_stream(self, prefix, suffix, max_tokens=32, **kwargs):
         yield Draft(step=1, token_ids=[], committed=0, text="", done=False)
@@ -26,7 +28,8 @@ class Dying:
 
 
 class Healthy:
-    device = "cpu"
+    engine_info = EngineInfo(model="scripted", family="masked", device="cpu", resident=True,
+                             counts_tokens=False)
 
     def infill_stream(self, prefix, suffix, max_tokens=32, **kwargs):
         yield Draft(step=1, token_ids=[], committed=3, text="a + b", done=True,

@@ -16,13 +16,15 @@ from lsprotocol import types
 
 from dg_lsp.positions import UTF16, position_at
 from dg_lsp.server import create_server
+from engine.backend import EngineInfo
 from engine.types import Draft
 
 
 class Scripted:
     """Answers "1" after `steps` denoising steps of `step_seconds` each."""
 
-    device = "cpu"
+    engine_info = EngineInfo(model="scripted", family="masked", device="cpu", resident=True,
+                             counts_tokens=False)
 
     def __init__(self, step_seconds: float = 0.0) -> None:
         self.step_seconds = step_seconds
