@@ -491,6 +491,12 @@ function M.status()
   return "dg-lsp: " .. M.engine.state
 end
 
+-- The settings as a JSON object: an empty Lua table would be sent as [], which the server
+-- refuses ("invalid settings").
+local function settings_object()
+  return next(M.options.settings) and M.options.settings or vim.empty_dict()
+end
+
 -- Sends changed server settings (merged into the current ones) to every dg-lsp client.
 function M.update_settings(settings)
   M.options.settings = vim.tbl_deep_extend("force", M.options.settings, settings)
@@ -500,7 +506,7 @@ function M.update_settings(settings)
   for _, client in ipairs(clients) do
     if client.name == M.name then
       notify_client(client, "workspace/didChangeConfiguration",
-        { settings = { ["dg-lsp"] = M.options.settings } })
+        { settings = { ["dg-lsp"] = settings_object() } })
     end
   end
 end
@@ -562,7 +568,7 @@ local function client_config()
   return {
     name = M.name,
     cmd = M.options.cmd,
-    init_options = { ["dg-lsp"] = M.options.settings },
+    init_options = { ["dg-lsp"] = settings_object() },
     handlers = { ["dg-lsp/engineState"] = on_engine_state },
     on_attach = on_attach,
   }
