@@ -334,8 +334,8 @@ local function ghost_request(bufnr)
     position = { line = state.row, character = to_lsp_col(line, state.col, encoding) },
     context = { triggerKind = 2 }, -- Automatic: asked while typing, not by the user
   }
-  local _, id
-  _, id = request(client, "textDocument/inlineCompletion", params, function(err, result)
+  local sent, id
+  sent, id = request(client, "textDocument/inlineCompletion", params, function(err, result)
     if pending[bufnr] and pending[bufnr].id == id then
       pending[bufnr] = nil
     end
@@ -362,7 +362,7 @@ local function ghost_request(bufnr)
     ghost_draw(bufnr, ghosts[bufnr])
     done("DgGhostText")
   end, bufnr)
-  pending[bufnr] = id and { client = client, id = id } or nil
+  pending[bufnr] = sent and { client = client, id = id } or nil
 end
 
 -- TextChangedI and CursorMovedI: typing asks again after the debounce; a cursor move only
