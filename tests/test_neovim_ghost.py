@@ -7,9 +7,12 @@ buffer, the cursor and the ghost text's extmark. The suggestion drawn must be ex
 completion the same pipeline computes in this process for the buffer as Neovim holds it, and
 accepting it (whole, by word, by line) must put exactly that text in the buffer.
 
+A scripted server (pygls, fixed answers) covers what the bundled model does not produce on
+demand: closers after the cursor, a block before a closer, an answer overtaken by a keystroke.
+
 tmux: the same Neovim in a terminal; the screen captured with `tmux capture-pane -e` must show
 the suggestion after the typed text, in another colour. With Pillow the capture is rendered to
-docs/img/neovim-ghost-text.png (the picture the READMEs show).
+a PNG; DG_UPDATE_PICTURES=1 writes it to docs/img/neovim-ghost-text.png (the READMEs' picture).
 """
 
 from __future__ import annotations
@@ -174,10 +177,16 @@ def start_neovim(nvim: str, tmp: Path, model: Path, source: Path, argv: list[str
     deadline = time.monotonic() + 30
     while not Path(socket).exists():
         # tmux new-session -d exits 0 once the session runs
-        assert proc.poll() in (None, 0) and time.monotonic() < deadline, "Neovim did not start"
+        if proc.poll() not in (None, 0) or time.monotonic() > deadline:
+            stop(proc)
+            raise AssertionError("Neovim did not start")
         time.sleep(0.05)
     neovim = Neovim(nvim, socket, env)
-    neovim.wait("the server attached", lambda s: s["attached"], timeout=120)
+    try:
+        neovim.wait("the server attached", lambda s: s["attached"], timeout=120)
+    except BaseException:
+        stop(proc)
+        raise
     return proc, neovim
 
 
@@ -627,6 +636,7 @@ def scripted_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     server.write_text(SCRIPTED_SERVER)
     socket = tempfile.mkdtemp(prefix="dg-nvim-") + "/nvim.sock"
     command = json.dumps([sys.executable, str(server), json.dumps(SCRIPTED)])
+    # DG_CMD replaces the dg-lsp command: no model is loaded (the model argument is unused)
     proc, neovim = start_neovim(nvim, tmp, tmp, source, nvim_command(nvim, socket, tmp), socket,
                                 DG_CMD=command)
     run: dict[str, Any] = {"error": None}
