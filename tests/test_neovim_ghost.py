@@ -663,6 +663,12 @@ def scripted_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         neovim.wait("the fresh ghost text", shows_ghost_at(4, 5), timeout=30)
         time.sleep(1.5)  # room for the stale answer to be drawn, were it drawn
         run["stale"] = neovim.state()
+        neovim.keys("z")  # the scripted server has nothing for "slowez"
+        neovim.wait("z typed", lambda s: s["lines"][-1] == "slowez")
+        time.sleep(0.5)
+        run["typed_over"] = neovim.state()
+        neovim.keys("<Cmd>setlocal noexpandtab softtabstop=0<CR><Tab>")
+        run["tab"] = neovim.wait("Tab typed", lambda s: s["lines"][-1] != "slowez")
     except TimeoutError as exc:
         run["error"] = str(exc)
     finally:
@@ -700,3 +706,11 @@ def test_an_answer_for_an_older_keystroke_is_never_drawn(scripted_run: dict[str,
     assert stale["ghost"]["text"] == "r = 1"
     # every suggestion drawn, in order
     assert stale["shown"] == ["1, 2))", "\n    1,\n]", "r = 1"]
+
+
+def test_a_keystroke_clears_it_and_tab_without_a_suggestion_is_a_tab(
+        scripted_run: dict[str, Any]):
+    assert scripted_run["error"] is None, scripted_run["error"]
+    assert scripted_run["typed_over"]["ghost"] is None and scripted_run["typed_over"]["marks"] == 0
+    assert scripted_run["tab"]["lines"][-1] == "slowez\t"
+    assert scripted_run["tab"]["ghost"] is None
