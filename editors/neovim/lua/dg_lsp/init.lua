@@ -1,5 +1,7 @@
 -- dg-lsp for Neovim: starts the dg-lsp language server and adds
---   * ghost-text completions on Neovim >= 0.12 (vim.lsp.inline_completion),
+--   * ghost-text completions: Neovim >= 0.12 through vim.lsp.inline_completion; 0.10 and 0.11
+--     drawn here with extmarks from textDocument/inlineCompletion while typing, accepted whole,
+--     by word or by line,
 --   * require("dg_lsp").complete() / :DgComplete: insert the model's completion at the cursor
 --     (every version; map it in insert mode on Neovim < 0.12),
 --   * :DgRewrite [instruction]: rewrite the selected lines with an instruction (asked for when
@@ -22,11 +24,22 @@ M.defaults = {
   -- Server settings, camelCase as in dg_lsp/settings.py: model, device, engine, sampler,
   -- languages, holeSize, ... Sent as initializationOptions.
   settings = {},
-  -- Neovim >= 0.12: show completions as ghost text.
+  -- Neovim >= 0.10: show completions as ghost text while typing.
   inline_completion = true,
-  -- An insert-mode key (e.g. "<M-l>") that accepts the ghost text on Neovim >= 0.12 and inserts
-  -- the completion at the cursor (require("dg_lsp").complete()) on older versions. nil: no key.
-  accept_key = nil,
+  -- An insert-mode key that accepts the ghost text (Neovim >= 0.10) and otherwise inserts the
+  -- completion at the cursor (require("dg_lsp").complete(); the only way on 0.7-0.9). nil: no key.
+  accept_key = "<M-l>",
+  -- The ghost text drawn by this plugin on Neovim 0.10 and 0.11 (0.12 uses its own).
+  ghost_text = {
+    -- Ask this long after the last keystroke: typing fast sends one request, not one a key.
+    debounce_ms = 75,
+    -- Insert-mode keys, active only while a suggestion is shown; otherwise each does what it
+    -- did before (<Tab> inserts a tab). false: no mapping.
+    accept = "<Tab>",
+    accept_word = "<M-Right>",
+    accept_line = "<M-Down>",
+    dismiss = "<C-]>",
+  },
   -- Called as on_attach(client, bufnr) for every attached buffer.
   on_attach = nil,
 }
@@ -70,6 +83,13 @@ local function request(client, method, params, handler, bufnr)
     return client:request(method, params, handler, bufnr)
   end
   return client.request(method, params, handler, bufnr)
+end
+
+local function cancel_request(client, id)
+  if has("0.11") then
+    return client:cancel_request(id)
+  end
+  return client.cancel_request(id)
 end
 
 local function notify_client(client, method, params)
@@ -231,9 +251,250 @@ function M.complete(bufnr)
   end, bufnr)
 end
 
+-- -- Ghost text on Neovim 0.10 and 0.11 ----------------------------------------------------
+-- A suggestion is { row, col, text, replace }: `text` goes at (row, col) (0-based, bytes) and
+-- replaces the `replace` bytes after it, closers like ")" that the text types again at its end.
+
+local ghost_ns = vim.api.nvim_create_namespace("dg_lsp_ghost")
+M.ghost_namespace = ghost_ns
+local ghosts = {} -- bufnr -> the suggestion on screen
+local pending = {} -- bufnr -> { timer } while debouncing, { client, id } while asked
+-- bufnr -> { tick, row, col }: the buffer state the ghost (or the pending request) belongs to;
+-- an event that finds the buffer still in that state is one this plugin caused.
+local anchors = {}
+local uv = vim.uv or vim.loop
+
+local function cursor_state(bufnr)
+  local row, col = unpack(vim.api.nvim_win_get_cursor(0))
+  return { tick = vim.api.nvim_buf_get_changedtick(bufnr), row = row - 1, col = col }
+end
+
+local function same_state(a, b)
+  return a ~= nil and a.tick == b.tick and a.row == b.row and a.col == b.col
+end
+
+local function cancel_pending(bufnr)
+  local p = pending[bufnr]
+  pending[bufnr] = nil
+  if p == nil then
+    return
+  end
+  if p.timer and not p.timer:is_closing() then
+    p.timer:stop()
+    p.timer:close()
+  end
+  if p.id then
+    cancel_request(p.client, p.id) -- the server stops denoising at the next step
+  end
+end
+
+local function ghost_dismiss(bufnr)
+  cancel_pending(bufnr)
+  ghosts[bufnr] = nil
+  if vim.api.nvim_buf_is_valid(bufnr) then
+    vim.api.nvim_buf_clear_namespace(bufnr, ghost_ns, 0, -1)
+  end
+end
+
+-- First line inline at the cursor, the others as virtual lines below it. The last line gets
+-- the rest of the cursor's line after it, where accepting puts that text.
+local function ghost_draw(bufnr, g)
+  vim.api.nvim_buf_clear_namespace(bufnr, ghost_ns, 0, -1)
+  local lines = vim.split(g.text, "\n", { plain = true })
+  local opts = { virt_text_pos = "inline" }
+  if #lines == 1 then
+    -- the re-typed closers are on screen already, right after the cursor
+    opts.virt_text = { { g.text:sub(1, #g.text - g.replace), "DgLspGhost" } }
+  else
+    opts.virt_text = { { lines[1], "DgLspGhost" } }
+    local after = buf_line(bufnr, g.row):sub(g.col + g.replace + 1)
+    opts.virt_lines = {}
+    for i = 2, #lines do
+      local text = i == #lines and lines[i] .. after or lines[i]
+      table.insert(opts.virt_lines, { { text, "DgLspGhost" } })
+    end
+  end
+  vim.api.nvim_buf_set_extmark(bufnr, ghost_ns, g.row, g.col, opts)
+end
+
+local function in_insert_mode()
+  return vim.api.nvim_get_mode().mode:sub(1, 1) == "i"
+end
+
+local function ghost_request(bufnr)
+  local client = client_for(bufnr)
+  if client == nil or vim.api.nvim_get_current_buf() ~= bufnr or not in_insert_mode() then
+    return
+  end
+  local state = cursor_state(bufnr)
+  local line = buf_line(bufnr, state.row)
+  local encoding = encoding_of(client)
+  local params = {
+    textDocument = { uri = vim.uri_from_bufnr(bufnr) },
+    position = { line = state.row, character = to_lsp_col(line, state.col, encoding) },
+    context = { triggerKind = 2 }, -- Automatic: asked while typing, not by the user
+  }
+  local sent, id
+  sent, id = request(client, "textDocument/inlineCompletion", params, function(err, result)
+    if pending[bufnr] and pending[bufnr].id == id then
+      pending[bufnr] = nil
+    end
+    -- An answer for an older keystroke or another cursor position is stale: drop it.
+    if err or not vim.api.nvim_buf_is_valid(bufnr) or vim.api.nvim_get_current_buf() ~= bufnr
+        or not in_insert_mode() or not same_state(state, cursor_state(bufnr)) then
+      return
+    end
+    local items = type(result) == "table" and (result.items or result) or {}
+    local item = items[1]
+    if item == nil or type(item.insertText) ~= "string" or item.insertText == "" then
+      return
+    end
+    local replace = 0
+    if item.range then
+      local start, stop = item.range.start, item.range["end"]
+      if start.line ~= state.row or stop.line ~= state.row
+          or to_byte_col(line, start.character, encoding) ~= state.col then
+        return -- not a suggestion at the cursor: nothing this plugin can draw
+      end
+      replace = to_byte_col(line, stop.character, encoding) - state.col
+    end
+    ghosts[bufnr] = { row = state.row, col = state.col, text = item.insertText, replace = replace }
+    ghost_draw(bufnr, ghosts[bufnr])
+    done("DgGhostText")
+  end, bufnr)
+  pending[bufnr] = sent and { client = client, id = id } or nil
+end
+
+-- TextChangedI and CursorMovedI: typing asks again after the debounce; a cursor move only
+-- clears. Which of the two events comes first does not matter: the second finds its state.
+local function ghost_on_change(bufnr)
+  local now = cursor_state(bufnr)
+  local anchor = anchors[bufnr]
+  if same_state(anchor, now) then
+    return
+  end
+  ghost_dismiss(bufnr)
+  anchors[bufnr] = now
+  if anchor ~= nil and anchor.tick == now.tick then
+    return
+  end
+  local timer = uv.new_timer()
+  pending[bufnr] = { timer = timer }
+  timer:start(M.options.ghost_text.debounce_ms, 0, vim.schedule_wrap(function()
+    if pending[bufnr] and pending[bufnr].timer == timer then
+      cancel_pending(bufnr)
+      ghost_request(bufnr)
+    end
+  end))
+end
+
+-- The part of the suggestion that a partial accept takes.
+local function next_word(text)
+  return text:match("^%s*[%w_]+") or text:match("^%s*[^%w_%s]+") or text
+end
+
+local function next_line(text)
+  -- at a line's end the next line comes with its newline
+  return text:match("^[^\n]+") or text:match("^\n[^\n]*") or text
+end
+
+-- Inserts the whole suggestion, or the part `pick(text)` returns; the rest stays shown.
+function M.ghost_accept(bufnr, pick)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  local g = ghosts[bufnr]
+  if g == nil then
+    return false
+  end
+  local part = pick and pick(g.text) or g.text
+  local rest = g.text:sub(#part + 1)
+  -- Replace the closers after the cursor only once `part` types them again.
+  local replace = math.max(0, g.replace - #rest)
+  local lines = vim.split(part, "\n", { plain = true })
+  vim.api.nvim_buf_set_text(bufnr, g.row, g.col, g.row, g.col + replace, lines)
+  local row = g.row + #lines - 1
+  local col = (#lines == 1 and g.col or 0) + #lines[#lines]
+  vim.api.nvim_win_set_cursor(0, { row + 1, col })
+  ghost_dismiss(bufnr)
+  anchors[bufnr] = cursor_state(bufnr) -- our own edit: no new request for it
+  if rest ~= "" then
+    ghosts[bufnr] = { row = row, col = col, text = rest, replace = g.replace - replace }
+    ghost_draw(bufnr, ghosts[bufnr])
+  end
+  done("DgGhostAccepted")
+  return true
+end
+
+function M.ghost_accept_word(bufnr)
+  return M.ghost_accept(bufnr, next_word)
+end
+
+function M.ghost_accept_line(bufnr)
+  return M.ghost_accept(bufnr, next_line)
+end
+
+-- The suggestion shown in a buffer ({ row, col, text, replace }), or nil.
+function M.ghost(bufnr)
+  return ghosts[(bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr]
+end
+
+local function feed(lhs)
+  -- "i": before keys typed after this one; "n": the key's own meaning, not this mapping
+  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(lhs, true, false, true), "in", false)
+end
+
+local function map_ghost_key(bufnr, lhs, action, otherwise, desc)
+  if not lhs then
+    return
+  end
+  vim.keymap.set("i", lhs, function()
+    if ghosts[bufnr] then
+      action(bufnr)
+    elseif otherwise then
+      otherwise(bufnr)
+    else
+      feed(lhs)
+    end
+  end, { buffer = bufnr, desc = "dg-lsp: " .. desc })
+end
+
+local function ghost_attach(bufnr)
+  local group = vim.api.nvim_create_augroup("dg_lsp_ghost_" .. bufnr, { clear = true })
+  local function on(events, callback)
+    vim.api.nvim_create_autocmd(events, { group = group, buffer = bufnr, callback = callback })
+  end
+  on({ "TextChangedI", "TextChangedP", "CursorMovedI" }, function() ghost_on_change(bufnr) end)
+  on("InsertEnter", function() anchors[bufnr] = cursor_state(bufnr) end)
+  on({ "InsertLeave", "BufLeave" }, function()
+    ghost_dismiss(bufnr)
+    anchors[bufnr] = nil
+  end)
+  on("BufUnload", function()
+    ghost_dismiss(bufnr)
+    anchors[bufnr] = nil
+    vim.api.nvim_del_augroup_by_id(group)
+  end)
+  local keys = M.options.ghost_text
+  map_ghost_key(bufnr, keys.accept, M.ghost_accept, nil, "accept the suggestion")
+  map_ghost_key(bufnr, M.options.accept_key, M.ghost_accept, M.complete,
+    "accept the suggestion, or insert the completion")
+  map_ghost_key(bufnr, keys.accept_word, M.ghost_accept_word, nil, "accept a word")
+  map_ghost_key(bufnr, keys.accept_line, M.ghost_accept_line, nil, "accept a line")
+  map_ghost_key(bufnr, keys.dismiss, ghost_dismiss, nil, "dismiss the suggestion")
+end
+
+local function define_highlights()
+  vim.api.nvim_set_hl(0, "DgLspGhost", { link = "Comment", default = true })
+end
+
 -- The engine's state for a statusline: "dg-lsp: ready".
 function M.status()
   return "dg-lsp: " .. M.engine.state
+end
+
+-- The settings as a JSON object: an empty Lua table would be sent as [], which the server
+-- refuses ("invalid settings").
+local function settings_object()
+  return next(M.options.settings) and M.options.settings or vim.empty_dict()
 end
 
 -- Sends changed server settings (merged into the current ones) to every dg-lsp client.
@@ -245,7 +506,7 @@ function M.update_settings(settings)
   for _, client in ipairs(clients) do
     if client.name == M.name then
       notify_client(client, "workspace/didChangeConfiguration",
-        { settings = { ["dg-lsp"] = M.options.settings } })
+        { settings = { ["dg-lsp"] = settings_object() } })
     end
   end
 end
@@ -262,17 +523,19 @@ local function on_engine_state(_, result)
 end
 
 local function on_attach(client, bufnr)
-  local inline = has("0.12") and M.options.inline_completion and vim.lsp.inline_completion ~= nil
-  if inline then
-    vim.lsp.inline_completion.enable(true, { bufnr = bufnr })
-  end
+  local native = vim.lsp.inline_completion ~= nil -- Neovim >= 0.12
   local key = M.options.accept_key
-  if key and inline then
-    vim.keymap.set("i", key, function()
-      if not vim.lsp.inline_completion.get() then
-        return key
-      end
-    end, { buffer = bufnr, expr = true, desc = "dg-lsp: accept the completion" })
+  if M.options.inline_completion and native then
+    vim.lsp.inline_completion.enable(true, { bufnr = bufnr })
+    if key then
+      vim.keymap.set("i", key, function()
+        if not vim.lsp.inline_completion.get() then
+          return key
+        end
+      end, { buffer = bufnr, expr = true, desc = "dg-lsp: accept the completion" })
+    end
+  elseif M.options.inline_completion and has("0.10") then
+    ghost_attach(bufnr) -- maps accept_key too
   elseif key then
     vim.keymap.set("i", key, function() M.complete(bufnr) end,
       { buffer = bufnr, desc = "dg-lsp: insert the completion" })
@@ -305,7 +568,7 @@ local function client_config()
   return {
     name = M.name,
     cmd = M.options.cmd,
-    init_options = { ["dg-lsp"] = M.options.settings },
+    init_options = { ["dg-lsp"] = settings_object() },
     handlers = { ["dg-lsp/engineState"] = on_engine_state },
     on_attach = on_attach,
   }
@@ -350,6 +613,12 @@ function M.setup(opts)
       M.rewrite_with_prompt(client, ctx.bufnr, args)
     end
   end
+
+  define_highlights()
+  vim.api.nvim_create_autocmd("ColorScheme", {
+    group = vim.api.nvim_create_augroup("dg_lsp_highlights", { clear = true }),
+    callback = define_highlights, -- :colorscheme clears every group
+  })
 
   vim.api.nvim_create_user_command("DgRewrite", M.rewrite, {
     range = true, nargs = "?", desc = "dg-lsp: rewrite the selection with an instruction",

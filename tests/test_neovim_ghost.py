@@ -1,0 +1,716 @@
+"""Ghost text in a real Neovim 0.11, typed into as a person would.
+
+Headless Neovim (`nvim --headless --clean --listen SOCKET`, the plugin in editors/neovim on the
+runtimepath, `dg-lsp serve --engine inproc` with the bundled model) gets its keys through
+`nvim --server SOCKET --remote-send` (nvim_input, as if typed); `--remote-expr` reads the
+buffer, the cursor and the ghost text's extmark. The suggestion drawn must be exactly the
+completion the same pipeline computes in this process for the buffer as Neovim holds it, and
+accepting it (whole, by word, by line) must put exactly that text in the buffer.
+
+A scripted server (pygls, fixed answers) covers what the bundled model does not produce on
+demand: closers after the cursor, a block before a closer, an answer overtaken by a keystroke.
+
+tmux: the same Neovim in a terminal; the screen captured with `tmux capture-pane -e` must show
+the suggestion after the typed text, in another colour. With Pillow the capture is rendered to
+a PNG; DG_UPDATE_PICTURES=1 writes it to docs/img/neovim-ghost-text.png (the READMEs' picture).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dg_lsp.languages import language_for
+from dg_lsp.pipeline import CompletionRequest, Pipeline
+from tests.test_neovim import BUNDLED, FIB, PLUGIN, ROOT, nvim_env, nvim_or_skip
+
+FIB_TYPED = FIB.replace("    return\n", "    ret\n")  # "urn" is typed
+FIB_ROW = 7  # 0-based: `    return`
+STACK = "class Stack:\n    def __init__(self, config):\n        \n"
+STACK_ROW = 2  # 0-based: the empty body line, 8 spaces
+INSTRUCTION = "add type hints"
+PICTURE = ROOT / "docs" / "img" / "neovim-ghost-text.png"
+
+# Loaded into the Neovim under test: the plugin as a user sets it up, stubs for the prompt,
+# and DgTest.state(), which the test reads through --remote-expr.
+SETUP_LUA = """
+vim.cmd("filetype plugin indent on")
+local out = { prompts = {}, applied = {}, progress = {}, events = {}, notes = {}, messages = {} }
+vim.notify = function(msg) table.insert(out.notes, msg) end
+-- kept, not shown: in a terminal a shown message can wait for Enter
+vim.lsp.handlers["window/showMessage"] = function(_, result)
+  table.insert(out.messages, result.message)
+end
+vim.ui.input = function(opts, on_confirm)
+  table.insert(out.prompts, opts.prompt)
+  on_confirm(vim.env.DG_INSTRUCTION)
+end
+local apply_edit = vim.lsp.handlers["workspace/applyEdit"]
+vim.lsp.handlers["workspace/applyEdit"] = function(err, result, ctx, config)
+  table.insert(out.applied, result)
+  return apply_edit(err, result, ctx, config)
+end
+vim.api.nvim_create_autocmd("LspProgress", { callback = function(event)
+  local value = event.data.params.value
+  table.insert(out.progress, { kind = value.kind, title = value.title, message = value.message })
+end })
+for _, name in ipairs({ "DgGhostText", "DgGhostAccepted", "DgRewriteDone" }) do
+  vim.api.nvim_create_autocmd("User", { pattern = name, callback = function()
+    table.insert(out.events, name)
+  end })
+end
+out.shown = {} -- every suggestion drawn (its whole text), in order
+vim.api.nvim_create_autocmd("User", { pattern = "DgGhostText", callback = function()
+  table.insert(out.shown, require("dg_lsp").ghost().text)
+end })
+
+local dg = require("dg_lsp")
+dg.setup({ cmd = vim.fn.json_decode(vim.env.DG_CMD) })
+vim.cmd("edit " .. vim.env.DG_FILE)
+
+local function text_of(chunks)
+  local parts = {}
+  for _, chunk in ipairs(chunks or {}) do table.insert(parts, chunk[1]) end
+  return table.concat(parts)
+end
+
+DgTest = {}
+function DgTest.state()
+  local buf = vim.api.nvim_get_current_buf()
+  local ghost = vim.NIL
+  local marks = vim.api.nvim_buf_get_extmarks(buf, dg.ghost_namespace, 0, -1, { details = true })
+  if marks[1] then
+    local details = marks[1][4]
+    local lines = {}
+    for _, chunks in ipairs(details.virt_lines or {}) do table.insert(lines, text_of(chunks)) end
+    ghost = { row = marks[1][2], col = marks[1][3], pos = details.virt_text_pos,
+              hl = details.virt_text[1][2], text = text_of(details.virt_text), lines = lines }
+  end
+  local client = dg.client(buf)
+  return vim.json.encode({
+    mode = vim.api.nvim_get_mode().mode, name = vim.fn.expand("%:t"),
+    lines = vim.api.nvim_buf_get_lines(buf, 0, -1, false),
+    cursor = vim.api.nvim_win_get_cursor(0), ghost = ghost, marks = #marks,
+    attached = client ~= nil and client.initialized == true, engine = dg.engine,
+    notes = out.notes, messages = out.messages, prompts = out.prompts, applied = out.applied,
+    progress = out.progress, events = out.events, shown = out.shown,
+  })
+end
+
+-- The code action a user picks from vim.lsp.buf.code_action() on the visual selection.
+function DgTest.rewrite_action()
+  vim.lsp.buf.code_action({
+    apply = true,
+    filter = function(action) return action.title == "Rewrite selection with instruction…" end,
+  })
+end
+"""
+
+
+@pytest.fixture(scope="module")
+def model(request: pytest.FixtureRequest) -> Path:
+    if (BUNDLED / "config.json").exists():
+        return BUNDLED
+    return request.getfixturevalue("dream_ckpt")
+
+
+class Neovim:
+    """A Neovim listening on a socket; keys go in as typed, state comes out as JSON."""
+
+    def __init__(self, nvim: str, socket: str, env: dict[str, str]) -> None:
+        self.nvim, self.socket, self.env = nvim, socket, env
+
+    def _remote(self, *args: str) -> str:
+        done = subprocess.run([self.nvim, "--server", self.socket, *args], env=self.env,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=30)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def keys(self, keys: str) -> None:
+        self._remote("--remote-send", keys)
+
+    def expr(self, expression: str) -> str:
+        return self._remote("--remote-expr", expression)
+
+    def state(self) -> dict[str, Any]:
+        return json.loads(self.expr("v:lua.DgTest.state()"))
+
+    def wait(self, what: str, ready: Callable[[dict[str, Any]], bool],
+             timeout: float = 60) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            state = self.state()
+            if ready(state):
+                return state
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what}: not within {timeout} s; last state {state}")
+            time.sleep(0.05)
+
+
+def start_neovim(nvim: str, tmp: Path, model: Path, source: Path, argv: list[str],
+                 socket: str, **extra_env: str) -> tuple[subprocess.Popen[bytes], Neovim]:
+    """Starts `argv` (a Neovim command, or tmux running one) with the plugin set up and
+    `source` open; returns once the server is attached."""
+    (tmp / "setup.lua").write_text(SETUP_LUA)
+    env = nvim_env(tmp, model, source, tmp / "unused.json", 0, 0, OMP_NUM_THREADS="1",
+                   XDG_RUNTIME_DIR=str(tmp), XDG_CONFIG_HOME=str(tmp / "config"),
+                   XDG_STATE_HOME=str(tmp / "state"), XDG_DATA_HOME=str(tmp / "data"),
+                   DG_INSTRUCTION=INSTRUCTION, **extra_env)
+    # Its own process group: the end of the test kills Neovim and the server it started.
+    proc = subprocess.Popen(argv, env=env, cwd=tmp, start_new_session=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not Path(socket).exists():
+        # tmux new-session -d exits 0 once the session runs
+        if proc.poll() not in (None, 0) or time.monotonic() > deadline:
+            stop(proc)
+            raise AssertionError("Neovim did not start")
+        time.sleep(0.05)
+    neovim = Neovim(nvim, socket, env)
+    try:
+        neovim.wait("the server attached", lambda s: s["attached"], timeout=120)
+    except BaseException:
+        stop(proc)
+        raise
+    return proc, neovim
+
+
+def nvim_command(nvim: str, socket: str, tmp: Path, headless: bool = True) -> list[str]:
+    return [nvim, *(["--headless"] if headless else []), "--clean", "--listen", socket,
+            "--cmd", f"set runtimepath^={PLUGIN}", "-c", f"luafile {tmp / 'setup.lua'}"]
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=30)
+
+
+def expected_completion(model: Path, lines: list[str], row: int, col: int) -> str:
+    """The pipeline's completion, in this process, for the buffer as Neovim holds it."""
+    from engine import Engine
+
+    text = "\n".join(lines) + "\n"
+    offset = len("".join(text.splitlines(keepends=True)[:row])) + col
+    completion = Pipeline(Engine.load(str(model), device="cpu")).complete(
+        CompletionRequest(text, offset, language_for("python"), "file:///x.py"))
+    assert completion is not None and completion.end == completion.start
+    return completion.text
+
+
+def shows_ghost_at(row: int, col: int) -> Callable[[dict[str, Any]], bool]:
+    return lambda s: s["ghost"] is not None and (s["ghost"]["row"], s["ghost"]["col"]) == (row, col)
+
+
+def ghost_text(state: dict[str, Any]) -> str:
+    """What the extmark shows: the inline text, then each virtual line."""
+    return "\n".join([state["ghost"]["text"], *state["ghost"]["lines"]])
+
+
+@pytest.fixture(scope="module")
+def ghost_run(tmp_path_factory: pytest.TempPathFactory, model: Path) -> dict[str, Any]:
+    """One Neovim 0.11 session: type, see, move, leave, accept by word, by line, rewrite.
+    Each step's state is kept; a step that times out ends the session (later steps missing)."""
+    nvim = nvim_or_skip("wheel")
+    tmp = tmp_path_factory.mktemp("nvim-ghost")
+    fib, stack = tmp / "fib.py", tmp / "stack.py"
+    fib.write_text(FIB_TYPED)
+    stack.write_text(STACK)
+    socket = tempfile.mkdtemp(prefix="dg-nvim-") + "/nvim.sock"  # short: sun_path is 108 bytes
+    proc, neovim = start_neovim(nvim, tmp, model, fib, nvim_command(nvim, socket, tmp), socket)
+    run: dict[str, Any] = {"error": None}
+    try:
+        neovim.keys(f"{FIB_ROW + 1}GA")
+        neovim.wait("insert mode", lambda s: s["mode"] == "i")
+        neovim.keys("urn")
+        run["typed"] = neovim.wait("the ghost text", shows_ghost_at(FIB_ROW, 10), timeout=180)
+
+        neovim.keys("<Left>")
+        run["moved"] = neovim.state()
+        time.sleep(1.5)  # the debounce (75 ms) many times over: a move asks nothing
+        run["moved_later"] = neovim.state()
+
+        neovim.keys("<Right>x<BS>")  # a keystroke asks again (the server's cache answers)
+        neovim.wait("the ghost text again", shows_ghost_at(FIB_ROW, 10))
+        neovim.keys("<Esc>")
+        run["left"] = neovim.wait("normal mode", lambda s: s["mode"] == "n")
+
+        neovim.keys("Ax<BS>")
+        neovim.wait("the ghost text once more", shows_ghost_at(FIB_ROW, 10))
+        neovim.keys("<M-Right>")
+        run["word1"] = neovim.wait("a word accepted", lambda s: s["lines"] != run["typed"]["lines"])
+        neovim.keys("<M-Right>")
+        run["word2"] = neovim.wait("a word accepted", lambda s: s["lines"] != run["word1"]["lines"])
+        neovim.keys("<Tab>")
+        run["accepted"] = neovim.wait("the rest accepted",
+                                      lambda s: s["lines"] != run["word2"]["lines"])
+        neovim.keys("<Esc>")
+        neovim.wait("normal mode", lambda s: s["mode"] == "n")
+
+        # fib.py closed: the server would show an open file of the same language to the model
+        neovim.expr(f"execute('edit {stack} | bwipeout! {fib}')")
+        neovim.wait("stack.py attached", lambda s: s["name"] == "stack.py" and s["attached"])
+        neovim.keys(f"{STACK_ROW + 1}GA")
+        neovim.wait("insert mode", lambda s: s["mode"] == "i")
+        neovim.keys("x<BS>")
+        run["block"] = neovim.wait("the block's ghost text", shows_ghost_at(STACK_ROW, 8))
+        neovim.keys("<M-Down>")
+        run["line1"] = neovim.wait("a line accepted", lambda s: s["lines"] != run["block"]["lines"])
+        neovim.keys("<M-Down>")
+        run["line2"] = neovim.wait("a line accepted", lambda s: s["lines"] != run["line1"]["lines"])
+        neovim.keys("<Esc>")
+        neovim.wait("normal mode", lambda s: s["mode"] == "n")
+
+        run["before_rewrite"] = neovim.state()
+        # lines 2-4 selected (V), then the code action as a mapping would ask for it
+        neovim.keys("2GV4G<Cmd>lua DgTest.rewrite_action()<CR>")
+        run["rewrite"] = neovim.wait("the rewrite applied",
+                                     lambda s: "DgRewriteDone" in s["events"] or s["notes"],
+                                     timeout=120)
+    except TimeoutError as exc:
+        run["error"] = str(exc)
+    finally:
+        stop(proc)
+        shutil.rmtree(Path(socket).parent, ignore_errors=True)
+    return run
+
+
+def test_typing_shows_the_pipelines_completion_as_ghost_text(ghost_run: dict[str, Any],
+                                                              model: Path):
+    typed = ghost_run["typed"]
+    assert typed["lines"] == FIB.split("\n")[:-1]  # exactly what was typed, nothing inserted
+    assert typed["cursor"] == [FIB_ROW + 1, 10]
+    expected = expected_completion(model, typed["lines"], FIB_ROW, 10)
+    assert typed["ghost"]["pos"] == "inline" and typed["ghost"]["hl"] == "DgLspGhost"
+    assert ghost_text(typed) == expected
+    assert typed["marks"] == 1
+    assert typed["messages"] == [] and typed["notes"] == []  # e.g. no "invalid settings"
+    # the model was loaded while Neovim waited: work-done progress, then the engine's state
+    assert [p["kind"] for p in typed["progress"]] == ["begin", "end"]
+    assert typed["progress"][0]["title"] == "dg-lsp"
+    assert typed["engine"]["state"] == "ready"
+
+
+def test_moving_the_cursor_or_leaving_insert_mode_clears_it(ghost_run: dict[str, Any]):
+    assert ghost_run["moved"]["cursor"] == [FIB_ROW + 1, 9]
+    assert ghost_run["moved"]["ghost"] is None
+    assert ghost_run["moved_later"]["ghost"] is None  # and no new suggestion for a mere move
+    assert ghost_run["moved_later"]["events"].count("DgGhostText") == 1
+    assert ghost_run["left"]["ghost"] is None and ghost_run["left"]["mode"] == "n"
+    assert ghost_run["left"]["lines"] == ghost_run["typed"]["lines"]
+
+
+def test_accept_by_word_then_tab_types_the_suggestion(ghost_run: dict[str, Any]):
+    assert ghost_run["error"] is None, ghost_run["error"]
+    suggestion = ghost_text(ghost_run["typed"])
+    assert suggestion == " fibonacci(n)"  # the bundled model's; the words below are its own
+    line = "    return"
+    word1, word2 = ghost_run["word1"], ghost_run["word2"]
+    assert word1["lines"][FIB_ROW] == line + " fibonacci"
+    assert word1["cursor"] == [FIB_ROW + 1, len(line + " fibonacci")]
+    assert ghost_text(word1) == "(n)"  # the rest stays shown after the cursor
+    assert (word1["ghost"]["row"], word1["ghost"]["col"]) == (FIB_ROW, len(line + " fibonacci"))
+    assert word2["lines"][FIB_ROW] == line + " fibonacci("
+    assert ghost_text(word2) == "n)"
+    accepted = ghost_run["accepted"]
+    assert accepted["lines"] == FIB.replace("    return\n", line + suggestion + "\n").split(
+        "\n")[:-1]
+    assert accepted["cursor"] == [FIB_ROW + 1, len(line + suggestion)]
+    assert accepted["ghost"] is None and accepted["mode"] == "i"
+
+
+def test_a_block_is_drawn_on_virtual_lines_and_accepted_line_by_line(
+        ghost_run: dict[str, Any], model: Path):
+    assert ghost_run["error"] is None, ghost_run["error"]
+    block = ghost_run["block"]
+    assert block["lines"] == STACK.split("\n")[:-1]
+    expected = expected_completion(model, block["lines"], STACK_ROW, 8)
+    first, *rest = expected.split("\n")
+    assert rest, f"the bundled model's completion here is one line: {expected!r}"
+    assert block["ghost"]["text"] == first and block["ghost"]["lines"] == rest
+    line1 = ghost_run["line1"]
+    assert line1["lines"][STACK_ROW] == " " * 8 + first
+    assert line1["ghost"]["text"] == "" and line1["ghost"]["lines"] == rest
+    line2 = ghost_run["line2"]
+    assert line2["lines"] == (STACK[:-1] + expected + "\n").split("\n")[:-1]
+    assert line2["cursor"] == [STACK_ROW + 1 + len(rest), len(rest[-1])]
+    assert line2["ghost"] is None
+
+
+def test_the_rewrite_code_action_prompts_and_applies_the_servers_edit(ghost_run: dict[str, Any]):
+    assert ghost_run["error"] is None, ghost_run["error"]
+    before, after = ghost_run["before_rewrite"]["lines"], ghost_run["rewrite"]["lines"]
+    assert ghost_run["rewrite"]["notes"] == []
+    assert ghost_run["rewrite"]["prompts"] == ["Rewrite instruction: "]
+    (applied,) = ghost_run["rewrite"]["applied"]
+    edit = applied["edit"]
+    ((text_edit,),) = list(edit.get("changes", {}).values()) + [
+        change["edits"] for change in edit.get("documentChanges", [])]
+    start, end = text_edit["range"]["start"], text_edit["range"]["end"]
+    assert (start["line"], end["line"]) == (1, 3)  # within the selected lines 2-4
+    head = before[start["line"]][:start["character"]]
+    tail = before[end["line"]][end["character"]:]
+    expected = (before[:start["line"]] + (head + text_edit["newText"] + tail).split("\n")
+                + before[end["line"] + 1:])
+    assert after == expected and after != before
+
+
+# -- in a terminal: tmux ----------------------------------------------------------------------
+
+COLUMNS, ROWS = 64, 8
+SGR = re.compile(r"\x1b\[([0-9;:]*)m")
+
+
+def parse_screen(captured: str) -> list[list[tuple[str, tuple]]]:
+    """`tmux capture-pane -p -e` output as rows of (character, style) cells; a style is
+    (foreground, background, bold, italic, underline, reverse) as the SGR codes set them."""
+    fg = bg = None
+    flags = {"bold": False, "italic": False, "underline": False, "reverse": False}
+    on = {1: "bold", 3: "italic", 4: "underline", 7: "reverse"}
+    off = {22: "bold", 23: "italic", 24: "underline", 27: "reverse"}
+    rows = []
+    for line in captured.split("\n")[:ROWS]:
+        cells: list[tuple[str, tuple]] = []
+        pos = 0
+        for match in [*SGR.finditer(line), None]:
+            text = line[pos:match.start() if match else len(line)]
+            cells += [(ch, (fg, bg, *flags.values())) for ch in text]
+            if match is None:
+                break
+            pos = match.end()
+            codes = [int(c) if c else 0 for c in re.split("[;:]", match[1])]
+            i = 0
+            while i < len(codes):
+                code = codes[i]
+                if code == 0:
+                    fg = bg = None
+                    flags = dict.fromkeys(flags, False)
+                elif code in on or code in off:
+                    flags[on.get(code) or off[code]] = code in on
+                elif code in (38, 48):  # 38;5;n or 38;2;r;g;b
+                    indexed = codes[i + 1] == 5
+                    color = ("256", codes[i + 2]) if indexed else tuple(codes[i + 2:i + 5])
+                    i += 2 if indexed else 4
+                    fg, bg = (color, bg) if code == 38 else (fg, color)
+                elif code == 39:
+                    fg = None
+                elif code == 49:
+                    bg = None
+                elif 30 <= code <= 37 or 90 <= code <= 97:
+                    fg = ("16", code)
+                elif 40 <= code <= 47 or 100 <= code <= 107:
+                    bg = ("16", code - 10)
+                i += 1
+        rows.append(cells + [(" ", (fg, bg, *flags.values()))] * (COLUMNS - len(cells)))
+    return rows
+
+
+def process_tree(pid: int) -> list[int]:
+    """pid and its descendants, from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    tree, todo = [], [pid]
+    while todo:
+        tree.append(todo.pop())
+        todo += children.get(tree[-1], [])
+    return tree
+
+
+@pytest.fixture(scope="module")
+def tmux_run(tmp_path_factory: pytest.TempPathFactory, model: Path) -> dict[str, Any]:
+    """Neovim 0.11 in an 64x8 tmux window: open a line, type a method's header, Enter; the
+    screen once the ghost text is drawn."""
+    nvim = nvim_or_skip("wheel")
+    tmux = shutil.which("tmux")
+    if tmux is None:
+        print("SKIP reason: tmux is not installed (apt-get install tmux)")
+        pytest.skip("tmux is not installed (apt-get install tmux)")
+    tmp = tmp_path_factory.mktemp("nvim-tmux")
+    source = tmp / "stack.py"
+    source.write_text("class Stack:\n")
+    folder = tempfile.mkdtemp(prefix="dg-tmux-")  # short paths: sun_path is 108 bytes
+    socket, tmux_socket = f"{folder}/nvim.sock", f"{folder}/tmux.sock"
+    tmux_cmd = [tmux, "-S", tmux_socket, "-f", "/dev/null"]
+    # exec: the pane's process is Neovim itself, so the end of the test can find its server
+    argv = [*tmux_cmd, "new-session", "-d", "-x", str(COLUMNS), "-y", str(ROWS),
+            "exec " + shlex.join(nvim_command(nvim, socket, tmp, headless=False))]
+    run: dict[str, Any] = {"error": None}
+    try:
+        proc, neovim = start_neovim(nvim, tmp, model, source, argv, socket,
+                                    TERM="tmux-256color", COLORTERM="truecolor")
+        def tmux_keys(*keys: str) -> None:
+            subprocess.run([*tmux_cmd, "send-keys", *keys], check=True, timeout=30)
+
+        tmux_keys("o")  # a new line: Python's indent puts 4 spaces
+        neovim.wait("insert mode", lambda s: s["mode"] == "i")
+        tmux_keys("-l", "def __init__(self, config):")
+        tmux_keys("Enter")
+        state = neovim.wait("the ghost text", shows_ghost_at(STACK_ROW, 8), timeout=180)
+        run["state"] = state
+        expected = ghost_text(state)
+        deadline = time.monotonic() + 30
+        while True:  # the screen catches up with the extmark at the next redraw
+            captured = subprocess.run([*tmux_cmd, "capture-pane", "-p", "-e"], text=True,
+                                      capture_output=True, timeout=30).stdout
+            screen = parse_screen(captured)
+            if expected.split("\n")[0] in "".join(ch for ch, _ in screen[STACK_ROW]):
+                break
+            assert time.monotonic() < deadline, captured
+            time.sleep(0.1)
+        x, y = subprocess.run([*tmux_cmd, "display", "-p", "#{cursor_x} #{cursor_y}"],
+                              text=True, capture_output=True, timeout=30).stdout.split()
+        run.update(captured=captured, screen=screen, cursor=(int(x), int(y)))
+    except TimeoutError as exc:
+        run["error"] = str(exc)
+    finally:
+        # Neovim and the server it started outlive tmux's SIGHUP for a while: kill them
+        pane = subprocess.run([*tmux_cmd, "display", "-p", "#{pane_pid}"], text=True,
+                              capture_output=True, timeout=30).stdout.strip()
+        survivors = process_tree(int(pane)) if pane.isdigit() else []
+        subprocess.run([*tmux_cmd, "kill-server"], capture_output=True, timeout=30)
+        for pid in survivors:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(folder, ignore_errors=True)
+    return run
+
+
+def test_the_terminal_shows_the_suggestion_after_the_cursor_in_its_own_colour(
+        tmux_run: dict[str, Any], model: Path):
+    assert tmux_run["error"] is None, tmux_run["error"]
+    lines = tmux_run["state"]["lines"]
+    assert lines == STACK.split("\n")[:-1]  # typed: the header, then Enter (indent by Python's)
+    expected = expected_completion(model, lines, STACK_ROW, 8)
+    assert ghost_text(tmux_run["state"]) == expected
+    screen, (x, y) = tmux_run["screen"], tmux_run["cursor"]
+    assert (x, y) == (8, STACK_ROW)  # no sign or number column: screen cells are buffer bytes
+    first, *rest = expected.split("\n")
+    ghost_cells = screen[y][x:x + len(first)]
+    below = [screen[y + 1 + i][:len(line)] for i, line in enumerate(rest)]
+    assert "".join(ch for ch, _ in ghost_cells) == first
+    assert ["".join(ch for ch, _ in cells) for cells in below] == rest
+    ghost_styles = {style for cells in [ghost_cells, *below] for ch, style in cells if ch != " "}
+    typed_styles = {style for row in screen[:STACK_ROW + 1] for ch, style in row[:x]
+                    if ch != " "} | {style for ch, style in screen[1] if ch != " "}
+    assert len(ghost_styles) == 1, ghost_styles  # one highlight: DgLspGhost
+    assert ghost_styles.isdisjoint(typed_styles), (ghost_styles, typed_styles)
+
+
+# xterm's 16 colours, for the rare SGR 30-37/90-97 (Neovim with termguicolors sends RGB).
+BASIC = [(0, 0, 0), (205, 0, 0), (0, 205, 0), (205, 205, 0), (0, 0, 238), (205, 0, 205),
+         (0, 205, 205), (229, 229, 229), (127, 127, 127), (255, 0, 0), (0, 255, 0),
+         (255, 255, 0), (92, 92, 255), (255, 0, 255), (0, 255, 255), (255, 255, 255)]
+# Neovim 0.10+'s default colorscheme (dark): Normal's foreground and background.
+DEFAULT_FG, DEFAULT_BG = (224, 226, 234), (20, 22, 27)
+FONTS = Path("/usr/share/fonts/truetype/dejavu")
+
+
+def rgb(color: Any, default: tuple[int, int, int]) -> tuple[int, int, int]:
+    if color is None:
+        return default
+    if color[0] == "16":
+        code = color[1]
+        return BASIC[code - 30 if code < 90 else code - 90 + 8]
+    if color[0] == "256":
+        n = color[1]
+        if n < 16:
+            return BASIC[n]
+        if n >= 232:
+            return (8 + 10 * (n - 232),) * 3
+        n -= 16
+        return tuple(0 if v == 0 else 55 + 40 * v for v in (n // 36, n // 6 % 6, n % 6))
+    return tuple(color)
+
+
+def render_png(screen: list[list[tuple[str, tuple]]], cursor: tuple[int, int], path: Path) -> None:
+    """The captured cells drawn as a terminal would: DejaVu Sans Mono, a bar cursor."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    size = 15
+    regular = ImageFont.truetype(str(FONTS / "DejaVuSansMono.ttf"), size)
+    bold = ImageFont.truetype(str(FONTS / "DejaVuSansMono-Bold.ttf"), size)
+    width, height, pad = round(regular.getlength("M")), round(size * 1.35), 10
+    image = Image.new("RGB", (COLUMNS * width + 2 * pad, ROWS * height + 2 * pad), DEFAULT_BG)
+    draw = ImageDraw.Draw(image)
+    for y, row in enumerate(screen):
+        for x, (ch, (fg, bg, is_bold, _italic, underline, reverse)) in enumerate(row):
+            fore, back = rgb(fg, DEFAULT_FG), rgb(bg, DEFAULT_BG)
+            if reverse:
+                fore, back = back, fore
+            left, top = pad + x * width, pad + y * height
+            draw.rectangle([left, top, left + width - 1, top + height - 1], fill=back)
+            if ch != " ":
+                draw.text((left, top + 2), ch, font=bold if is_bold else regular, fill=fore)
+            if underline:
+                draw.line([left, top + height - 2, left + width - 1, top + height - 2], fill=fore)
+    x, y = cursor
+    draw.rectangle([pad + x * width, pad + y * height, pad + x * width + 1,
+                    pad + (y + 1) * height - 1], fill=DEFAULT_FG)  # insert mode's bar cursor
+    image.save(path, optimize=True)
+
+
+def test_the_screen_as_a_picture(tmux_run: dict[str, Any], tmp_path: Path):
+    """Renders the tmux capture to a PNG; DG_UPDATE_PICTURES=1 also writes it to docs/img/
+    for the READMEs."""
+    assert tmux_run["error"] is None, tmux_run["error"]
+    image_module = pytest.importorskip("PIL.Image", reason="Pillow is not installed "
+                                       "(pip install pillow: the picture only)")
+    if not (FONTS / "DejaVuSansMono.ttf").exists():
+        pytest.skip("DejaVu Sans Mono is not installed (apt-get install fonts-dejavu-core)")
+    path = tmp_path / PICTURE.name
+    render_png(tmux_run["screen"], tmux_run["cursor"], path)
+    assert path.stat().st_size < 60_000
+    image = image_module.open(path)
+    assert image.size[0] > COLUMNS * 8 and image.size[1] > ROWS * 15
+    if os.environ.get("DG_UPDATE_PICTURES") == "1":
+        PICTURE.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, PICTURE)
+
+
+# -- a scripted server: the cases the bundled model does not produce on demand ----------------
+
+# Answers by the text before the cursor. "slow" answers after a second: the keystroke typed
+# meanwhile makes it stale. ("replace": characters after the cursor the text types again.)
+SCRIPTED_SERVER = '''
+import json, sys, time
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+
+ANSWERS = json.loads(sys.argv[1])
+server = LanguageServer("scripted", "0")
+
+@server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION)
+def inline(ls, params):  # synchronous: a sleep holds every later message back
+    line = ls.workspace.get_text_document(params.text_document.uri).lines[params.position.line]
+    answer = ANSWERS.get(line[:params.position.character])
+    if answer is None:
+        return types.InlineCompletionList(items=[])
+    time.sleep(answer.get("delay", 0))
+    start = params.position
+    end = types.Position(start.line, start.character + answer.get("replace", 0))
+    return types.InlineCompletionList(items=[types.InlineCompletionItem(
+        insert_text=answer["text"], range=types.Range(start, end))])
+
+server.start_io()
+'''
+SCRIPTED = {
+    "print(foo(": {"text": "1, 2))", "replace": 2},  # the line: print(foo(|))
+    "x = [": {"text": "\n    1,\n]", "replace": 1},  # the line: x = [|]
+    "slow": {"text": "STALE", "delay": 1.0},
+    "slowe": {"text": "r = 1"},
+}
+SCRIPTED_FILE = "print(foo())\nx = []\n\n"
+
+
+@pytest.fixture(scope="module")
+def scripted_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    nvim = nvim_or_skip("wheel")
+    tmp = tmp_path_factory.mktemp("nvim-scripted")
+    source = tmp / "scripted.py"
+    source.write_text(SCRIPTED_FILE)
+    server = tmp / "server.py"
+    server.write_text(SCRIPTED_SERVER)
+    socket = tempfile.mkdtemp(prefix="dg-nvim-") + "/nvim.sock"
+    command = json.dumps([sys.executable, str(server), json.dumps(SCRIPTED)])
+    # DG_CMD replaces the dg-lsp command: no model is loaded (the model argument is unused)
+    proc, neovim = start_neovim(nvim, tmp, tmp, source, nvim_command(nvim, socket, tmp), socket,
+                                DG_CMD=command)
+    run: dict[str, Any] = {"error": None}
+    try:
+        neovim.keys("1G010li")  # insert between "print(foo(" and "))"
+        neovim.wait("insert mode", lambda s: s["mode"] == "i")
+        neovim.keys("x<BS>")
+        run["closers"] = neovim.wait("the ghost text", shows_ghost_at(0, 10))
+        neovim.keys("<Tab>")
+        run["closers_accepted"] = neovim.wait("accepted", lambda s: s["ghost"] is None)
+        neovim.keys("<Esc>2G05li")  # insert between "x = [" and "]"
+        neovim.wait("insert mode", lambda s: s["mode"] == "i" and s["cursor"] == [2, 5])
+        neovim.keys("x<BS>")
+        run["block"] = neovim.wait("the ghost text", shows_ghost_at(1, 5))
+        neovim.keys("<M-Down>")
+        run["line1"] = neovim.wait("a line accepted", lambda s: s["lines"] != run["block"]["lines"])
+        neovim.keys("<M-Down>")
+        run["line2"] = neovim.wait("a line accepted", lambda s: s["lines"] != run["line1"]["lines"])
+        neovim.keys("<Esc>Gi")  # the last line, empty
+        neovim.wait("insert mode", lambda s: s["mode"] == "i" and s["cursor"] == [5, 0])
+        neovim.keys("slow")
+        time.sleep(0.4)  # the request for "slow" is out (75 ms debounce); its answer is not
+        neovim.keys("e")
+        neovim.wait("the fresh ghost text", shows_ghost_at(4, 5), timeout=30)
+        time.sleep(1.5)  # room for the stale answer to be drawn, were it drawn
+        run["stale"] = neovim.state()
+        neovim.keys("z")  # the scripted server has nothing for "slowez"
+        neovim.wait("z typed", lambda s: s["lines"][-1] == "slowez")
+        time.sleep(0.5)
+        run["typed_over"] = neovim.state()
+        neovim.keys("<Cmd>setlocal noexpandtab softtabstop=0<CR><Tab>")
+        run["tab"] = neovim.wait("Tab typed", lambda s: s["lines"][-1] != "slowez")
+    except TimeoutError as exc:
+        run["error"] = str(exc)
+    finally:
+        stop(proc)
+        shutil.rmtree(Path(socket).parent, ignore_errors=True)
+    return run
+
+
+def test_closers_after_the_cursor_are_not_drawn_twice_and_are_replaced(
+        scripted_run: dict[str, Any]):
+    closers = scripted_run["closers"]
+    assert closers["lines"][0] == "print(foo())"
+    assert closers["ghost"]["text"] == "1, 2" and closers["ghost"]["lines"] == []
+    accepted = scripted_run["closers_accepted"]
+    assert accepted["lines"][0] == "print(foo(1, 2))"
+    assert accepted["cursor"] == [1, len("print(foo(1, 2))")]
+
+
+def test_a_block_before_a_closer_lands_around_it(scripted_run: dict[str, Any]):
+    assert scripted_run["error"] is None, scripted_run["error"]
+    block = scripted_run["block"]
+    assert block["ghost"]["text"] == "" and block["ghost"]["lines"] == ["    1,", "]"]
+    line1 = scripted_run["line1"]
+    assert line1["lines"][1:3] == ["x = [", "    1,]"]  # the real "]" follows the cursor
+    assert line1["ghost"]["text"] == "" and line1["ghost"]["lines"] == ["]"]
+    line2 = scripted_run["line2"]
+    assert line2["lines"] == ["print(foo(1, 2))", "x = [", "    1,", "]", ""]
+    assert line2["cursor"] == [4, 1] and line2["ghost"] is None
+
+
+def test_an_answer_for_an_older_keystroke_is_never_drawn(scripted_run: dict[str, Any]):
+    assert scripted_run["error"] is None, scripted_run["error"]
+    stale = scripted_run["stale"]
+    assert stale["lines"][-1] == "slowe"
+    assert stale["ghost"]["text"] == "r = 1"
+    # every suggestion drawn, in order
+    assert stale["shown"] == ["1, 2))", "\n    1,\n]", "r = 1"]
+
+
+def test_a_keystroke_clears_it_and_tab_without_a_suggestion_is_a_tab(
+        scripted_run: dict[str, Any]):
+    assert scripted_run["error"] is None, scripted_run["error"]
+    assert scripted_run["typed_over"]["ghost"] is None and scripted_run["typed_over"]["marks"] == 0
+    assert scripted_run["tab"]["lines"][-1] == "slowez\t"
+    assert scripted_run["tab"]["ghost"] is None
