@@ -353,11 +353,15 @@ async def test_killed_engine_answers_empty_is_restarted_and_serves_again(dream_c
         first_pid = victim.hello()["pid"]
 
         client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={
-            "holeSize": {"restOfLine": 500}, "canvasLength": 512,
+            # a long hole (the settings keep 32 of the tiny model's 512 positions for context)
+            "holeSize": {"restOfLine": 448}, "canvasLength": 512,
             "sampler": {"name": "topk", "k": 1}}))
         pending = asyncio.ensure_future(inline(client, "file:///tmp/kill.py", text))
-        while victim.stats()["live"] == 0:
+        for _ in range(3000):  # until the engine holds it (at most a minute)
+            if victim.stats()["live"] or pending.done():
+                break
             await asyncio.sleep(0.02)
+        assert victim.stats()["live"] == 1, "the long request never reached the engine"
         os.kill(first_pid, signal.SIGKILL)
         assert await pending is None  # empty, not an error
 
