@@ -249,7 +249,9 @@ def test_memory_of_a_large_request_is_given_back(tmp_path):
                                  prefix="x = 1\n" * 2000, settings={"max_steps": 4}))
         assert protocol.receive(sock)["type"] == "result"
         after = rss_mb(process.pid)
-        assert after - before < 24, (before, after)
+        # Untrimmed the heap keeps ~+52 MB here, trimmed ~+6 MB; half-way between tells them
+        # apart with room for the allocator's noise (a run at +24 was seen once).
+        assert after - before < 28, (before, after)
 
 
 def test_a_request_whose_deadline_passes_in_the_queue_never_runs(long_engine):
@@ -266,3 +268,17 @@ def test_a_request_whose_deadline_passes_in_the_queue_never_runs(long_engine):
     assert timeline.events == [("late", Draft(step=0, token_ids=[], committed=0, text="",
                                               done=True, finish_reason="deadline"))]
     assert (scheduler.counters["expired"], scheduler.counters["forwardPasses"]) == (1, 0)
+
+
+def test_the_engine_leaves_a_core_to_the_editor_unless_told_otherwise(monkeypatch):
+    import os
+
+    from engine.serve.daemon import cpu_threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert (cpu_threads(None), cpu_threads(3), cpu_threads(0)) == (7, 3, 1)
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert cpu_threads(None) == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    assert cpu_threads(None) is None  # the user's OMP_NUM_THREADS stands
