@@ -106,21 +106,17 @@ class Pipeline:
         if hit is not None:
             return hit
         ctx, drafts = self.start(request, cancel)
-        last = None
-        for draft in drafts:
-            last = draft
-            if unit_ended(draft.text, ctx):
-                drafts.close()
-                break
-        return self.finish(request, ctx, last)
+        return self.finish(request, ctx, _read_until_unit_ends(drafts, ctx))
 
     async def complete_async(
         self, request: CompletionRequest, executor: Executor
     ) -> Completion | None:
-        """Runs each denoising step on `executor` (one worker) and awaits it.
+        """Runs each denoising step on `executor` (one worker) and awaits it; a resident
+        engine's drafts are read on a thread of their own instead (the engine steps every
+        request in its own process: a hop through the event loop per step only adds latency).
 
         A cancelled task gets CancelledError at the await; the engine is told to stop and
-        the generator is closed on the worker after the step in flight.
+        the generator is closed (on the worker) after the step in flight.
         """
         hit = self.cached(request)
         if hit is not None:
@@ -128,6 +124,13 @@ class Pipeline:
         stop = threading.Event()
         ctx, drafts = self.start(request, stop.is_set)
         loop = asyncio.get_running_loop()
+        if self.backend.engine_info.resident:
+            try:
+                last = await loop.run_in_executor(None, _read_until_unit_ends, drafts, ctx,
+                                                  stop.is_set)
+            finally:
+                stop.set()
+            return self.finish(request, ctx, last)
         last = None
         try:
             while (draft := await loop.run_in_executor(executor, next, drafts, None)) is not None:
@@ -138,6 +141,19 @@ class Pipeline:
             stop.set()
             executor.submit(drafts.close)
         return self.finish(request, ctx, last)
+
+
+def _read_until_unit_ends(drafts: Iterator[Draft], ctx: Context,
+                          stop: Callable[[], bool] = lambda: False) -> Draft | None:
+    """The last draft read: when the unit ended, `stop` said so, or the engine finished."""
+    last = None
+    try:
+        for last in drafts:
+            if stop() or unit_ended(last.text, ctx):
+                break
+    finally:
+        drafts.close()
+    return last
 
 
 def _completion(request: CompletionRequest, s: Suggestion, kind: str, steps: int) -> Completion:
