@@ -14,6 +14,7 @@ from dg_lsp.languages import language_for
 from dg_lsp.pipeline import CompletionRequest, Pipeline
 from dg_lsp.postprocess import Suggestion, postprocess, unit_ended
 from dg_lsp.settings import Settings, parse_settings
+from engine.backend import EngineInfo
 from engine.types import Draft
 
 
@@ -110,6 +111,9 @@ def test_unit_ended(source, raw, ended):
 
 class ScriptedEngine:
     """Yields the given committed texts as successive drafts; counts the drafts taken."""
+
+    engine_info = EngineInfo(model="scripted", family="masked", device="cpu", resident=False,
+                             counts_tokens=False)
 
     def __init__(self, texts: list[str]) -> None:
         self.texts, self.taken = texts, 0
