@@ -497,9 +497,11 @@ class DgLanguageServer(LanguageServer):
         if doc is None or not doc.is_valid_text or len(doc.text) > MAX_DOCUMENT_CHARS:
             return None
         enc = self.position_encoding
-        start = offset_at(doc.text, lsp_range.start, enc)
-        end = offset_at(doc.text, lsp_range.end, enc)
-        if start is None or end is None or end < start or "\x00" in doc.text:
+        # A character past its line's end means the line's end (LSP): a linewise selection
+        # ends at Neovim's v:maxcol.
+        start = offset_at(doc.text, lsp_range.start, enc, clamp=True)
+        end = offset_at(doc.text, lsp_range.end, enc, clamp=True)
+        if end < start or "\x00" in doc.text:
             return None
         language = language_for(doc.language_id, uri)
         parsed = Document(doc.text, language, self.trees.tree(uri, doc.text, language))

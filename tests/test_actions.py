@@ -399,6 +399,19 @@ async def test_actions_follow_typing_and_reparse_only_what_changed(client):
 
 
 @pytest.mark.asyncio(loop_scope="module")
+async def test_a_selection_ending_past_its_line_means_the_line_end(client):
+    # Neovim's linewise selections end at v:maxcol; LSP reads a character past the line's
+    # end as the line's end.
+    uri = open_doc(client, PY, "python")
+    start = PY.index("return json.load(f)")
+    exact = await code_actions(client, uri, lsp_range(PY, start, start + 19))
+    r = lsp_range(PY, start, start)
+    r.end = types.Position(r.start.line, 2**31 - 1)
+    assert [a.title for a in await code_actions(client, uri, r)] == [a.title for a in exact]
+    assert [a.title for a in exact] == ["Rewrite selection", "Rewrite selection with instruction…"]
+
+
+@pytest.mark.asyncio(loop_scope="module")
 async def test_codeaction_advertises_resolve_and_the_instruction_command(client):
     uri = open_doc(client, JS, "javascript")
     start = JS.index("return a")
