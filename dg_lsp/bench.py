@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import resource
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -60,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dg_lsp.bench_lsp import cut_functions, measure
+    from dg_lsp.bench_lsp import cut_functions, measure, peak_rss_mb
     from dg_lsp.eval.cases import cut_cases, cut_cursor_cases
     from dg_lsp.eval.heldout import PACKAGE, VERSION, heldout_sources
 
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         report["concurrency"] = concurrency_section(engine, cases)
         _show(args, "concurrency (resident engine's scheduler)", report["concurrency"])
     if "memory" in sections:
-        report["memory"] = {"benchPeakRssMb": round(_self_peak_rss_mb(), 1),
+        report["memory"] = {"benchPeakRssMb": peak_rss_mb(os.getpid()),
                             **report.get("lsp", {}).get("memory", {})}
         _show(args, "memory", [report["memory"]])
     if args.json:
@@ -151,10 +151,6 @@ def concurrency_section(engine: Any, cases: list) -> list[dict]:
 
 
 # -- helpers ----------------------------------------------------------------------------------
-
-
-def _self_peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: kilobytes
 
 
 def _show(args: argparse.Namespace, title: str, rows: list[dict]) -> None:
