@@ -52,8 +52,7 @@ class Completion:
 class Pipeline:
     def __init__(
         self,
-        backend: Backend | None,  # the in-process Engine or the resident engine's client;
-        # None for a pipeline that only looks in the cache
+        backend: Backend,  # the in-process Engine or the resident engine's client
         settings: Settings | None = None,
         cache: CompletionCache | None = None,
     ) -> None:
@@ -69,10 +68,7 @@ class Pipeline:
                              self.settings.suffix_fraction, others)
 
     def cached(self, request: CompletionRequest) -> Completion | None:
-        hit = self.cache.get(request.uri, request.text, request.offset)
-        if hit is None:
-            return None
-        return Completion(hit.text, request.offset, request.offset + hit.replace, "cached")
+        return cached_completion(self.cache, request)
 
     def start(
         self, request: CompletionRequest, cancel: Callable[[], bool] | None = None
@@ -141,6 +137,14 @@ class Pipeline:
             stop.set()
             executor.submit(drafts.close)
         return self.finish(request, ctx, last)
+
+
+def cached_completion(cache: CompletionCache, request: CompletionRequest) -> Completion | None:
+    """What the cache holds for the request: a suggestion the user is typing through."""
+    hit = cache.get(request.uri, request.text, request.offset)
+    if hit is None:
+        return None
+    return Completion(hit.text, request.offset, request.offset + hit.replace, "cached")
 
 
 def _read_until_unit_ends(drafts: Iterator[Draft], ctx: Context,

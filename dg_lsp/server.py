@@ -41,7 +41,7 @@ from dg_lsp.cache import CompletionCache
 from dg_lsp.context import OtherDocument
 from dg_lsp.documents import Documents
 from dg_lsp.languages import language_for
-from dg_lsp.pipeline import Completion, CompletionRequest, Pipeline
+from dg_lsp.pipeline import Completion, CompletionRequest, Pipeline, cached_completion
 from dg_lsp.positions import line_end, offset_at, position_at, units
 from dg_lsp.rewrite import MAX_DOCUMENT_CHARS, RewriteError, compute_edit
 from dg_lsp.settings import Settings, parse_settings
@@ -323,8 +323,7 @@ class DgLanguageServer(LanguageServer):
         try:
             if self.settings.debounce_ms:
                 await asyncio.sleep(self.settings.debounce_ms / 1000)
-            pipeline = Pipeline(None, self.settings, self.cache)
-            completion = pipeline.cached(request)
+            completion = cached_completion(self.cache, request)
             if completion is not None:
                 self.stats["cacheHits"] += 1
             else:
@@ -333,7 +332,8 @@ class DgLanguageServer(LanguageServer):
                 backend = await self.backend()
                 if backend is None:
                     return None
-                pipeline.backend = CountingBackend(backend, self.engine_counts)
+                pipeline = Pipeline(CountingBackend(backend, self.engine_counts), self.settings,
+                                    self.cache)
                 completion = await pipeline.complete_async(request, self.executor)
             if completion is None:
                 return None
