@@ -12,14 +12,13 @@ longer change, and the hole's remaining positions would cost passes for text tha
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 from dg_lsp.cache import CompletionCache
-from dg_lsp.context import BLOCK, BRACKETS, Context, OtherDocument, build_context
+from dg_lsp.context import Context, OtherDocument, build_context
 from dg_lsp.languages import LanguageSpec
 from dg_lsp.postprocess import Suggestion, postprocess, unit_ended
 from dg_lsp.settings import Settings
@@ -75,12 +74,10 @@ class Pipeline:
     ) -> tuple[Context, Iterator[Draft]]:
         """The context, and the engine's drafts (lazy: nothing runs until iterated)."""
         ctx = self.context(request)
-        # A one-line unit ends at the first newline (unit_ended): the engine may stop there.
-        sampler = dataclasses.replace(self.settings.sampler,
-                                      one_line=ctx.kind not in (BLOCK, BRACKETS))
         drafts = self.backend.infill_stream(
-            ctx.prefix, ctx.suffix, self.settings.hole_size[ctx.kind], settings=sampler,
-            canvas_length=self.settings.canvas_length, cancel=cancel)
+            ctx.prefix, ctx.suffix, self.settings.hole_size[ctx.kind],
+            settings=self.settings.sampler, canvas_length=self.settings.canvas_length,
+            cancel=cancel)
         return ctx, drafts
 
     def finish(

@@ -38,7 +38,6 @@ next refresh (full pass) corrects it.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -282,13 +281,12 @@ class MaskedDenoiser:
         self.cache: ContextCache | None = None
         self.stale = True  # the cache no longer matches the canvas layout
         self.stopped = False
-        self.line_written = False  # settings.one_line and the committed text holds a newline
         self.steps = 0
         self._masked_range: tuple[int, int] | None = None  # this step's; advance() clears it
 
     @property
     def done(self) -> bool:
-        return self.line_written or self.hole.n == 0 or not bool(self.hole.masked().any())
+        return self.hole.n == 0 or not bool(self.hole.masked().any())
 
     def draft(self, done: bool = False, reason: str = "") -> Draft:
         tokens = self.hole.tokens()
@@ -436,13 +434,8 @@ class MaskedDenoiser:
             self.stopped |= _stop_early(hole, self.stop_ids, self.pad_id)
         _sync(self.device)
         self.timings["sample"] += time.perf_counter() - t1
-        draft = self.draft()
-        if settings.one_line and "\n" in draft.text:
-            self.line_written = self.stopped = True
-        if not self.done:
-            return draft
-        return dataclasses.replace(draft, done=True,
-                                   finish_reason="stop" if self.stopped else "length")
+        done = self.done
+        return self.draft(done, ("stop" if self.stopped else "length") if done else "")
 
 
 def denoise(

@@ -34,10 +34,6 @@ class SamplerSettings:
     # whose proposal is a stop token: the end of the hole is settled in one step instead of
     # one padding position per step (masked family).
     stop_run: bool = True
-    # The caller keeps only the first line (a rest-of-line hole): denoising ends once the
-    # committed text holds a newline, as it would stop asking then; passes run after it, by a
-    # resident engine ahead of its client, would only delay the next request (masked family).
-    one_line: bool = False
 
 
 @dataclass

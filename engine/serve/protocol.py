@@ -50,7 +50,7 @@ from typing import Any
 
 from engine.types import SAMPLERS, Draft, SamplerSettings
 
-VERSION = 2  # 2: SamplerSettings.one_line
+VERSION = 1
 MAX_MESSAGE = 8 * 1024 * 1024  # a 256-token canvas's text is a few KB; this is generous
 MAX_UNAUTHENTICATED = 4096  # a TCP peer's first frame: a hello with its token
 MAX_ID = 256  # characters of a string id
