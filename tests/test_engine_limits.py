@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from dg_lsp.bench_lsp import peak_rss_mb
 from engine.serve import protocol
 from engine.serve.scheduler import BATCH, INTERACTIVE, Request, Scheduler
 from engine.types import Draft, SamplerSettings
@@ -235,7 +236,7 @@ def test_interactive_work_is_admitted_beside_a_full_batch_lane(long_engine):
 
 
 def test_memory_of_a_large_request_is_given_back(tmp_path):
-    """Freed tensors stay in glibc's heap unless trimmed: RSS would stay ~100 MB higher."""
+    """Freed tensors stay in glibc's heap unless collected and trimmed."""
     folder = write_dream_checkpoint(tmp_path / "long", hidden=256, intermediate=1024,
                                     extra_config={"max_position_embeddings": 4096})
     with serving(folder, tmp_path / "e.sock", "--max-request-mb", "4096") as (
@@ -248,10 +249,12 @@ def test_memory_of_a_large_request_is_given_back(tmp_path):
         protocol.send(sock, dict(small, id=2, max_tokens=4000, canvas_length=4096,
                                  prefix="x = 1\n" * 2000, settings={"max_steps": 4}))
         assert protocol.receive(sock)["type"] == "result"
-        after = rss_mb(process.pid)
-        # Untrimmed the heap keeps ~+52 MB here, trimmed ~+6 MB; half-way between tells them
-        # apart with room for the allocator's noise (a run at +24 was seen once).
-        assert after - before < 28, (before, after)
+        after, peak = rss_mb(process.pid), peak_rss_mb(process.pid)
+        # The request grows RSS by ~140 MB. Measured over 16 runs: collected and trimmed it
+        # keeps at most 12 MB of that; untrimmed 61-143 MB, trimmed without collecting up to
+        # 31 MB. A share of the growth, not a fixed figure, so the allocator's noise cannot
+        # decide it.
+        assert after - before < 0.3 * (peak - before), (before, peak, after)
 
 
 def test_a_request_whose_deadline_passes_in_the_queue_never_runs(long_engine):

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import threading
 import time
 from collections import deque
@@ -91,7 +92,9 @@ def request_bytes(config: ModelConfig, canvas_length: int, hole: int) -> int:
 
 def release_memory(device: torch.device) -> None:
     """Give memory a finished large request freed back to the system: torch's CUDA cache,
-    and glibc's heap (which otherwise keeps what it once grew to)."""
+    and glibc's heap (which otherwise keeps what it once grew to). Tensors held in reference
+    cycles are freed only by the collector: collect first, or trimming misses them."""
+    gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
     with contextlib.suppress(OSError, AttributeError):
