@@ -147,15 +147,17 @@ def _generate(
 ) -> tuple[str | None, int]:
     """The hole's text (None when cancelled) and the forward passes it took."""
     prefix, suffix = model_input(doc, target, settings, instruction)
-    # An explicit action is worth exact context keys/values (cache refresh 1); the cached
-    # refresh that makes ghost text faster changes a few completions in ten.
+    # An action's edit must not depend on which requests the engine served before.
     sampler = replace(settings.sampler, min_tokens=MIN_TOKENS.get(target.action, 0),
-                      cache_refresh=1)
+                      share_prefix=False)
     original = doc.text[target.start : target.end]
     if original and strength < 1.0:
+        # Remasking has no held-out measurement that favours cached passes (infill holes
+        # do): it keeps the exact context keys/values.
         drafts = backend.rewrite_stream(
             prefix, suffix, original, strength=strength, max_tokens=target.max_tokens,
-            settings=sampler, canvas_length=settings.canvas_length, cancel=cancel)
+            settings=replace(sampler, cache_refresh=1), canvas_length=settings.canvas_length,
+            cancel=cancel)
     else:
         drafts = backend.infill_stream(prefix, suffix, target.max_tokens, settings=sampler,
                                        canvas_length=settings.canvas_length, cancel=cancel)

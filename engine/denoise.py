@@ -274,7 +274,8 @@ class MaskedDenoiser:
             self.heal_allowed[vocab.ids_starting_with(canvas.heal_text)] = True
         self.generator = torch.Generator(device=device).manual_seed(settings.seed)
         self.refresh = max(1, settings.cache_refresh)
-        self.prefix_cache = prefix_cache if self.refresh > 1 else None
+        self.prefix_cache = (prefix_cache if self.refresh > 1 and settings.share_prefix
+                             else None)
         self.hole = _Hole(canvas, device)
         if start is not None:
             self.hole.rebuild(*start)

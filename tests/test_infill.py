@@ -340,9 +340,20 @@ def test_prefix_cache_reuses_the_previous_requests_prefix_keys(dream: Engine) ->
     typed = dream.infill(prefix + "    ", "\n", max_tokens=6, cache_refresh=4)
     assert dream.decoder.prefix_cache.hits == 2 and typed.finish_reason in ("stop", "length")
     # Exact mode (R=1) never reuses another request's keys.
-    dream.infill(prefix, "\n", max_tokens=6)
+    dream.infill(prefix, "\n", max_tokens=6, cache_refresh=1)
     assert (dream.decoder.prefix_cache.hits, dream.decoder.prefix_cache.misses) == (2, 1)
 
+
+
+def test_a_request_that_shares_no_prefix_does_not_depend_on_earlier_requests(dream: Engine):
+    """Code actions and batch set share_prefix=False: their edit is what a fresh engine gives."""
+    dream.decoder.prefix_cache = PrefixCache()
+    prefix = "import os\nimport sys\n\n\ndef main(argv):\n    path = os.path.join(argv[1], 'x')\n"
+    fresh = dream.infill(prefix, "\n", max_tokens=6, share_prefix=False)
+    dream.infill(prefix, "\n    return path\n", max_tokens=6)  # stores this prefix's keys
+    again = dream.infill(prefix, "\n", max_tokens=6, share_prefix=False)
+    assert (dream.decoder.prefix_cache.hits, dream.decoder.prefix_cache.misses) == (0, 1)
+    assert (again.token_ids, again.steps) == (fresh.token_ids, fresh.steps)
 
 # -- rewrites ---------------------------------------------------------------------------------
 

@@ -52,8 +52,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--sampler", default="threshold", choices=["threshold", "entropy", "topk"])
     p.add_argument("--threshold", type=float, default=0.9)
     p.add_argument("--eos-penalty", type=float, default=0.0)
-    p.add_argument("--cache-refresh", type=int, default=1, metavar="R",
-                   help="recompute the context's keys/values every R steps (1: exact)")
+    p.add_argument("--cache-refresh", type=int, default=SamplerSettings.cache_refresh,
+                   metavar="R", help="recompute the context's keys/values every R steps "
+                   "(1: exact; default: %(default)s)")
     p.add_argument("--refresh-window", type=int, default=SamplerSettings.refresh_window,
                    metavar="N", help="a refresh recomputes the hole and N tokens on each side "
                    "(-1: the whole canvas)")
