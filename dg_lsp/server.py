@@ -671,9 +671,11 @@ def create_server(backend: Backend | None = None) -> DgLanguageServer:
         return edit
 
     @server.command(STATS_COMMAND)
-    def stats(ls: DgLanguageServer, *args: Any) -> dict[str, int]:
+    def stats(ls: DgLanguageServer, *args: Any) -> dict[str, int | None]:
         return {**ls.stats, "engineRequests": ls.engine_counts.requests,
-                "denoiseSteps": ls.engine_counts.drafts, "fullParses": ls.trees.full_parses,
+                "denoiseSteps": ls.engine_counts.drafts,
+                "completionTokens": ls.engine_counts.tokens,  # None: the engine cannot tell
+                "fullParses": ls.trees.full_parses,
                 "incrementalParses": ls.trees.incremental_parses}
 
     return server
