@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from dg_lsp.actions import DOCSTRING, Document, all_targets, error_count
-from dg_lsp.batch import (
+from dg_lsp.batch.cli import prepare
+from dg_lsp.batch.job import (
     ACTION_NAMES,
     BatchJob,
     Record,
@@ -26,7 +27,6 @@ from dg_lsp.batch import (
     merge,
     process_file,
 )
-from dg_lsp.batch_cli import prepare
 from dg_lsp.cli import build_parser, main
 from dg_lsp.discover import discover, gitignore_regex
 from dg_lsp.languages import language_for
