@@ -369,7 +369,7 @@ def cpu_threads(requested: int | None) -> int | None:
     """The engine's intra-op threads on the CPU: as asked, else as OMP_NUM_THREADS says (None:
     torch's own choice), else every core but one. The spare core is for the language server
     and the editor talking to the engine while it computes: with every core in a pass, each
-    step waits for them to be scheduled (2 cores: 152 -> 100 ms per completion, dg-lsp bench)."""
+    step waits for them to be scheduled (README, "Performance")."""
     if requested is not None:
         return max(1, requested)
     if os.environ.get("OMP_NUM_THREADS"):
