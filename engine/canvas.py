@@ -5,9 +5,10 @@
 
 Budget. The hole takes n of the L positions (plus BOS where the model expects one). Of what
 remains the suffix gets `suffix_fraction` (the request's; default `SUFFIX_FRACTION`, 25%) and
-the prefix the rest; budget one side does not use flows to the other. This cut is the one
-owner of the split: callers (dg_lsp) only choose where their text starts and ends (syntax
-boundaries), and pass the split with the request.
+the prefix the rest; budget one side does not use flows to the other. This cut decides what
+the model reads; a caller's own windows (dg_lsp cuts its text at syntax boundaries, within a
+character budget split by the same fraction) only bound the text it sends and choose where
+that text starts and ends.
 Each side keeps the tokens nearest the cursor and, where a line boundary lies in the half of
 its window farthest from the cursor, cuts there rather than mid-line.
 
