@@ -1,7 +1,8 @@
 """`suffixFraction` decides how the canvas splits its context between prefix and suffix.
 
-Through the language server (settings from didChangeConfiguration, a document, a completion at
-an LSP position), into the in-process engine, down to the canvas the model reads. The document
+Through the language server in this process (settings applied as didChangeConfiguration
+applies them, a document opened, a completion asked at an LSP position), into the engine,
+down to the canvas the model reads. The document
 is dense (three characters, three tokens a line), so the character windows dg_lsp cuts hold
 more than the canvas has room for, and the token cut is the one that decides.
 """
