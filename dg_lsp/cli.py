@@ -13,7 +13,7 @@ SUBCOMMAND_MODULES = [
     "dg_lsp.server",
     "dg_lsp.complete",
     "dg_lsp.rewrite_cli",
-    "dg_lsp.batch_cli",
+    "dg_lsp.batch.cli",
     "dg_lsp.eval.cli",
     "dg_lsp.bench",
     "dg_lsp.doctor",

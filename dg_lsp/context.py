@@ -1,8 +1,11 @@
 """What the model reads around the cursor: prefix/suffix windows, the hole kind, other files.
 
 Windows are cut on whole lines that start (prefix) or end (suffix) a statement or definition,
-so the model never sees half a construct at the edge of its canvas. Budgets are in characters;
-the pipeline converts the canvas's token budget into characters.
+so the model never sees half a construct at the edge of its canvas. Budgets are in characters
+(`char_budget`: the canvas's token budget at CHARS_PER_TOKEN), split by the same suffix
+fraction the request carries to the engine. The engine's token cut (engine.canvas) owns the
+split of the canvas: these windows bound the text sent and choose syntax boundaries for its
+edges, and the token cut splits what it keeps of them by the request's fraction.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 import tree_sitter as ts
 
 from dg_lsp.languages import LanguageSpec
+from engine.types import SUFFIX_FRACTION
 
 REST_OF_LINE = "rest_of_line"
 BLOCK = "block"
@@ -30,6 +34,11 @@ PARSE_SPAN_FACTOR = 4
 SNIPPET_LINES = 60  # other-file windows, as Copilot's neighbouring tabs use
 MAX_SNIPPETS = 4
 MAX_OTHER_DOCUMENT_CHARS = 500_000
+
+# Converts the canvas's token budget into the characters context windows are measured in;
+# code averages a little over 3 characters per token, so the windows rarely overflow.
+CHARS_PER_TOKEN = 3
+MIN_BUDGET_CHARS = 64
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NEWLINE = re.compile("\n")
@@ -56,12 +65,18 @@ class OtherDocument:
     text: str
 
 
+def char_budget(canvas_length: int, hole: int) -> int:
+    """Characters of context (prefix and suffix together) for a canvas of `canvas_length`
+    tokens around a hole of `hole` tokens."""
+    return max(MIN_BUDGET_CHARS, (canvas_length - hole) * CHARS_PER_TOKEN)
+
+
 def build_context(
     text: str,
     offset: int,
     language: LanguageSpec | None,
     budget_chars: int = 700,
-    suffix_fraction: float = 0.25,
+    suffix_fraction: float = SUFFIX_FRACTION,
     other_documents: Iterable[OtherDocument] = (),
 ) -> Context:
     """Context for a hole at character `offset` of `text`."""

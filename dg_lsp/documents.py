@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
 
@@ -95,3 +97,8 @@ class Documents:
 
     def __iter__(self) -> Iterator[OpenDocument]:
         return iter(list(self._docs.values()))
+
+
+def short_path(uri: str) -> str:
+    """The file name messages to the user show for `uri`."""
+    return Path(unquote(urlparse(uri).path)).name or uri

@@ -18,16 +18,12 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 from dg_lsp.cache import CompletionCache
-from dg_lsp.context import Context, OtherDocument, build_context
+from dg_lsp.context import Context, OtherDocument, build_context, char_budget
 from dg_lsp.languages import LanguageSpec
 from dg_lsp.postprocess import Suggestion, postprocess, unit_ended
 from dg_lsp.settings import Settings
 from engine.backend import Backend
 from engine.types import Draft
-
-# Converts the canvas's token budget into the characters context windows are measured in;
-# code averages a little over 3 characters per token, so the windows rarely overflow.
-CHARS_PER_TOKEN = 3
 
 
 @dataclass
@@ -61,7 +57,7 @@ class Pipeline:
 
     def context(self, request: CompletionRequest) -> Context:
         hole = max(self.settings.hole_size.values())
-        budget = max(64, (self.settings.canvas_length - hole) * CHARS_PER_TOKEN)
+        budget = char_budget(self.settings.canvas_length, hole)
         others = request.other_documents if self.settings.extra_context else ()
         return build_context(request.text, request.offset, request.language, budget,
                              self.settings.suffix_fraction, others)
@@ -77,7 +73,7 @@ class Pipeline:
         drafts = self.backend.infill_stream(
             ctx.prefix, ctx.suffix, self.settings.hole_size[ctx.kind],
             settings=self.settings.sampler, canvas_length=self.settings.canvas_length,
-            cancel=cancel)
+            suffix_fraction=self.settings.suffix_fraction, cancel=cancel)
         return ctx, drafts
 
     def finish(

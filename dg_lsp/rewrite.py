@@ -21,8 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from dg_lsp.actions import COMPLETE_BODY, DOCSTRING, FIX_SYNTAX, Document, Target, error_count
-from dg_lsp.context import windows
-from dg_lsp.pipeline import CHARS_PER_TOKEN
+from dg_lsp.context import char_budget, windows
 from dg_lsp.settings import Settings
 from engine.backend import Backend
 
@@ -93,7 +92,7 @@ def model_input(doc: Document, target: Target, settings: Settings, instruction: 
         prefix = (text[:line] + doc.indent_at(target.start) + f"{comment} {note}\n"
                   + text[line : target.start] + target.before)
     suffix = target.after + text[target.end :]
-    budget = max(64, (settings.canvas_length - target.max_tokens) * CHARS_PER_TOKEN)
+    budget = char_budget(settings.canvas_length, target.max_tokens)
     return windows(prefix, suffix, budget, settings.suffix_fraction)
 
 
@@ -157,10 +156,11 @@ def _generate(
         drafts = backend.rewrite_stream(
             prefix, suffix, original, strength=strength, max_tokens=target.max_tokens,
             settings=replace(sampler, cache_refresh=1), canvas_length=settings.canvas_length,
-            cancel=cancel)
+            cancel=cancel, suffix_fraction=settings.suffix_fraction)
     else:
         drafts = backend.infill_stream(prefix, suffix, target.max_tokens, settings=sampler,
-                                       canvas_length=settings.canvas_length, cancel=cancel)
+                                       canvas_length=settings.canvas_length, cancel=cancel,
+                                       suffix_fraction=settings.suffix_fraction)
     last = None
     try:
         for draft in drafts:

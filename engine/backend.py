@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from engine.types import CANVAS_LENGTH, Draft, SamplerSettings
+from engine.types import CANVAS_LENGTH, SUFFIX_FRACTION, Draft, SamplerSettings
 
 
 @dataclass(frozen=True)
@@ -23,8 +23,8 @@ class EngineInfo:
     family: str  # "masked", "ar" or "block" (engine.decoders)
     device: str  # where the model runs: "cpu", "cuda:0", ...
     resident: bool  # a shared engine process serves it (EngineClient), not this process
-    # Whether `completion_ids` can tell stop tokens apart (the resident engine's drafts carry
-    # the hole's ids but not the model's stop ids).
+    # Whether `completion_ids` can tell stop tokens apart: in process always; a resident
+    # engine says which ids end a completion in its hello (one that predates that does not).
     counts_tokens: bool
 
 
@@ -41,9 +41,11 @@ class Backend(Protocol):
         settings: SamplerSettings | None = None,
         canvas_length: int = CANVAS_LENGTH,
         cancel: Callable[[], bool] | None = None,
+        suffix_fraction: float = SUFFIX_FRACTION,
     ) -> Iterator[Draft]:
         """Drafts of the hole between `prefix` and `suffix` after every forward pass; the
-        last has done=True and a finish_reason."""
+        last has done=True and a finish_reason. `suffix_fraction`: the suffix's share of the
+        canvas's context tokens (the engine's token cut is the one place that splits them)."""
         ...
 
     def rewrite_stream(
@@ -57,6 +59,7 @@ class Backend(Protocol):
         settings: SamplerSettings | None = None,
         canvas_length: int = CANVAS_LENGTH,
         cancel: Callable[[], bool] | None = None,
+        suffix_fraction: float = SUFFIX_FRACTION,
     ) -> Iterator[Draft]:
         """Drafts of `original` (the text between prefix and suffix) rewritten at `strength`
         (the share of its tokens generated again; 1.0: a fresh infill)."""

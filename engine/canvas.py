@@ -4,8 +4,11 @@
                      ^ hole_start
 
 Budget. The hole takes n of the L positions (plus BOS where the model expects one). Of what
-remains the prefix gets `prefix_share` (default 75%: the code before the cursor says most about
-what comes next) and the suffix the rest; budget one side does not use flows to the other.
+remains the suffix gets `suffix_fraction` (the request's; default `SUFFIX_FRACTION`, 25%) and
+the prefix the rest; budget one side does not use flows to the other. This cut decides what
+the model reads; a caller's own windows (dg_lsp cuts its text at syntax boundaries, within a
+character budget split by the same fraction) only bound the text it sends and choose where
+that text starts and ends.
 Each side keeps the tokens nearest the cursor and, where a line boundary lies in the half of
 its window farthest from the cursor, cuts there rather than mid-line.
 
@@ -28,9 +31,7 @@ from dataclasses import dataclass
 
 from engine.config import ModelConfig
 from engine.tokenizer import Tokenizer
-from engine.types import CANVAS_LENGTH
-
-DEFAULT_PREFIX_SHARE = 0.75
+from engine.types import CANVAS_LENGTH, SUFFIX_FRACTION
 
 
 class VocabText:
@@ -131,10 +132,11 @@ def keep_head(tokenizer: Tokenizer, ids: list[int], budget: int) -> list[int]:
 
 
 def split_budget(
-    prefix_len: int, suffix_len: int, budget: int, prefix_share: float
+    prefix_len: int, suffix_len: int, budget: int, suffix_fraction: float = SUFFIX_FRACTION
 ) -> tuple[int, int]:
-    """Tokens for (prefix, suffix); what one side leaves unused goes to the other."""
-    want_prefix = int(budget * prefix_share)
+    """Tokens for (prefix, suffix), the suffix's share `suffix_fraction` of `budget`; what one
+    side leaves unused goes to the other."""
+    want_prefix = int(budget * (1.0 - suffix_fraction))
     want_suffix = budget - want_prefix
     if prefix_len < want_prefix:
         want_suffix += want_prefix - prefix_len
@@ -165,7 +167,7 @@ def layout(
     suffix: str,
     hole_len: int,
     canvas_length: int = CANVAS_LENGTH,
-    prefix_share: float = DEFAULT_PREFIX_SHARE,
+    suffix_fraction: float = SUFFIX_FRACTION,
     vocab: VocabText | None = None,
     bos: bool | None = None,
 ) -> Canvas:
@@ -185,7 +187,8 @@ def layout(
     heal_text = ""
     if vocab is not None:
         prefix_ids, heal_text = heal(tokenizer, vocab, prefix_ids)
-    n_prefix, n_suffix = split_budget(len(prefix_ids), len(suffix_ids), budget, prefix_share)
+    n_prefix, n_suffix = split_budget(len(prefix_ids), len(suffix_ids), budget,
+                                    suffix_fraction)
     prefix_ids = keep_tail(tokenizer, prefix_ids, n_prefix)
     suffix_ids = keep_head(tokenizer, suffix_ids, n_suffix)
     head = ([config.bos_token_id] if use_bos else []) + prefix_ids

@@ -146,8 +146,8 @@ def quantized_on(dtype: str | torch.dtype, device: torch.device | str, family: s
     """Whether `Engine.load` quantizes the linear layers to int8: asked for ("int8"), or by
     default ("auto") for the masked family on the CPU, where a pass mostly streams weights.
 
-    Not the AR family by default: the AR baseline in int8 fell from edit similarity 0.385 to
-    0.238 on 200 held-out holes, at no gain in speed (its passes are one token each)."""
+    Not the AR family by default: in int8 the AR baseline loses much of its edit similarity
+    at no gain in speed, its passes being one token each (README, "The bundled model")."""
     if dtype == "int8" and torch.device(device).type != "cpu":
         raise ValueError("dtype 'int8' (dynamic quantization) runs on the CPU only")
     if dtype == "auto":
@@ -157,8 +157,8 @@ def quantized_on(dtype: str | torch.dtype, device: torch.device | str, family: s
 
 def quantize_int8(model: nn.Module) -> nn.Module:
     """The model with every `nn.Linear` dynamically quantized: int8 weights (a scale per
-    output channel), activations quantized per call. On the bundled model and a 2-core CPU a
-    full pass is 45 -> 24 ms, a cached one 10 -> 6 ms, at the same held-out edit similarity.
+    output channel), activations quantized per call: on the CPU a pass mostly streams
+    weights, so it is faster at the same held-out edit similarity (README, "Performance").
 
     torch marks these quantized tensors deprecated; where a torch no longer has them the
     model stays in float32 (slower, otherwise the same)."""

@@ -32,7 +32,7 @@ from engine.denoise import MaskedDenoiser, PrefixCache, denoise
 from engine.models.transformer import Transformer, shift_logits
 from engine.remask import default_max_tokens, least_likely_kept, seeded_kept
 from engine.tokenizer import EOS, Tokenizer
-from engine.types import Draft, SamplerSettings
+from engine.types import SUFFIX_FRACTION, Draft, SamplerSettings
 
 
 class Decoder:
@@ -67,11 +67,12 @@ class Decoder:
         """The token ids that end a completion of this model (see engine.stops)."""
         return self.config.stop_token_ids
 
-    def canvas(self, prefix: str, suffix: str, max_tokens: int, canvas_length: int) -> Canvas:
+    def canvas(self, prefix: str, suffix: str, max_tokens: int, canvas_length: int,
+               suffix_fraction: float = SUFFIX_FRACTION) -> Canvas:
         """The context around a hole of `max_tokens`, cut to the family's share of
-        `canvas_length` positions."""
+        `canvas_length` positions, the suffix's share `suffix_fraction` of the context's."""
         return layout(self.tokenizer, self.config, prefix, suffix, max_tokens, canvas_length,
-                      vocab=self.vocab)
+                      suffix_fraction, vocab=self.vocab)
 
     def fill(self, canvas: Canvas, max_tokens: int, settings: SamplerSettings,
              stop_early: bool, cancel: Callable[[], bool] | None,
@@ -81,18 +82,20 @@ class Decoder:
 
     def stream(self, prefix: str, suffix: str, max_tokens: int, settings: SamplerSettings, *,
                stop_early: bool = True, canvas_length: int,
+               suffix_fraction: float = SUFFIX_FRACTION,
                cancel: Callable[[], bool] | None = None,
                timings: dict[str, float] | None = None) -> Iterator[Draft]:
         """Lay out the hole between `prefix` and `suffix` and fill it."""
         timings = {} if timings is None else timings
         t0 = time.perf_counter()
-        canvas = self.canvas(prefix, suffix, max_tokens, canvas_length)
+        canvas = self.canvas(prefix, suffix, max_tokens, canvas_length, suffix_fraction)
         timings["tokenize"] = time.perf_counter() - t0
         yield from self.fill(canvas, max_tokens, settings, stop_early, cancel, timings)
 
     def rewrite(self, prefix: str, suffix: str, original: str, *, strength: float,
                 max_tokens: int | None, settings: SamplerSettings, canvas_length: int,
-                cancel: Callable[[], bool] | None) -> Iterator[Draft]:
+                cancel: Callable[[], bool] | None,
+                suffix_fraction: float = SUFFIX_FRACTION) -> Iterator[Draft]:
         """Drafts of `original` (the text between prefix and suffix) rewritten at `strength`
         (share of its tokens generated again; 1.0: a fresh infill)."""
         if not 0.0 <= strength <= 1.0:
@@ -102,19 +105,21 @@ class Decoder:
         hole_len = max(max_tokens or default_max_tokens(n), n)
         if strength >= 1.0 or n == 0:
             return self.stream(prefix, suffix, hole_len, settings, canvas_length=canvas_length,
-                               cancel=cancel)
+                               suffix_fraction=suffix_fraction, cancel=cancel)
         return self.rewrite_kept(prefix, suffix, original_ids, strength, hole_len, settings,
-                                 canvas_length, cancel)
+                                 canvas_length, cancel, suffix_fraction)
 
     def rewrite_kept(self, prefix: str, suffix: str, original_ids: list[int], strength: float,
                      hole_len: int, settings: SamplerSettings, canvas_length: int,
-                     cancel: Callable[[], bool] | None) -> Iterator[Draft]:
+                     cancel: Callable[[], bool] | None,
+                     suffix_fraction: float = SUFFIX_FRACTION) -> Iterator[Draft]:
         """A rewrite that keeps part of the original; this default writes it afresh."""
         return self.stream(prefix, suffix, hole_len, settings, canvas_length=canvas_length,
-                           cancel=cancel)
+                           suffix_fraction=suffix_fraction, cancel=cancel)
 
     def denoiser(self, prefix: str, suffix: str, max_tokens: int, canvas_length: int,
-                 settings: SamplerSettings) -> MaskedDenoiser | None:
+                 settings: SamplerSettings, suffix_fraction: float = SUFFIX_FRACTION
+                 ) -> MaskedDenoiser | None:
         """A denoiser the scheduler can batch with others' passes; None: the family's holes
         are stepped one by one through `stream`."""
         return None
@@ -162,16 +167,19 @@ class MaskedDecoder(_TransformerDecoder):
                        timings=timings, prefix_cache=self.prefix_cache)
 
     def denoiser(self, prefix: str, suffix: str, max_tokens: int, canvas_length: int,
-                 settings: SamplerSettings) -> MaskedDenoiser:
-        canvas = self.canvas(prefix, suffix, max_tokens, canvas_length)
+                 settings: SamplerSettings, suffix_fraction: float = SUFFIX_FRACTION
+                 ) -> MaskedDenoiser:
+        canvas = self.canvas(prefix, suffix, max_tokens, canvas_length, suffix_fraction)
         return MaskedDenoiser(self.model, self.config, self.tokenizer, canvas, settings,
                               self.stop_ids(), vocab=self.vocab, prefix_cache=self.prefix_cache)
 
     def rewrite_kept(self, prefix: str, suffix: str, original_ids: list[int], strength: float,
                      hole_len: int, settings: SamplerSettings, canvas_length: int,
-                     cancel: Callable[[], bool] | None) -> Iterator[Draft]:
+                     cancel: Callable[[], bool] | None,
+                     suffix_fraction: float = SUFFIX_FRACTION) -> Iterator[Draft]:
         # No token healing: the hole starts exactly where the original does.
-        canvas = layout(self.tokenizer, self.config, prefix, suffix, hole_len, canvas_length)
+        canvas = layout(self.tokenizer, self.config, prefix, suffix, hole_len, canvas_length,
+                        suffix_fraction)
         logits = self.forward_logits(torch.tensor([canvas.ids]))[0]
         start = least_likely_kept(logits, canvas.hole_start, original_ids, strength, hole_len,
                                   self.config.mask_token_id)
@@ -188,9 +196,10 @@ class ARDecoder(_TransformerDecoder):
         eos = self.tokenizer.token_id(EOS)
         return self.config.stop_token_ids | ({eos} if eos is not None else set())
 
-    def canvas(self, prefix: str, suffix: str, max_tokens: int, canvas_length: int) -> Canvas:
+    def canvas(self, prefix: str, suffix: str, max_tokens: int, canvas_length: int,
+               suffix_fraction: float = SUFFIX_FRACTION) -> Canvas:
         return layout(self.tokenizer, self.config, prefix, suffix, max_tokens,
-                      canvas_length - FIM_TOKENS, vocab=self.vocab)
+                      canvas_length - FIM_TOKENS, suffix_fraction, vocab=self.vocab)
 
     def fill(self, canvas: Canvas, max_tokens: int, settings: SamplerSettings,
              stop_early: bool, cancel: Callable[[], bool] | None,
@@ -217,13 +226,14 @@ class BlockDecoder(Decoder):
             raise ValueError("dtype 'int8' and compile are for the masked and AR families")
         return load_block_model(ckpt, device, dtype), False
 
-    def canvas(self, prefix: str, suffix: str, max_tokens: int, canvas_length: int) -> Canvas:
+    def canvas(self, prefix: str, suffix: str, max_tokens: int, canvas_length: int,
+               suffix_fraction: float = SUFFIX_FRACTION) -> Canvas:
         # The hole is denoised in canvases after the prompt, not inside it: the context
         # gets the whole budget (the one-token hole is a placeholder). The prompt
         # template brings its own BOS, and the block sampler has no first-token
         # constraint, so the cursor's token is not healed.
         return layout(self.tokenizer, self.config, prefix, suffix, 1, canvas_length + 1,
-                      bos=False)
+                      suffix_fraction, bos=False)
 
     def positions(self, canvas_length: int, max_tokens: int) -> int:
         # The hole is denoised after the context, not inside it.
@@ -236,8 +246,9 @@ class BlockDecoder(Decoder):
 
     def rewrite_kept(self, prefix: str, suffix: str, original_ids: list[int], strength: float,
                      hole_len: int, settings: SamplerSettings, canvas_length: int,
-                     cancel: Callable[[], bool] | None) -> Iterator[Draft]:
-        canvas = self.canvas(prefix, suffix, hole_len, canvas_length)
+                     cancel: Callable[[], bool] | None,
+                     suffix_fraction: float = SUFFIX_FRACTION) -> Iterator[Draft]:
+        canvas = self.canvas(prefix, suffix, hole_len, canvas_length, suffix_fraction)
         pinned = seeded_kept(len(original_ids), strength, settings.seed)
         return self._denoise(canvas, hole_len, settings, cancel, original_ids, pinned)
 

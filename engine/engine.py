@@ -30,7 +30,7 @@ from engine.config import ModelConfig
 from engine.decoders import Decoder, decoder_for
 from engine.stops import completion_ids
 from engine.tokenizer import Tokenizer
-from engine.types import CANVAS_LENGTH, Draft, InfillResult, SamplerSettings
+from engine.types import CANVAS_LENGTH, SUFFIX_FRACTION, Draft, InfillResult, SamplerSettings
 
 
 class Engine:
@@ -119,16 +119,19 @@ class Engine:
         stop_early: bool = True,
         canvas_length: int = CANVAS_LENGTH,
         cancel: Callable[[], bool] | None = None,
+        suffix_fraction: float = SUFFIX_FRACTION,
         **sampler_kwargs: Any,
     ) -> Iterator[Draft]:
         """The hole after every forward pass; the last Draft has done=True.
 
         `sampler` and `seed` default to `settings`' (else "threshold" and 0); other
         SamplerSettings fields may be given as keywords (threshold=0.8, cache_refresh=4, ...).
+        `suffix_fraction`: the suffix's share of the context's tokens (engine.canvas).
         """
         s = self.sampler_settings(sampler, seed, settings, **sampler_kwargs)
         return self.decoder.stream(prefix, suffix, max_tokens, s, stop_early=stop_early,
-                                   canvas_length=canvas_length, cancel=cancel)
+                                   canvas_length=canvas_length,
+                                   suffix_fraction=suffix_fraction, cancel=cancel)
 
     def infill(
         self,
@@ -141,6 +144,7 @@ class Engine:
         stop_early: bool = True,
         canvas_length: int = CANVAS_LENGTH,
         cancel: Callable[[], bool] | None = None,
+        suffix_fraction: float = SUFFIX_FRACTION,
         **sampler_kwargs: Any,
     ) -> InfillResult:
         """Fill the hole between `prefix` and `suffix` (arguments as for `infill_stream`)."""
@@ -149,7 +153,8 @@ class Engine:
         timings: dict[str, float] = {}
         last: Draft | None = None
         for draft in self.decoder.stream(prefix, suffix, max_tokens, s, stop_early=stop_early,
-                                         canvas_length=canvas_length, cancel=cancel,
+                                         canvas_length=canvas_length,
+                                         suffix_fraction=suffix_fraction, cancel=cancel,
                                          timings=timings):
             last = draft
         assert last is not None  # every family yields a final Draft
@@ -176,15 +181,21 @@ class Engine:
         settings: SamplerSettings | None = None,
         canvas_length: int = CANVAS_LENGTH,
         cancel: Callable[[], bool] | None = None,
+        suffix_fraction: float = SUFFIX_FRACTION,
     ) -> Iterator[Draft]:
         """Drafts of `original` (the text between prefix and suffix) rewritten at `strength`
         (share of its tokens generated again; 1.0: fresh infill). See engine.remask."""
         return self.decoder.rewrite(prefix, suffix, original, strength=strength,
                                     max_tokens=max_tokens, settings=settings or SamplerSettings(),
-                                    canvas_length=canvas_length, cancel=cancel)
+                                    canvas_length=canvas_length, cancel=cancel,
+                                    suffix_fraction=suffix_fraction)
 
     def completion_ids(self, draft: Draft) -> list[int]:
         """The draft's tokens up to the first stop token or uncommitted position."""
+        return completion_ids(draft.token_ids, self.completion_ends())
+
+    def completion_ends(self) -> set[int]:
+        """The token ids a completion ends before: the family's stop ids, and the mask id
+        uncommitted positions hold (the resident engine sends them to its clients)."""
         mask = self.config.mask_token_id
-        ends = self.decoder.stop_ids() | ({mask} if mask is not None else set())
-        return completion_ids(draft.token_ids, ends)
+        return self.decoder.stop_ids() | ({mask} if mask is not None else set())

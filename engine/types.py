@@ -8,6 +8,11 @@ from dataclasses import dataclass, field
 # default, and what the engine's requests, benchmarks and evaluation assume.
 CANVAS_LENGTH = 256
 
+# The suffix's share of the canvas's context budget (what the hole leaves) when the caller
+# names none; the prefix gets the rest (the code before the cursor says most about what comes
+# next). The token cut in engine.canvas is the one place that applies it.
+SUFFIX_FRACTION = 0.25
+
 
 # The commit rules engine.samplers implements (SamplerSettings.sampler); torch-free, so
 # clients and settings validators name them without loading the engine.

@@ -101,11 +101,11 @@ def test_multibyte_and_emoji_around_the_cursor(tok: Tokenizer, vocab: VocabText)
 
 
 def test_split_budget_gives_unused_budget_to_the_other_side() -> None:
-    assert split_budget(100, 100, 40, 0.75) == (30, 10)
-    assert split_budget(5, 100, 40, 0.75) == (5, 35)
-    assert split_budget(100, 3, 40, 0.75) == (37, 3)
-    assert split_budget(2, 3, 40, 0.75) == (2, 3)
-    assert split_budget(100, 100, 0, 0.75) == (0, 0)
+    assert split_budget(100, 100, 40, 0.25) == (30, 10)
+    assert split_budget(5, 100, 40, 0.25) == (5, 35)
+    assert split_budget(100, 3, 40, 0.25) == (37, 3)
+    assert split_budget(2, 3, 40, 0.25) == (2, 3)
+    assert split_budget(100, 100, 0, 0.25) == (0, 0)
 
 
 def test_long_prefix_keeps_the_lines_nearest_the_cursor(tok: Tokenizer, vocab: VocabText) -> None:

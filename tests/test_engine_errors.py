@@ -7,7 +7,7 @@ import pickle
 import pytest
 
 from dg_lsp.actions import DOCSTRING
-from dg_lsp.batch import BatchJob, process_file
+from dg_lsp.batch.job import BatchJob, process_file
 from engine.serve.client import EngineBusy, EngineRefused, EngineUnavailable, _raise_error
 from tests.test_actions import Scripted
 

@@ -39,7 +39,7 @@ class Healthy:
 def test_requests_queued_on_a_dying_engine_get_empty_answers_then_the_restart_serves():
     server = create_server()
     engines = iter([Dying(), Healthy()])
-    server._open_backend = lambda: next(engines)
+    server.engine.open = lambda: next(engines)
     logged: list[str] = []
     server.log = lambda message, kind=None: logged.append(message)
     uris = [f"file:///tmp/q{i}.py" for i in range(4)]

@@ -27,7 +27,9 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 
 from dg_lsp.languages import language_for
 from dg_lsp.pipeline import CompletionRequest, Pipeline
+from dg_lsp.server import STATS_COMMAND
 from dg_lsp.settings import parse_settings
+from engine.backend import CountingBackend
 from engine.serve import protocol
 from engine.serve.client import EngineClient
 from engine.serve.endpoint import endpoint_for, resolved_device
@@ -80,7 +82,7 @@ def test_socket_and_its_directory_are_private(engine):
     assert engine.info["family"] == "masked" and engine.info["version"] == protocol.VERSION
     info = engine.engine_info  # the hello, as Backend's explicit capabilities
     assert (info.family, info.device, info.resident, info.counts_tokens) == (
-        "masked", "cpu", True, False)
+        "masked", "cpu", True, True)
 
 
 def test_concurrent_requests_are_batched_and_each_gets_its_own_completion(engine, inproc):
@@ -108,6 +110,36 @@ def test_concurrent_requests_are_batched_and_each_gets_its_own_completion(engine
     # Some forward passes carried several requests' canvases at once.
     assert after["batchedRows"] > before["batchedRows"]
     assert after["live"] == 0
+
+
+def test_the_resident_engine_counts_completion_tokens_as_the_in_process_one(engine, inproc):
+    for prefix in PREFIXES[:3]:
+        here = list(inproc.infill_stream(prefix, "\n", 12))[-1]
+        there = list(engine.infill_stream(prefix, "\n", 12))[-1]
+        assert there.token_ids == here.token_ids
+        assert engine.completion_ids(there) == inproc.completion_ids(here)
+    counted = {}
+    for name, backend in (("resident", engine), ("inproc", inproc)):
+        counting = CountingBackend(backend)
+        for prefix in PREFIXES[:3]:
+            list(counting.infill_stream(prefix, "\n", 12))
+        counted[name] = (counting.requests, counting.steps, counting.tokens)
+    assert counted["resident"] == counted["inproc"]
+    assert counted["inproc"][2] > 0
+
+
+def test_the_suffix_fraction_travels_to_the_resident_engine(engine, inproc):
+    prefix = "".join(f"a{i} = {i}\n" for i in range(60)) + "b = "
+    suffix = "\n" + "".join(f"c{i} = {i}\n" for i in range(60))
+    results = {}
+    for fraction in (0.1, 0.25, 0.6):
+        here = list(inproc.infill_stream(prefix, suffix, 12, canvas_length=96,
+                                         suffix_fraction=fraction))[-1]
+        there = list(engine.infill_stream(prefix, suffix, 12, canvas_length=96,
+                                          suffix_fraction=fraction))[-1]
+        assert (there.token_ids, there.step) == (here.token_ids, here.step)
+        results[fraction] = tuple(here.token_ids)
+    assert len(set(results.values())) > 1  # the split changed what the model wrote
 
 
 def test_rewrites_through_the_engine_equal_in_process_ones(engine, inproc):
@@ -282,9 +314,10 @@ LSP_TEXTS = [f"v{i} = " for i in (0, 1, 2, 4, 5, 6, 7)] + ["x = "]
 OPTIONS = {"holeSize": {"restOfLine": 12, "brackets": 12, "comment": 12, "block": 12}}
 
 
-async def start_lsp(model: Path) -> LanguageClient:
+async def start_lsp(model: Path, engine_mode: str = "resident") -> LanguageClient:
     command = [sys.executable, "-m", "dg_lsp.cli", "serve", "--model", str(model),
-               "--device", "cpu", "--dtype", "float32"]  # the module's engine
+               "--device", "cpu", "--dtype", "float32",  # the module's engine
+               "--engine", engine_mode]
     client = await ClientServerConfig(server_command=command).start()
     await client.initialize_session(types.InitializeParams(
         capabilities=types.ClientCapabilities(), initialization_options=OPTIONS))
@@ -333,6 +366,25 @@ async def test_eight_language_servers_share_one_engine(eight_servers, engine, in
     assert got == expected
     assert engine.stats()["completed"] - before["completed"] == 8
     assert engine.hello()["pid"] == engine.info["pid"]  # nobody started a second engine
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_language_server_stats_are_the_same_on_the_resident_engine_and_in_process(
+        engine, dream_ckpt):
+    uri, text = "file:///tmp/counted.py", LSP_TEXTS[0]
+    stats = {}
+    for mode in ("resident", "inproc"):
+        client = await start_lsp(dream_ckpt, mode)
+        try:
+            open_doc(client, uri, text)
+            assert await inline(client, uri, text) is not None
+            stats[mode] = await client.workspace_execute_command_async(
+                types.ExecuteCommandParams(command=STATS_COMMAND))
+        finally:
+            await client.shutdown_session()
+    keys = ("engineRequests", "denoiseSteps", "completionTokens")
+    assert [stats["resident"][k] for k in keys] == [stats["inproc"][k] for k in keys]
+    assert stats["resident"]["completionTokens"] > 0
 
 
 @pytest.mark.asyncio(loop_scope="function")

@@ -154,7 +154,7 @@ class Backbone(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         # Built on the meta device to be loaded, the embedding skips its random init: on meta
-        # that init imports torch._dynamo, ~0.7 s of every start of the CLI and the server.
+        # that init imports torch._dynamo, which every start of the CLI and the server paid.
         meta = torch.empty(0).is_meta
         weight = torch.empty(cfg.vocab_size, cfg.hidden_size) if meta else None
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size, _weight=weight)

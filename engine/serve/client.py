@@ -39,7 +39,8 @@ from engine.serve.endpoint import (
     endpoint_for,
     open_private,
 )
-from engine.types import CANVAS_LENGTH, Draft, SamplerSettings
+from engine.stops import completion_ids
+from engine.types import CANVAS_LENGTH, SUFFIX_FRACTION, Draft, SamplerSettings
 
 START_TIMEOUT = 600.0  # seconds to wait for a starting engine to load a model
 IDLE_EXIT = 1800.0  # an engine started by a client exits after this long without clients
@@ -134,7 +135,15 @@ class EngineClient:
         return EngineInfo(model=str(self.info.get("model", self.model or "")),
                           family=str(self.info.get("family", "")),
                           device=str(self.info.get("device", self.device)),
-                          resident=True, counts_tokens=False)
+                          resident=True, counts_tokens=self._completion_ends is not None)
+
+    @property
+    def _completion_ends(self) -> set[int] | None:
+        """The ids a completion ends before, from the engine's hello (None: not sent)."""
+        ends = self.info.get("completion_ends")
+        if not isinstance(ends, list) or not all(isinstance(i, int) for i in ends):
+            return None
+        return set(ends)
 
     # -- requests -----------------------------------------------------------------------
 
@@ -147,10 +156,12 @@ class EngineClient:
         settings: SamplerSettings | None = None,
         canvas_length: int = CANVAS_LENGTH,
         cancel: Callable[[], bool] | None = None,
+        suffix_fraction: float = SUFFIX_FRACTION,
     ) -> Iterator[Draft]:
         """Drafts as the engine denoises (the last has done=True)."""
         request = {"op": "infill", "prefix": prefix, "suffix": suffix, "max_tokens": max_tokens,
-                   "canvas_length": canvas_length, "settings": protocol.settings_to_wire(settings)}
+                   "canvas_length": canvas_length, "suffix_fraction": suffix_fraction,
+                   "settings": protocol.settings_to_wire(settings)}
         return self._stream(request, cancel)
 
     def rewrite_stream(
@@ -164,17 +175,22 @@ class EngineClient:
         settings: SamplerSettings | None = None,
         canvas_length: int = CANVAS_LENGTH,
         cancel: Callable[[], bool] | None = None,
+        suffix_fraction: float = SUFFIX_FRACTION,
     ) -> Iterator[Draft]:
         request = {"op": "rewrite", "prefix": prefix, "suffix": suffix, "original": original,
                    "strength": strength, "canvas_length": canvas_length,
+                   "suffix_fraction": suffix_fraction,
                    "settings": protocol.settings_to_wire(settings)}
         if max_tokens is not None:
             request["max_tokens"] = max_tokens
         return self._stream(request, cancel)
 
     def completion_ids(self, draft: Draft) -> list[int]:
-        raise NotImplementedError("the resident engine's drafts do not say which of their "
-                                  "tokens are stop tokens (engine_info.counts_tokens)")
+        ends = self._completion_ends
+        if ends is None:
+            raise NotImplementedError("this engine's hello does not say which tokens end a "
+                                      "completion (engine_info.counts_tokens)")
+        return completion_ids(draft.token_ids, ends)
 
     def stats(self) -> dict[str, Any]:
         with self._connect() as sock:

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from engine.serve import protocol
 from engine.serve.endpoint import Endpoint, UnsafeRuntimeDir, endpoint_for, peer_credentials
 from engine.serve.protocol import ProtocolError
-from engine.types import CANVAS_LENGTH, Draft
+from engine.types import CANVAS_LENGTH, SUFFIX_FRACTION, Draft
 
 if TYPE_CHECKING:  # they import torch: loaded only to serve, not to list the CLI's commands
     from engine.decoders import Decoder
@@ -207,6 +207,7 @@ class EngineServer:
             return {"type": "hello", "id": request_id, "version": protocol.VERSION,
                     "model": self.name, "device": str(self.engine.device),
                     "family": self.engine.config.family, "pid": os.getpid(),
+                    "completion_ends": sorted(self.engine.completion_ends()),
                     "limits": {"maxCanvas": self.limits.max_canvas,
                                "requestTimeout": self.limits.request_timeout}}
         if op == "ping":
@@ -303,6 +304,9 @@ def _request(message: dict[str, Any], op: str, limits: Limits, decoder: Decoder)
                             f"{max_tokens} needs about {need >> 20} MiB, over this engine's "
                             f"{limits.max_request_bytes >> 20} MiB per request "
                             f"(--max-request-mb)")
+    suffix_fraction = float(field("suffix_fraction", (int, float), SUFFIX_FRACTION))
+    if not 0.0 <= suffix_fraction <= 1.0:
+        raise ProtocolError("bad-request", "suffix_fraction must be in [0, 1]")
     priority = field("priority", str, "interactive")
     if priority not in PRIORITIES:
         raise ProtocolError("bad-request", f"priority must be one of {PRIORITIES}")
@@ -318,7 +322,7 @@ def _request(message: dict[str, Any], op: str, limits: Limits, decoder: Decoder)
         if not 0.0 <= strength <= 1.0:
             raise ProtocolError("bad-request", "strength must be in [0, 1]")
     job = Request(prefix[-keep:], suffix[:keep], max_tokens, settings, canvas_length, priority,
-              original, strength)
+                  original, strength, suffix_fraction)
     job.deadline = time.monotonic() + limits.request_timeout
     return job
 
@@ -365,7 +369,7 @@ def cpu_threads(requested: int | None) -> int | None:
     """The engine's intra-op threads on the CPU: as asked, else as OMP_NUM_THREADS says (None:
     torch's own choice), else every core but one. The spare core is for the language server
     and the editor talking to the engine while it computes: with every core in a pass, each
-    step waits for them to be scheduled (2 cores: 152 -> 100 ms per completion, dg-lsp bench)."""
+    step waits for them to be scheduled (README, "Performance")."""
     if requested is not None:
         return max(1, requested)
     if os.environ.get("OMP_NUM_THREADS"):

@@ -15,8 +15,8 @@ connection):
 
     {"op": "hello", "id": 1, "version": 1, "token": "..."}   # first message; token over TCP
     {"op": "infill", "id": 2, "prefix": str, "suffix": str, "max_tokens": int,
-     "canvas_length": int, "settings": {SamplerSettings fields}, "priority": "interactive"|"batch",
-     "stream": bool}
+     "canvas_length": int, "suffix_fraction": float, "settings": {SamplerSettings fields},
+     "priority": "interactive"|"batch", "stream": bool}
     {"op": "rewrite", "id": 3, ...infill fields..., "original": str, "strength": float}
     {"op": "cancel", "id": 4, "target": 2}
     {"op": "stats", "id": 5}   {"op": "ping", "id": 6}   {"op": "shutdown", "id": 7}
@@ -24,11 +24,20 @@ connection):
 Engine → client. Replies carry the request's "id" and a "type":
 
     {"type": "hello", "id": 1, "version": 1, "model": str, "device": str, "family": str,
-     "pid": int, "limits": {"maxCanvas": int, "requestTimeout": float}}
+     "pid": int, "completion_ends": [int], "limits": {"maxCanvas": int,
+     "requestTimeout": float}}
     {"type": "draft", "id": 2, "draft": {Draft fields}}     # streaming, after every step
     {"type": "result", "id": 2, "draft": {Draft fields}}    # the last Draft (done=True)
     {"type": "ok", "id": 6, ...}                            # ping, cancel, stats, shutdown
     {"type": "error", "id": 2, "code": str, "message": str}
+
+"completion_ends" are the token ids a completion ends before (the model's stop ids and its
+mask id): with them a client counts a draft's completion tokens as the engine does
+(engine.stops.completion_ids). An engine that predates them sends none.
+
+"suffix_fraction" (in [0, 1]; absent: engine.types.SUFFIX_FRACTION) is the suffix's share of
+the canvas's context tokens; the engine's token cut is the one place that applies it. An
+engine that predates it ignores it and splits as the default does.
 
 A Draft's finish_reason is "stop", "length", "cancelled", or "deadline": the request ran
 past the engine's --request-timeout (queued or denoising) and ends with the text it has.

@@ -42,7 +42,7 @@ from engine.config import ModelConfig
 from engine.denoise import MaskedDenoiser
 from engine.engine import Engine
 from engine.models.transformer import LayerKV
-from engine.types import CANVAS_LENGTH, Draft, SamplerSettings
+from engine.types import CANVAS_LENGTH, SUFFIX_FRACTION, Draft, SamplerSettings
 
 INTERACTIVE, BATCH, LARGE = "interactive", "batch", "large"
 PRIORITIES = (INTERACTIVE, BATCH)
@@ -64,6 +64,7 @@ class Request:
     priority: str = INTERACTIVE
     original: str | None = None  # set for a rewrite
     strength: float = 1.0
+    suffix_fraction: float = SUFFIX_FRACTION  # the suffix's share of the context's tokens
     # Called on the scheduler thread with every Draft (the last has done=True), or with an
     # error (code, message) instead.
     on_draft: Callable[[Draft], None] = lambda draft: None
@@ -116,15 +117,18 @@ class _Live:
             self.steps = engine.rewrite_stream(
                 job.prefix, job.suffix, job.original, strength=job.strength,
                 max_tokens=job.max_tokens, settings=job.settings,
-                canvas_length=job.canvas_length, cancel=job.cancelled.is_set)
+                canvas_length=job.canvas_length, cancel=job.cancelled.is_set,
+                suffix_fraction=job.suffix_fraction)
             return
         # The masked family's holes are stepped here, so their full passes can be batched.
         self.denoiser = engine.decoder.denoiser(job.prefix, job.suffix, job.max_tokens,
-                                                job.canvas_length, job.settings)
+                                                job.canvas_length, job.settings,
+                                                job.suffix_fraction)
         if self.denoiser is None:
             self.steps = engine.infill_stream(
                 job.prefix, job.suffix, job.max_tokens, settings=job.settings,
-                canvas_length=job.canvas_length, cancel=job.cancelled.is_set)
+                canvas_length=job.canvas_length, cancel=job.cancelled.is_set,
+                suffix_fraction=job.suffix_fraction)
 
     def batchable(self) -> bool:
         d = self.denoiser

@@ -19,7 +19,7 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
-from dg_lsp.batch import BatchJob, FileResult, Queries, process_file
+from dg_lsp.batch.job import BatchJob, FileResult, Queries, process_file
 
 
 class RayMissing(Exception):

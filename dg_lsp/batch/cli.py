@@ -9,7 +9,7 @@ seconds. A failing target is recorded and the run goes on.
 The work goes to the resident engine by default, several targets at a time at "batch"
 priority (the engine steps them in one batched forward pass, after interactive requests);
 `--engine inproc` loads the model here and runs one target at a time; `--ray [ADDRESS]`
-spreads files over a Ray cluster (dg_lsp.batch_ray).
+spreads files over a Ray cluster (dg_lsp.batch.on_ray).
 
 Exit status: 0 done, 1 `--check` found changes, 2 bad input or no engine (nothing written),
 3 a target failed with an error (not a refusal) or a Ray worker died, 130 interrupted.
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from dg_lsp.actions import FIX_SYNTAX, REWRITE, Document, Target
-from dg_lsp.batch import (
+from dg_lsp.batch.job import (
     ACTION_NAMES,
     BatchJob,
     FileResult,
@@ -151,7 +151,7 @@ def prepare(args: argparse.Namespace) -> tuple[BatchJob, dict[str, Plan], list[t
     if action == FIX_SYNTAX and args.query is not None:
         raise BadInput("--query does not apply to fix-syntax (its targets are syntax errors)")
     if args.ray is not None:
-        from dg_lsp.batch_ray import RayMissing, import_ray
+        from dg_lsp.batch.on_ray import RayMissing, import_ray
 
         try:
             import_ray()
@@ -253,6 +253,7 @@ def _run_resident(args: argparse.Namespace, job: BatchJob, plans: dict[str, Plan
         if not hasattr(local, "client"):
             local.client = EngineClient(first.endpoint, args.model, args.device, "batch",
                                         args.dtype)
+            local.client.info = first.info  # the hello: which ids end a completion
         _, doc, targets = plans[label]
         for wait in BUSY_RETRIES:  # the engine's queue is shared with every other client
             outcome = run_target(local.client, doc, label, targets[index], job,
@@ -282,14 +283,14 @@ def _run_resident(args: argparse.Namespace, job: BatchJob, plans: dict[str, Plan
 
 def _run_ray(args: argparse.Namespace, job: BatchJob, plans: dict[str, Plan],
              finish: Callable[[FileResult], None], progress: Progress) -> None:
-    from dg_lsp import batch_ray
+    from dg_lsp.batch import on_ray
 
     files = [(label, plans[label][1].text) for label in sorted(plans)]
     try:
-        for result in batch_ray.run_on_ray(args.ray or None, files, job, args.workers):
+        for result in on_ray.run_on_ray(args.ray or None, files, job, args.workers):
             finish(result)
             progress.file_done(len(result.records))
-    except batch_ray.RayRunFailed as exc:
+    except on_ray.RayRunFailed as exc:
         raise RunFailed(str(exc)) from None
 
 

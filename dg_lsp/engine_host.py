@@ -1,0 +1,122 @@
+"""The language server's engine: loaded on first use, restarted when lost, its state told.
+
+The engine loads on the server's one worker thread (the engine is not thread-safe) while the
+client sees LSP work-done progress and a `dg-lsp/engineState` notification. A resident engine
+that dies or refuses is dropped and started again; the user is told once, and requests get
+empty answers meanwhile (ghost text has no error UI).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import TYPE_CHECKING
+
+from lsprotocol import types
+
+from dg_lsp.settings import Settings
+from engine.backend import Backend, CountingBackend, Counts
+
+if TYPE_CHECKING:
+    from dg_lsp.server import DgLanguageServer
+
+# Server → client notification {"state": "loading" | "ready" | "unavailable", "message": str}
+# for status bars; sent whenever the engine's state changes.
+ENGINE_STATE_NOTIFICATION = "dg-lsp/engineState"
+
+
+class EngineHost:
+    def __init__(self, server: DgLanguageServer, backend: Backend | None = None) -> None:
+        self.server = server
+        self._backend = backend
+        self._injected = backend is not None  # a test's engine: never dropped or replaced
+        self._loading: asyncio.Task | None = None
+        self._lost_reported = False
+        self.counts = Counts()  # every engine's requests and drafts, restarts included
+
+    def counting(self, backend: Backend) -> CountingBackend:
+        """`backend` counted into the server's counts."""
+        return CountingBackend(backend, self.counts)
+
+    def settings_changed(self, old: Settings, new: Settings) -> None:
+        """Drop the engine when the settings name another one (it loads on next use)."""
+        if (new.model, new.device, new.engine) != (old.model, old.device, old.engine):
+            if not self._injected:
+                self._backend, self._loading = None, None
+
+    async def backend(self) -> Backend | None:
+        """The engine, loaded on first use; None while it cannot be loaded."""
+        if self._backend is not None:
+            return self._backend
+        if self._loading is None:
+            self._loading = asyncio.ensure_future(self._load())
+        return await asyncio.shield(self._loading)
+
+    async def _load(self) -> Backend | None:
+        server = self.server
+        token = str(uuid.uuid4())
+        progress = self._client_has_progress()
+        what = server.settings.model or "bundled model"
+        self.state("loading", f"loading {what}")
+        if progress:
+            await server.work_done_progress.create_async(token)
+            server.work_done_progress.begin(token, types.WorkDoneProgressBegin(
+                title="dg-lsp", message=f"loading {what}"))
+        try:
+            loop = asyncio.get_running_loop()
+            backend = await loop.run_in_executor(server.executor, self.open)
+        except Exception as exc:  # a missing or broken checkpoint must not kill the server
+            server.log(f"model failed to load: {exc}", types.MessageType.Error)
+            server.window_show_message(types.ShowMessageParams(
+                types.MessageType.Error, f"dg-lsp: cannot load the model: {exc}"))
+            self.state("unavailable", f"cannot load the model: {exc}")
+            self._loading = None
+            return None
+        finally:
+            if progress:
+                server.work_done_progress.end(token, types.WorkDoneProgressEnd(message="ready"))
+        self._backend = backend
+        self._lost_reported = False
+        where = backend.engine_info.device
+        server.log(f"model loaded: {what} on {where} ({server.settings.engine} engine)")
+        self.state("ready", f"{what} on {where}")
+        return backend
+
+    def open(self) -> Backend:
+        """The engine the settings name: loaded here, or the resident one (started if none
+        runs). Runs on the worker thread."""
+        settings = self.server.settings
+        model, device, dtype = settings.model, settings.device, settings.dtype
+        if settings.engine == "inproc":
+            from engine import Engine
+
+            return Engine.load(model, device, dtype)
+        from engine.serve.client import EngineClient
+
+        return EngineClient.connect_or_start(model, device, dtype=dtype)
+
+    def lost(self, exc: Exception, backend: Backend | None = None) -> None:
+        """The resident engine died or refused: drop it, start it again, tell the user once.
+
+        `backend` is the engine the failed request used; when it is no longer the current
+        one, an earlier request already reported it (requests queued on a dying engine fail
+        one after another) and a fresh engine must not be dropped for it."""
+        if self._injected or (backend is not None and backend is not self._backend):
+            return
+        server = self.server
+        server.log(f"engine unavailable: {exc}", types.MessageType.Warning)
+        self._backend, self._loading = None, None
+        if not self._lost_reported:
+            self._lost_reported = True
+            server.window_show_message(types.ShowMessageParams(
+                types.MessageType.Warning, "dg-lsp: the engine stopped; restarting it"))
+        self.state("unavailable", f"engine stopped: {exc}")
+        asyncio.ensure_future(self.backend())
+
+    def state(self, state: str, message: str) -> None:
+        self.server.protocol.notify(ENGINE_STATE_NOTIFICATION,
+                                    {"state": state, "message": message})
+
+    def _client_has_progress(self) -> bool:
+        caps = self.server.known_capabilities
+        return bool(caps and caps.window and caps.window.work_done_progress)
