@@ -224,7 +224,7 @@ class EngineServer:
         if op in ("infill", "rewrite"):
             if request_id in jobs:
                 raise ProtocolError("bad-request", f"request id {request_id!r} is in use")
-            job = _request(message, op, self.limits, self.engine.decoder)
+            job = parse_request(message, op, self.limits, self.engine.decoder)
             stream = bool(message.get("stream", False))
 
             def on_draft(draft: Draft) -> None:
@@ -271,7 +271,7 @@ def _same_user(sock: Any) -> bool:
     return uid in (os.getuid(), 0)
 
 
-def _request(message: dict[str, Any], op: str, limits: Limits, decoder: Decoder) -> Request:
+def parse_request(message: dict[str, Any], op: str, limits: Limits, decoder: Decoder) -> Request:
     """The scheduler's Request for an infill or rewrite message; ProtocolError when the
     message is malformed or over this engine's limits."""
     from engine.serve.scheduler import PRIORITIES, Request, request_bytes
