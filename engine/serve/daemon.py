@@ -358,6 +358,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--threads", type=int, default=None,
                         help="CPU threads for the model's passes (default: all cores but one, "
                         "or OMP_NUM_THREADS)")
+    from engine.serve.ray_cli import add_arguments
+
+    add_arguments(parser)
     parser.set_defaults(func=serve)
 
 
@@ -374,6 +377,10 @@ def cpu_threads(requested: int | None) -> int | None:
 
 
 def serve(args: argparse.Namespace) -> int:
+    if getattr(args, "ray", None) is not None:
+        from engine.serve.ray_cli import serve_on_ray
+
+        return serve_on_ray(args)
     try:
         endpoint = Endpoint(args.socket) if args.socket else endpoint_for(
             args.model, args.device, args.dtype)

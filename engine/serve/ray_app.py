@@ -39,7 +39,7 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from engine.serve import protocol
-from engine.serve.daemon import DEFAULT_REQUEST_TIMEOUT, Limits, cpu_threads, parse_request
+from engine.serve.daemon import DEFAULT_REQUEST_TIMEOUT, Limits, parse_request
 from engine.serve.remote import reply_line
 from engine.types import Draft
 
@@ -122,9 +122,9 @@ class EngineReplica:
         from engine.serve.daemon import free_memory
         from engine.serve.scheduler import Scheduler
 
-        threads = options.threads if options.threads is not None else cpu_threads(None)
-        if threads is not None and not options.gpus:
-            torch.set_num_threads(threads)
+        if not options.gpus:
+            # The CPUs Ray reserved for this replica, not the machine's: replicas share a node.
+            torch.set_num_threads(options.threads or max(1, round(options.cpus)))
         self.engine = Engine.load(options.model, device=options.device, dtype=options.dtype)
         self.scheduler = Scheduler(self.engine, options.max_batch, options.max_queue)
         self.scheduler.start()
