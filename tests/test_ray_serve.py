@@ -8,7 +8,10 @@ ingress, reached by URL with a token, as a team's dg-lsp reaches it. The cluster
 from __future__ import annotations
 
 import http.client
+import shutil
 import socket
+import ssl
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -37,19 +40,36 @@ def token_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def team(dream_ckpt: Path) -> str:
-    """The URL of a two-replica deployment."""
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key."""
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    if shutil.which("openssl") is None:
+        pytest.skip("needs openssl to make a certificate")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True,
+                   capture_output=True)
+    return cert, key
+
+
+@pytest.fixture(scope="module")
+def team(dream_ckpt: Path, certificate: tuple[Path, Path]) -> str:
+    """The URL of a two-replica deployment, over TLS (every test then goes through it)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     ray.init(num_cpus=2, include_dashboard=False, logging_level="warning", log_to_driver=False)
     try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        serve.start(http_options={"host": "127.0.0.1", "port": port,
+                                  "ssl_certfile": str(certificate[0]),
+                                  "ssl_keyfile": str(certificate[1])})
         options = AppOptions(model=str(dream_ckpt), device="cpu", dtype="float32",
                              token_digest=token_digest(TOKEN), replicas=2, cpus=0.5, threads=1,
                              health_period=1.0)
         serve.run(build_app(options), name=APP_NAME, route_prefix="/")
-        url = f"http://127.0.0.1:{port}"
+        url = f"https://127.0.0.1:{port}"
+        CA_FILE.append(str(certificate[0]))
         wait_for(lambda: len(client(url).status()["replicas"]) == 2, 60)
         yield url
     finally:
@@ -57,8 +77,11 @@ def team(dream_ckpt: Path) -> str:
         ray.shutdown()
 
 
+CA_FILE: list[str] = []  # the module's certificate, which its clients trust
+
+
 def client(url: str, **kwargs) -> RemoteEngine:
-    return RemoteEngine(url, TOKEN, **kwargs)
+    return RemoteEngine(url, TOKEN, ca_file=CA_FILE[-1], **kwargs)
 
 
 def wait_for(condition, timeout: float) -> None:
@@ -88,7 +111,7 @@ def test_a_remote_completion_equals_the_local_engine_for_the_same_seed(team, dre
     from engine import Engine
 
     local = Engine.load(str(dream_ckpt), device="cpu", dtype="float32")
-    remote = RemoteEngine.connect(team, token_file)
+    remote = RemoteEngine.connect(team, token_file, ca_file=CA_FILE[-1])
     assert (remote.engine_info.family, remote.engine_info.device) == ("masked", "cpu")
     for seed in (0, 7):
         settings = SamplerSettings(seed=seed, temperature=0.7)
@@ -183,14 +206,25 @@ def test_a_document_key_ignores_typing_on_the_cursor_line_and_names_long_prefixe
         {"document": "file:///a.py", "prefix": "y = 2\n"})
 
 
+def test_a_documents_home_moves_only_when_its_replica_goes():
+    from engine.serve.ray_router import rank
+
+    keys = [f"document:{i}" for i in range(200)]
+    three = {k: rank(k, ["a", "b", "c"])[0] for k in keys}
+    two = {k: rank(k, ["a", "c"])[0] for k in keys}
+    assert {k for k in keys if three[k] != two[k]} == {k for k in keys if three[k] == "b"}
+    assert min(Counter(three.values()).values()) > 40  # spread over all three
+
+
 @pytest.mark.parametrize("header", [None, "Bearer wrong", f"Basic {TOKEN}", "Bearer",
                                     f"Bearer {TOKEN}x"])
 def test_a_wrong_or_missing_token_is_refused_and_reaches_no_model(team, header):
     before = settled(team) if header is None else replica_totals(team)
     refused = client(team).status()["refused"]
-    host, port = team.removeprefix("http://").split(":")
+    host, port = team.removeprefix("https://").split(":")
+    context = ssl.create_default_context(cafile=CA_FILE[-1])
     for method, path in (("POST", "/v1/stream"), ("GET", "/v1/hello"), ("GET", "/v1/status")):
-        connection = http.client.HTTPConnection(host, int(port), timeout=30)
+        connection = http.client.HTTPSConnection(host, int(port), timeout=30, context=context)
         headers = {"Authorization": header} if header else {}
         body = b'{"op":"infill","id":1,"prefix":"x","suffix":"","max_tokens":4}'
         connection.request(method, path, body=body if method == "POST" else None,
@@ -201,7 +235,7 @@ def test_a_wrong_or_missing_token_is_refused_and_reaches_no_model(team, header):
         assert response.status == 401 and '"unauthorized"' in text
         assert TOKEN not in text
     with pytest.raises(EngineUnavailable) as caught:
-        RemoteEngine(team, "wrong").hello()
+        RemoteEngine(team, "wrong", ca_file=CA_FILE[-1]).hello()
     assert caught.value.code == "unauthorized"
     assert client(team).status()["refused"] == refused + 4
     time.sleep(1.2)
@@ -221,9 +255,18 @@ def test_the_token_file_must_be_private_and_the_url_must_not_carry_it(tmp_path):
     assert "abc" not in repr(RemoteEngine("http://host:8000", "abc"))
 
 
-def test_status_shows_each_replica_its_model_and_queue(team, token_file, capsys):
+def test_tls_is_required_of_a_client_that_does_not_trust_the_certificate(team):
+    with pytest.raises(EngineUnavailable, match="CERTIFICATE_VERIFY_FAILED"):
+        RemoteEngine(team, TOKEN).hello()  # the system's CAs do not know it
+    with pytest.raises(EngineUnavailable):  # nor does plain HTTP reach it
+        RemoteEngine(team.replace("https:", "http:"), TOKEN).hello()
+
+
+def test_status_shows_each_replica_its_model_and_queue(team, token_file, capsys,
+                                                         monkeypatch):
     from engine.cli import main
 
+    monkeypatch.setenv("SSL_CERT_FILE", CA_FILE[-1])  # how a developer trusts a private CA
     assert main(["status", team, "--token-file", str(token_file)]) == 0
     out = capsys.readouterr().out
     assert "2 replica(s)" in out and "dream" in out and "tok/s" in out

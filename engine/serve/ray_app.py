@@ -306,7 +306,8 @@ def build_app(options: AppOptions) -> Any:
         max_ongoing_requests=2 * options.max_batch,
         health_check_period_s=options.health_period,
         request_router_config=RequestRouterConfig(
-            request_router_class="engine.serve.ray_router.DocumentAffinityRouter"),
+            request_router_class="engine.serve.ray_router.DocumentAffinityRouter",
+            request_router_kwargs={"imbalance": options.max_batch}),
         **scaling)
     ingress = serve.deployment(Ingress, name="Ingress", num_replicas=1,
                                max_ongoing_requests=10_000, ray_actor_options={"num_cpus": 0})

@@ -8,8 +8,10 @@ proxy) agrees on it without talking to the others, and when a replica dies or is
 the keys whose home it was or becomes move, so every other document keeps its warm cache.
 
 The home replica is ranked first; when it is gone (Ray drops a dead replica from the
-candidates) or its queue is full (max_ongoing_requests), the request falls back to the least
-loaded of the others, as Ray's own router would choose.
+candidates), its queue is full (max_ongoing_requests), or it holds `imbalance` more requests
+than the least loaded replica (a few busy documents hashed to one home), the request falls
+back to the least loaded of the others, as Ray's own router would choose: a cold cache costs
+one full forward pass, a queue behind a full batch costs every step of every request in it.
 """
 
 from __future__ import annotations
@@ -36,10 +38,17 @@ def request_key(pending_request: PendingRequest | None) -> str | None:
     return key if isinstance(key, str) and key else None
 
 
+DEFAULT_IMBALANCE = 8  # requests: a full batch of the scheduler's default size
+
+
 class DocumentAffinityRouter(RequestRouter):
+    imbalance = DEFAULT_IMBALANCE  # until initialize_state sets the deployment's
     # Not FIFOMixin: it hands a replica chosen for one request to the oldest waiting one,
     # which would send a document to another document's home. The base class gives each
     # request the replica chosen for it.
+
+    def initialize_state(self, imbalance: int = DEFAULT_IMBALANCE, **kwargs: Any) -> None:
+        self.imbalance = imbalance
 
     async def choose_replicas(
         self,
@@ -55,5 +64,10 @@ class DocumentAffinityRouter(RequestRouter):
             return [candidate_replicas]
         by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
         order = rank(key, list(by_id))
-        home = by_id[order[0]]
-        return [[home], [by_id[i] for i in order[1:]]]
+        home, others = by_id[order[0]], [by_id[i] for i in order[1:]]
+        loads = [self.replica_queue_len_cache.get(r.replica_id) for r in candidate_replicas]
+        home_load = self.replica_queue_len_cache.get(home.replica_id)
+        known = [load for load in loads if load is not None]
+        if home_load is not None and known and home_load - min(known) >= self.imbalance:
+            return [others, [home]]
+        return [[home], others]
