@@ -8,6 +8,7 @@ ingress, reached by URL with a token, as a team's dg-lsp reaches it. The cluster
 from __future__ import annotations
 
 import http.client
+import json
 import shutil
 import socket
 import ssl
@@ -28,6 +29,7 @@ from engine.serve.remote import RemoteEngine, read_token  # noqa: E402
 from engine.types import SamplerSettings  # noqa: E402
 
 TOKEN = "team-s3cret"
+REPORT = 0.25  # seconds between the replicas' reports to the status board
 ONE_PER_STEP = SamplerSettings(sampler="topk", k=1)  # a request as long as its hole
 
 
@@ -66,7 +68,7 @@ def team(dream_ckpt: Path, certificate: tuple[Path, Path]) -> str:
                                   "ssl_keyfile": str(certificate[1])})
         options = AppOptions(model=str(dream_ckpt), device="cpu", dtype="float32",
                              token_digest=token_digest(TOKEN), replicas=2, cpus=0.5, threads=1,
-                             health_period=1.0)
+                             health_period=1.0, report_period=REPORT)
         serve.run(build_app(options), name=APP_NAME, route_prefix="/")
         url = f"https://127.0.0.1:{port}"
         CA_FILE.append(str(certificate[0]))
@@ -100,9 +102,9 @@ def replica_totals(url: str) -> dict[str, int]:
 
 def settled(url: str) -> dict[str, int]:
     """Replica totals once every request has left its replica and the board has heard."""
-    time.sleep(1.5)  # a report period and a little
+    time.sleep(2 * REPORT)
     wait_for(lambda: replica_totals(url)["live"] == 0, 30)
-    time.sleep(1.2)
+    time.sleep(2 * REPORT)
     return replica_totals(url)
 
 
@@ -238,7 +240,7 @@ def test_a_wrong_or_missing_token_is_refused_and_reaches_no_model(team, header):
         RemoteEngine(team, "wrong", ca_file=CA_FILE[-1]).hello()
     assert caught.value.code == "unauthorized"
     assert client(team).status()["refused"] == refused + 4
-    time.sleep(1.2)
+    time.sleep(2 * REPORT)
     assert replica_totals(team)["submitted"] == before["submitted"]
 
 
@@ -270,6 +272,26 @@ def test_status_shows_each_replica_its_model_and_queue(team, token_file, capsys,
     assert main(["status", team, "--token-file", str(token_file)]) == 0
     out = capsys.readouterr().out
     assert "2 replica(s)" in out and "dream" in out and "tok/s" in out
+
+
+def test_a_language_server_pointed_at_the_url_completes_and_never_logs_the_token(
+        team, token_file, tmp_path):
+    from tests.lsp_wire import WireServer
+
+    before = settled(team)
+    options = {"engine": team, "engineTokenFile": str(token_file),
+               "holeSize": {"restOfLine": 4, "brackets": 4, "comment": 4, "block": 4}}
+    server = WireServer(None, options, env={"SSL_CERT_FILE": CA_FILE[-1]})
+    try:
+        uri = (tmp_path / "a.py").as_uri()
+        server.open(uri, "def add(a, b):\n    return \n")
+        reply = server.inline(uri, 1, 11)
+        assert "error" not in reply and reply["result"] is not None
+        said = server.stderr() + json.dumps(server.notifications)  # its logs: logMessage
+    finally:
+        server.close()
+    assert TOKEN not in said and team in said  # it said where, not with what
+    assert settled(team)["completed"] > before["completed"]
 
 
 def test_killing_a_replica_mid_request_fails_that_request_alone_and_the_app_heals(team):

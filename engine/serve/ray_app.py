@@ -68,6 +68,7 @@ class AppOptions:
     cpus: float = 1.0  # per CPU replica
     threads: int | None = None  # torch threads per CPU replica
     health_period: float = 5.0
+    report_period: float = REPORT_PERIOD  # seconds between a replica's status reports
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -134,6 +135,7 @@ class EngineReplica:
                              options.request_timeout)
         self.replica = _replica_id()
         self.board = board
+        self.report_period = options.report_period
         self._reporter = asyncio.ensure_future(self._report_loop())
 
     def hello(self, key: str = "") -> dict[str, Any]:
@@ -192,14 +194,14 @@ class EngineReplica:
     async def _report_loop(self) -> None:
         samples: deque[tuple[float, int]] = deque([(time.monotonic(), 0)])
         while True:
-            await asyncio.sleep(REPORT_PERIOD)
+            await asyncio.sleep(self.report_period)
             stats = self.scheduler.stats()
             now, positions = time.monotonic(), stats["positionsCommitted"]
             samples.append((now, positions))
             while now - samples[0][0] > RATE_WINDOW:
                 samples.popleft()
             then, before = samples[0]
-            rate = (positions - before) / max(now - then, REPORT_PERIOD)
+            rate = (positions - before) / max(now - then, self.report_period)
             state = {"model": self.name, "device": str(self.engine.device),
                      "family": self.engine.config.family, "tokensPerSecond": round(rate, 1),
                      "pid": os.getpid()} | stats
