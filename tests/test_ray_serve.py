@@ -318,3 +318,24 @@ def test_killing_a_replica_mid_request_fails_that_request_alone_and_the_app_heal
     wait_for(restored, 60)
     wait_for(lambda: victim not in {r["replica"] for r in engine.status()["replicas"]}
              and len(engine.status()["replicas"]) == 2, 30)
+
+
+def test_serve_ray_options_are_checked_before_anything_is_deployed(token_file, capsys):
+    from engine.cli import build_parser, main
+    from engine.serve.ray_cli import http_options, options_from_args
+
+    def parse(*extra: str):
+        return build_parser().parse_args(["serve", "--ray", "--token-file", str(token_file),
+                                          *extra])
+    options = options_from_args(parse("--min-replicas", "1", "--max-replicas", "4"), TOKEN,
+                                gpus=True)
+    assert (options.min_replicas, options.max_replicas, options.gpus) == (1, 4, 1.0)
+    assert options.token_digest == token_digest(TOKEN) and TOKEN not in repr(options)
+    for bad in (("--min-replicas", "3", "--max-replicas", "2"), ("--min-replicas", "1"),
+                ("--replicas", "0")):
+        with pytest.raises(ValueError):
+            options_from_args(parse(*bad), TOKEN, gpus=False)
+    with pytest.raises(ValueError, match="together"):
+        http_options("0.0.0.0:8000", Path("cert.pem"), None)
+    assert main(["serve", "--ray"]) == 2  # no token file: refused before Ray starts
+    assert "--token-file" in capsys.readouterr().err
