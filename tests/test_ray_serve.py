@@ -339,3 +339,35 @@ def test_serve_ray_options_are_checked_before_anything_is_deployed(token_file, c
         http_options("0.0.0.0:8000", Path("cert.pem"), None)
     assert main(["serve", "--ray"]) == 2  # no token file: refused before Ray starts
     assert "--token-file" in capsys.readouterr().err
+
+
+def test_a_replica_whose_scheduler_is_dead_or_stuck_fails_its_health_check():
+    from engine.serve import ray_app
+    from engine.serve.daemon import Limits
+
+    class Scheduler:
+        _thread = threading.Thread(target=time.sleep, args=(30,), daemon=True)
+        state = {"rounds": 5, "completed": 1, "live": 2}
+
+        def stats(self) -> dict:
+            return dict(self.state)
+
+    replica = ray_app.EngineReplica.__new__(ray_app.EngineReplica)
+    replica.scheduler, replica.limits = Scheduler(), Limits(512, 1 << 30, 10.0)
+    with pytest.raises(RuntimeError, match="not running"):
+        replica.check_health()
+    Scheduler._thread.start()
+    clock = [1000.0]
+    replica._clock = lambda: clock[0]
+    replica.check_health()
+    clock[0] += 15  # stuck, but not yet for twice a request's time
+    replica.check_health()
+    Scheduler.state["rounds"] = 6  # it moved
+    clock[0] += 15
+    replica.check_health()
+    clock[0] += 21
+    with pytest.raises(RuntimeError, match="no scheduler round"):
+        replica.check_health()
+    Scheduler.state["live"] = 0  # idle is healthy however long
+    clock[0] += 100
+    replica.check_health()

@@ -116,6 +116,8 @@ class StatusBoard:
 class EngineReplica:
     """One model and its scheduler (made a deployment by `build_app`)."""
 
+    _clock = staticmethod(time.monotonic)
+
     async def __init__(self, options: AppOptions, board: Any) -> None:
         import torch
 
@@ -186,10 +188,19 @@ class EngineReplica:
 
     def check_health(self) -> None:
         """Ray Serve replaces a replica whose check raises: here, one whose scheduler thread
-        died (it would accept requests and never answer them)."""
+        died, or has had live requests and finished no round for longer than a request may
+        take (a wedged device): either would accept requests and never answer them."""
         thread = self.scheduler._thread
         if thread is None or not thread.is_alive():
             raise RuntimeError("the scheduler thread is not running")
+        stats = self.scheduler.stats()
+        now = self._clock()
+        progress = (stats["rounds"], stats["completed"])
+        if stats["live"] == 0 or progress != getattr(self, "_progress", None):
+            self._progress, self._progress_at = progress, now
+        elif now - self._progress_at > 2 * self.limits.request_timeout:
+            raise RuntimeError(f"no scheduler round for {now - self._progress_at:.0f} s "
+                               f"with {stats['live']} live requests")
 
     async def _report_loop(self) -> None:
         samples: deque[tuple[float, int]] = deque([(time.monotonic(), 0)])
