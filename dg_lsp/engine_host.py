@@ -91,6 +91,10 @@ class EngineHost:
             from engine import Engine
 
             return Engine.load(model, device, dtype)
+        from engine.serve.remote import RemoteEngine, is_engine_url
+
+        if is_engine_url(settings.engine):  # a team's engine: it loaded its own model
+            return RemoteEngine.connect(settings.engine, settings.engine_token_file)
         from engine.serve.client import EngineClient
 
         return EngineClient.connect_or_start(model, device, dtype=dtype)

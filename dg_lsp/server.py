@@ -244,15 +244,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", default=None, help="auto, cpu, cuda, cuda:N, mps")
     parser.add_argument("--dtype", default=None, help="auto (default), int8, float32, bfloat16, "
                         "float16, float64")
-    parser.add_argument("--engine", choices=("resident", "inproc"), default=None,
-                        help="share a resident engine process (default) or load the model here")
+    parser.add_argument("--engine", default=None, metavar="resident|inproc|URL",
+                        help="share a resident engine process (default), load the model here, "
+                        "or use a team's engine at http(s)://HOST:PORT (dg-engine serve --ray)")
+    parser.add_argument("--token-file", default=None,
+                        help="the team engine's token (default ~/.config/dg-engine/token)")
     parser.set_defaults(func=serve)
 
 
 def serve(args: argparse.Namespace) -> int:
     server = create_server()
     given = (("model", args.model), ("device", args.device), ("dtype", args.dtype),
-             ("engine", args.engine))
+             ("engine", args.engine), ("engineTokenFile", args.token_file))
     cli = {key: value for key, value in given if value}
     if cli:
         server.settings, errors = parse_settings(cli)

@@ -19,7 +19,9 @@ SAMPLERS = ("topk", "threshold", "entropy")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "int8", "float32", "bfloat16", "float16", "float64")  # engine.Engine.load
 # "resident": share the engine process for (model, device) with every editor and CLI, starting
-# it when none runs; "inproc": load the model inside this server (tests, one-shot runs).
+# it when none runs; "inproc": load the model inside this server (tests, one-shot runs). An
+# http(s):// URL instead names a team's engine (`dg-engine serve --ray`), reached with the
+# token in `engine_token_file`.
 ENGINE_MODES = ("resident", "inproc")
 
 
@@ -29,6 +31,7 @@ class Settings:
     device: str = "auto"
     dtype: str = "auto"  # see engine.Engine.load
     engine: str = "resident"
+    engine_token_file: str | None = None  # None: engine.serve.remote.default_token_file()
     canvas_length: int = 256  # tokens: context + hole
     hole_size: dict[str, int] = field(default_factory=lambda: {
         REST_OF_LINE: 24, BRACKETS: 24, COMMENT: 24, BLOCK: 96})
@@ -97,6 +100,19 @@ _SAMPLER_KEYS = {"k": "k", "threshold": "threshold", "gamma": "gamma",
                  "refreshWindow": "refresh_window"}
 
 
+def _engine_url(value: Any) -> bool:
+    """Whether `value` is a team engine's URL (engine.serve.remote.EngineURL)."""
+    from engine.serve.remote import EngineURL
+
+    if not isinstance(value, str):
+        return False
+    try:
+        EngineURL.parse(value)
+    except ValueError:
+        return False
+    return True
+
+
 def check_number(key: str, value: Any) -> str | None:
     """Why `value` is not a valid `key` (a BOUNDS key; hole sizes as holeSize.<kind>)."""
     bounds = BOUNDS[key.split(".")[0] if key.startswith("holeSize.") else key]
@@ -142,8 +158,12 @@ def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, li
             if check(key, value in DTYPES, "|".join(DTYPES)):
                 settings.dtype = value
         elif key == "engine":
-            if check(key, value in ENGINE_MODES, " or ".join(ENGINE_MODES)):
+            if check(key, value in ENGINE_MODES or _engine_url(value),
+                     " or ".join(ENGINE_MODES) + " or an http(s):// URL"):
                 settings.engine = value
+        elif key == "engineTokenFile":
+            if check(key, value is None or (isinstance(value, str) and value), "a path"):
+                settings.engine_token_file = value
         elif key == "canvasLength":
             if number(key, value):
                 settings.canvas_length = value

@@ -18,6 +18,7 @@ SUBCOMMAND_MODULES = [
     "engine.train.corpus",
     "engine.train.trainer",
     "engine.serve.daemon",
+    "engine.serve.ray_cli",
     "engine.serve.bench",
 ]
 

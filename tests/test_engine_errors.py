@@ -8,7 +8,7 @@ import pytest
 
 from dg_lsp.actions import DOCSTRING
 from dg_lsp.batch.job import BatchJob, process_file
-from engine.serve.client import EngineBusy, EngineRefused, EngineUnavailable, _raise_error
+from engine.serve.client import EngineBusy, EngineRefused, EngineUnavailable, raise_error
 from tests.test_actions import Scripted
 
 
@@ -17,7 +17,7 @@ from tests.test_actions import Scripted
     ("version", EngineRefused), ("failed", EngineUnavailable)])
 def test_each_error_code_raises_its_type_with_the_code(code: str, kind: type) -> None:
     with pytest.raises(kind) as raised:
-        _raise_error({"type": "error", "id": 1, "code": code, "message": "why"})
+        raise_error({"type": "error", "id": 1, "code": code, "message": "why"})
     assert raised.value.code == code and "why" in str(raised.value)
     assert isinstance(raised.value, ValueError) == (kind is EngineRefused)
     again = pickle.loads(pickle.dumps(raised.value))  # Ray carries batch records between hosts

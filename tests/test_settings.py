@@ -68,3 +68,14 @@ def test_the_command_line_seed_has_the_same_range(seed, capsys):
     with pytest.raises(SystemExit):
         parser.parse_args(["--seed", seed])
     assert "argument --seed: expected an integer" in capsys.readouterr().err
+
+
+def test_the_engine_may_be_a_team_engines_url_without_credentials():
+    settings, errors = parse_settings({"engine": "https://head:8000",
+                                       "engineTokenFile": "~/.dg-token"})
+    assert not errors
+    assert (settings.engine, settings.engine_token_file) == ("https://head:8000", "~/.dg-token")
+    for bad in ("ftp://head", "https://me:token@head:8000", "https://head:8000/?token=x",
+                "remote", 7):
+        settings, errors = parse_settings({"engine": bad})
+        assert settings.engine == "resident" and len(errors) == 1

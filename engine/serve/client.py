@@ -221,7 +221,7 @@ class EngineClient:
                                     ) from None
         except (OSError, protocol.ProtocolError) as exc:
             raise EngineUnavailable(f"the engine stopped answering: {exc}") from None
-        _raise_error(reply)
+        raise_error(reply)
         return reply
 
     def _ping(self, sock: socket.socket) -> None:
@@ -236,7 +236,7 @@ class EngineClient:
                                     f"ping in {PING_TIMEOUT:g} s") from None
         except (OSError, protocol.ProtocolError) as exc:
             raise EngineUnavailable(f"the engine stopped answering: {exc}") from None
-        _raise_error(reply)
+        raise_error(reply)
         sock.settimeout(self.read_timeout)
 
     def _stream(self, request: dict[str, Any], cancel: Callable[[], bool] | None
@@ -266,7 +266,7 @@ class EngineClient:
                     raise EngineUnavailable(f"the engine stopped mid-request: {exc}") from None
                 if reply.get("id") != request["id"]:
                     continue  # the cancel's acknowledgement
-                _raise_error(reply)
+                raise_error(reply)
                 draft = protocol.draft_from_wire(reply["draft"])
                 yield draft
                 if reply["type"] == "result":
@@ -308,7 +308,7 @@ def _kill(endpoint: Endpoint, pid: int) -> None:
 REFUSED = ("bad-request", "unknown-op", "too-large", "version")  # codes about the request
 
 
-def _raise_error(reply: dict[str, Any]) -> None:
+def raise_error(reply: dict[str, Any]) -> None:
     """The engine's error reply as the exception type its code stands for."""
     if reply.get("type") != "error":
         return

@@ -225,7 +225,7 @@ class EngineServer:
         if op in ("infill", "rewrite"):
             if request_id in jobs:
                 raise ProtocolError("bad-request", f"request id {request_id!r} is in use")
-            job = _request(message, op, self.limits, self.engine.decoder)
+            job = parse_request(message, op, self.limits, self.engine.decoder)
             stream = bool(message.get("stream", False))
 
             def on_draft(draft: Draft) -> None:
@@ -272,7 +272,7 @@ def _same_user(sock: Any) -> bool:
     return uid in (os.getuid(), 0)
 
 
-def _request(message: dict[str, Any], op: str, limits: Limits, decoder: Decoder) -> Request:
+def parse_request(message: dict[str, Any], op: str, limits: Limits, decoder: Decoder) -> Request:
     """The scheduler's Request for an infill or rewrite message; ProtocolError when the
     message is malformed or over this engine's limits."""
     from engine.serve.scheduler import PRIORITIES, Request, request_bytes
@@ -362,6 +362,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--threads", type=int, default=None,
                         help="CPU threads for the model's passes (default: all cores but one, "
                         "or OMP_NUM_THREADS)")
+    from engine.serve.ray_cli import add_arguments
+
+    add_arguments(parser)
     parser.set_defaults(func=serve)
 
 
@@ -378,6 +381,10 @@ def cpu_threads(requested: int | None) -> int | None:
 
 
 def serve(args: argparse.Namespace) -> int:
+    if getattr(args, "ray", None) is not None:
+        from engine.serve.ray_cli import serve_on_ray
+
+        return serve_on_ray(args)
     try:
         endpoint = Endpoint(args.socket) if args.socket else endpoint_for(
             args.model, args.device, args.dtype)

@@ -162,7 +162,9 @@ class Scheduler:
         self.started = time.time()
         self.counters = {"submitted": 0, "completed": 0, "cancelled": 0, "failed": 0,
                          "busy": 0, "expired": 0, "rounds": 0, "forwardPasses": 0,
-                         "batchedPasses": 0, "batchedRows": 0, "positionsCommitted": 0}
+                         "batchedPasses": 0, "batchedRows": 0, "positionsCommitted": 0,
+                         # Seconds spent in rounds: what a team's replica costs per request.
+                         "busySeconds": 0.0}
 
     # -- called from any thread ----------------------------------------------------------
 
@@ -203,7 +205,8 @@ class Scheduler:
             queued = {p: len(q) for p, q in self._queues.items()}
             live = len(self._live)
         cache = self.engine.decoder.prefix_cache
-        return {**self.counters, "live": live, "prefixCacheHits": cache.hits,
+        return {**self.counters, "busySeconds": round(self.counters["busySeconds"], 3),
+                "live": live, "prefixCacheHits": cache.hits,
                 "prefixCacheMisses": cache.misses, "prefixCacheBytes": cache.nbytes(),
                 "queued": queued, "maxBatch": self.max_batch, "maxQueue": self.max_queue,
                 "uptimeSeconds": round(time.time() - self.started)}
@@ -226,7 +229,9 @@ class Scheduler:
                 self._start(job)
             self._drop_cancelled_and_expired()
             if self._live:
+                started = time.perf_counter()
                 self._round()
+                self.counters["busySeconds"] += time.perf_counter() - started
         for live in self._live:
             live.close()
 

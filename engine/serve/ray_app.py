@@ -1,0 +1,328 @@
+"""The engine as a Ray Serve application: one URL in front of several replicas of the model.
+
+    Ingress (HTTP, token)  ──handle, DocumentAffinityRouter──▶  EngineReplica × N
+                          ◀── StatusBoard ◀── every replica reports its queue and tokens/s
+
+- `EngineReplica` holds one copy of the model (one GPU where the cluster has them, else CPUs)
+  and its own batching scheduler (engine.serve.scheduler), exactly as `dg-engine serve` does
+  on one machine; requests are validated by the same code (engine.serve.daemon.parse_request).
+  A request that is cancelled upstream (the client disconnected or cancelled) raises
+  CancelledError in its generator, which cancels the job: it leaves the batch at the next step.
+- `Ingress` answers HTTP (engine.serve.remote describes the paths). It checks the token
+  before anything else, in constant time, against a digest: the token itself is never stored
+  in the application's config, which Ray keeps in its control store. It routes a request by
+  `routing_key`, and turns a replica lost mid-request into an "unavailable" error for that
+  request alone: the client's next request goes to a live replica.
+- `StatusBoard` keeps the latest report of each replica for `dg-engine status URL`.
+
+Replica count is fixed or autoscaled by Ray Serve on ongoing requests per replica (queued and
+live in its scheduler): the queue length.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ray import serve
+from ray.serve.config import RequestRouterConfig
+from starlette.requests import Request as HTTPRequest
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from engine.serve import protocol
+from engine.serve.daemon import DEFAULT_REQUEST_TIMEOUT, Limits, parse_request
+from engine.serve.remote import reply_line
+from engine.types import Draft
+
+APP_NAME = "dg-engine"
+ROUTE_CHARS = 512  # characters of a prefix's start that name its document for routing
+REPORT_PERIOD = 1.0  # seconds between a replica's reports to the status board
+RATE_WINDOW = 30.0  # seconds over which a replica's tokens/s is averaged
+STALE_AFTER = 10.0  # seconds without a report before the board forgets a replica
+
+
+@dataclass
+class AppOptions:
+    """What `dg-engine serve --ray` deploys."""
+
+    model: str | None = None
+    device: str = "auto"
+    dtype: str = "auto"
+    token_digest: str = ""  # token_digest(token)
+    replicas: int = 1
+    min_replicas: int | None = None  # both set: autoscaled between them
+    max_replicas: int | None = None
+    max_batch: int = 8
+    max_queue: int = 64
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+    gpus: float = 0.0  # per replica; 0: CPU replicas
+    cpus: float = 1.0  # per CPU replica
+    threads: int | None = None  # torch threads per CPU replica
+    health_period: float = 5.0
+    report_period: float = REPORT_PERIOD  # seconds between a replica's status reports
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def routing_key(message: dict[str, Any]) -> str:
+    """What names a request's document for the router: the client's "document" when it sends
+    one, else the start of the prefix, whose tokens are what a replica's prefix cache reuses.
+    A short prefix counts only its complete lines, so typing on a line keeps its key."""
+    document = message.get("document")
+    if isinstance(document, str) and document:
+        return "document:" + document
+    prefix = message.get("prefix")
+    prefix = prefix if isinstance(prefix, str) else ""
+    head = prefix[:ROUTE_CHARS]
+    if len(prefix) < ROUTE_CHARS:
+        head = head[: head.rfind("\n") + 1]
+    return "prefix:" + hashlib.blake2b(head.encode("utf-8", "surrogatepass"),
+                                       digest_size=12).hexdigest()
+
+
+def _replica_id() -> str:
+    return serve.get_replica_context().replica_id.unique_id
+
+
+# Every replica reports every REPORT_PERIOD: an access log line each would bury the others.
+@serve.deployment(num_replicas=1, max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0},
+                  logging_config={"enable_access_log": False})
+class StatusBoard:
+    def __init__(self) -> None:
+        self.reports: dict[str, dict[str, Any]] = {}
+
+    def report(self, replica: str, state: dict[str, Any]) -> None:
+        self.reports[replica] = state | {"reportedAt": time.time()}
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        now = time.time()
+        for replica in [r for r, s in self.reports.items() if now - s["reportedAt"] > STALE_AFTER]:
+            del self.reports[replica]  # gone: Ray has replaced or removed it
+        return [{"replica": r} | s for r, s in sorted(self.reports.items())]
+
+
+class EngineReplica:
+    """One model and its scheduler (made a deployment by `build_app`)."""
+
+    _clock = staticmethod(time.monotonic)
+
+    async def __init__(self, options: AppOptions, board: Any) -> None:
+        import torch
+
+        from engine import Engine
+        from engine.serve.daemon import free_memory
+        from engine.serve.scheduler import Scheduler
+
+        if not options.gpus:
+            # The CPUs Ray reserved for this replica, not the machine's: replicas share a node.
+            torch.set_num_threads(options.threads or max(1, round(options.cpus)))
+        self.engine = Engine.load(options.model, device=options.device, dtype=options.dtype)
+        self.scheduler = Scheduler(self.engine, options.max_batch, options.max_queue)
+        self.scheduler.start()
+        self.name = options.model or "bundled"
+        budget = free_memory(self.engine.device) // 4
+        self.limits = Limits(self.engine.config.max_position_embeddings, budget,
+                             options.request_timeout)
+        self.replica = _replica_id()
+        self.board = board
+        self.report_period = options.report_period
+        self._reporter = asyncio.ensure_future(self._report_loop())
+
+    def hello(self, key: str = "") -> dict[str, Any]:
+        return {"type": "hello", "version": protocol.VERSION, "model": self.name,
+                "device": str(self.engine.device), "family": self.engine.config.family,
+                "replica": self.replica,
+                "limits": {"maxCanvas": self.limits.max_canvas,
+                           "requestTimeout": self.limits.request_timeout}}
+
+    async def stream(self, key: str, message: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """The request's drafts as protocol messages (the last a "result" or an "error");
+        `key` is read by the router, not here."""
+        request_id = message.get("id")
+        try:
+            job = parse_request(message, str(message.get("op")), self.limits,
+                                self.engine.decoder)
+        except protocol.ProtocolError as exc:
+            yield _error(request_id, exc.code, str(exc))
+            return
+        loop = asyncio.get_running_loop()
+        inbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        job.on_draft = lambda draft: loop.call_soon_threadsafe(inbox.put_nowait, ("draft", draft))
+        job.on_error = lambda code, text: loop.call_soon_threadsafe(
+            inbox.put_nowait, ("error", (code, text)))
+        if not self.scheduler.submit(job):
+            yield _error(request_id, "busy", "the replica's queue is full; try again")
+            return
+        finished = False
+        try:
+            while True:
+                kind, value = await inbox.get()
+                if kind == "error":
+                    finished = True
+                    yield _error(request_id, *value)
+                    return
+                draft: Draft = value
+                finished = draft.done
+                yield {"type": "result" if draft.done else "draft", "id": request_id,
+                       "draft": protocol.draft_to_wire(draft), "replica": self.replica}
+                if draft.done:
+                    return
+        finally:
+            if not finished:  # cancelled upstream, or the client went away
+                self.scheduler.cancel(job)
+
+    def stats(self, key: str = "") -> dict[str, Any]:
+        return self.scheduler.stats()
+
+    def check_health(self) -> None:
+        """Ray Serve replaces a replica whose check raises: here, one whose scheduler thread
+        died, or has had live requests and finished no round for longer than a request may
+        take (a wedged device): either would accept requests and never answer them."""
+        thread = self.scheduler._thread
+        if thread is None or not thread.is_alive():
+            raise RuntimeError("the scheduler thread is not running")
+        stats = self.scheduler.stats()
+        now = self._clock()
+        progress = (stats["rounds"], stats["completed"])
+        if stats["live"] == 0 or progress != getattr(self, "_progress", None):
+            self._progress, self._progress_at = progress, now
+        elif now - self._progress_at > 2 * self.limits.request_timeout:
+            raise RuntimeError(f"no scheduler round for {now - self._progress_at:.0f} s "
+                               f"with {stats['live']} live requests")
+
+    async def _report_loop(self) -> None:
+        samples: deque[tuple[float, int]] = deque([(time.monotonic(), 0)])
+        while True:
+            await asyncio.sleep(self.report_period)
+            stats = self.scheduler.stats()
+            now, positions = time.monotonic(), stats["positionsCommitted"]
+            samples.append((now, positions))
+            while now - samples[0][0] > RATE_WINDOW:
+                samples.popleft()
+            then, before = samples[0]
+            rate = (positions - before) / max(now - then, self.report_period)
+            state = {"model": self.name, "device": str(self.engine.device),
+                     "family": self.engine.config.family, "tokensPerSecond": round(rate, 1),
+                     "pid": os.getpid()} | stats
+            with contextlib.suppress(Exception):  # the board restarting must not stop us
+                await self.board.report.remote(self.replica, state)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self._reporter.cancel()
+            self.scheduler.stop()
+
+
+class Ingress:
+    """The application's HTTP face (made a deployment by `build_app`)."""
+
+    def __init__(self, engines: Any, board: Any, token_digest_hex: str) -> None:
+        if not token_digest_hex:
+            raise ValueError("the ingress needs a token")
+        self.engines = engines
+        self.board = board
+        self.digest = bytes.fromhex(token_digest_hex)
+        self.refused = 0  # requests turned away without a valid token
+        self._lock = threading.Lock()
+
+    def _authorized(self, header: str | None) -> bool:
+        scheme, _, token = (header or "").partition(" ")
+        given = hashlib.sha256(token.strip().encode("utf-8", "surrogatepass")).digest()
+        return scheme.lower() == "bearer" and hmac.compare_digest(given, self.digest)
+
+    async def __call__(self, request: HTTPRequest) -> Response:
+        if not self._authorized(request.headers.get("authorization")):
+            with self._lock:
+                self.refused += 1
+            return JSONResponse(_error(None, "unauthorized", "this engine needs the team's "
+                                       "token (Authorization: Bearer)"), status_code=401)
+        path = request.url.path.rstrip("/").rsplit("/v1/", 1)[-1]
+        if request.method == "GET" and path == "hello":
+            hello = await self.engines.hello.remote("")
+            hello["replicas"] = len(await self.board.snapshot.remote())
+            return JSONResponse(hello)
+        if request.method == "GET" and path == "status":
+            return JSONResponse({"type": "ok", "replicas": await self.board.snapshot.remote(),
+                                 "refused": self.refused})
+        if request.method == "POST" and path == "stream":
+            return await self._stream(request)
+        return JSONResponse(_error(None, "unknown-op", f"no such path {request.url.path!r:.80}"),
+                            status_code=404)
+
+    async def _stream(self, request: HTTPRequest) -> Response:
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > protocol.MAX_MESSAGE:
+                return JSONResponse(_error(None, "too-large", "request over "
+                                           f"{protocol.MAX_MESSAGE} bytes"), status_code=413)
+        try:
+            message = protocol.decode(bytes(body))
+            request_id = protocol.request_id(message)
+        except protocol.ProtocolError as exc:
+            return JSONResponse(_error(None, exc.code, str(exc)), status_code=400)
+        if message.get("op") not in ("infill", "rewrite"):
+            return JSONResponse(_error(request_id, "unknown-op", "POST /v1/stream takes an "
+                                       "infill or rewrite request"), status_code=400)
+        drafts = self.engines.options(stream=True).stream.remote(routing_key(message), message)
+        return StreamingResponse(self._lines(drafts, request_id),
+                                 media_type="application/x-ndjson")
+
+    async def _lines(self, drafts: Any, request_id: Any) -> AsyncIterator[bytes]:
+        try:
+            async for message in drafts:
+                yield reply_line(message)
+        except asyncio.CancelledError:
+            raise  # the client went away: Serve cancels the replica's request with ours
+        except Exception as exc:  # noqa: BLE001 - the replica died or was removed mid-request
+            yield reply_line(_error(request_id, "unavailable", "the replica serving this "
+                                    f"request was lost ({type(exc).__name__}); try again"))
+        finally:
+            drafts.cancel()  # a no-op once the replica's generator has finished
+
+
+def _error(request_id: Any, code: str, message: str) -> dict[str, Any]:
+    return {"type": "error", "id": request_id, "code": code, "message": message}
+
+
+def build_app(options: AppOptions) -> Any:
+    """The Serve application for `options` (serve.run it)."""
+    if options.gpus:
+        actor = {"num_gpus": options.gpus, "num_cpus": 1}
+    else:
+        actor = {"num_cpus": options.cpus}
+    scaling: dict[str, Any]
+    if options.min_replicas is not None and options.max_replicas is not None:
+        scaling = {"autoscaling_config": {
+            "min_replicas": options.min_replicas, "max_replicas": options.max_replicas,
+            "initial_replicas": max(options.min_replicas, 1),
+            # Ongoing requests per replica: its scheduler's queue and live batch.
+            "target_ongoing_requests": options.max_batch,
+            "upscale_delay_s": 5.0, "downscale_delay_s": 120.0}}
+    else:
+        scaling = {"num_replicas": options.replicas}
+    replica = serve.deployment(
+        EngineReplica, name="EngineReplica", ray_actor_options=actor,
+        # Past a full batch and a queue behind it, the router tries another replica.
+        max_ongoing_requests=2 * options.max_batch,
+        health_check_period_s=options.health_period,
+        request_router_config=RequestRouterConfig(
+            request_router_class="engine.serve.ray_router.DocumentAffinityRouter",
+            request_router_kwargs={"imbalance": options.max_batch}),
+        **scaling)
+    ingress = serve.deployment(Ingress, name="Ingress", num_replicas=1,
+                               max_ongoing_requests=10_000, ray_actor_options={"num_cpus": 0})
+    board = StatusBoard.bind()
+    return ingress.bind(replica.bind(options, board), board, options.token_digest)

@@ -1,0 +1,284 @@
+"""Talk to a team's engine by URL: the Ray Serve application `dg-engine serve --ray` deploys.
+
+    http://HOST:PORT   or   https://HOST:PORT   (TLS where the deployment was given a certificate)
+
+Every request carries the team's token (`Authorization: Bearer ...`); the ingress refuses any
+request without the right one before it reaches a model. The token is read from a private
+file (mode 0600, as `dg-engine serve --token-file` requires), never taken from the URL or the
+command line, where it would end up in shell history, logs and process listings.
+
+HTTP paths (engine.serve.ray_app answers them):
+
+    GET  /v1/hello    the hello of engine.serve.protocol, plus "replicas"
+    GET  /v1/status   every replica's model, device, queue and tokens/s
+    POST /v1/stream   body: an infill or rewrite request of engine.serve.protocol; answer:
+                      one JSON message per line ("draft" after every step, then "result"
+                      or "error"), each naming the replica that served it
+
+`RemoteEngine` implements engine.backend.Backend, as `EngineClient` does. Cancelling a stream
+closes its connection: the ingress sees the disconnect and the replica drops the request at
+its next step boundary, as the resident engine does when a socket closes.
+
+No torch and no Ray here: a developer's dg-lsp talking to the team's engine needs neither.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.client
+import json
+import os
+import ssl
+import urllib.parse
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from engine.backend import EngineInfo
+from engine.serve import protocol
+from engine.serve.client import READ_TIMEOUT, EngineRefused, EngineUnavailable, raise_error
+from engine.types import CANVAS_LENGTH, Draft, SamplerSettings
+
+SCHEMES = ("http", "https")
+CONNECT_TIMEOUT = 10.0  # seconds: a remote head node is further away than a local socket
+
+
+def is_engine_url(value: str) -> bool:
+    """Whether an `engine` setting names a remote engine rather than a mode."""
+    return value.split("://", 1)[0].lower() in SCHEMES and "://" in value
+
+
+def default_token_file() -> Path:
+    """Where a developer keeps the team's token when no --token-file is given."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "dg-engine" / "token"
+
+
+def read_token(path: Path | str | None) -> str:
+    """The token in `path` (default: `default_token_file()`); ValueError (one line, never
+    the token) when it is missing, empty, or open to other users."""
+    from engine.serve.daemon import read_token as read_private_token
+
+    return read_private_token(Path(path).expanduser() if path else default_token_file())
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineURL:
+    scheme: str
+    host: str
+    port: int
+    path: str  # the application's route prefix, without a trailing slash
+
+    @classmethod
+    def parse(cls, url: str) -> EngineURL:
+        """ValueError for anything but http(s)://HOST[:PORT][/PREFIX] without credentials."""
+        parts = urllib.parse.urlsplit(url.strip())
+        if parts.scheme.lower() not in SCHEMES or not parts.hostname:
+            raise ValueError(f"an engine URL is http(s)://HOST:PORT, not {url!r:.80}")
+        if parts.username or parts.password or parts.query:
+            # A token there would be logged with every URL printed: keep it in the token file.
+            raise ValueError("put the token in the token file, not in the engine URL")
+        scheme = parts.scheme.lower()
+        port = parts.port or (443 if scheme == "https" else 80)
+        return cls(scheme, parts.hostname, port, parts.path.rstrip("/"))
+
+    def __str__(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}{self.path}"
+
+
+class RemoteEngine:
+    def __init__(self, url: str, token: str, *, priority: str = "interactive",
+                 read_timeout: float = READ_TIMEOUT, ca_file: str | None = None,
+                 document: str | None = None) -> None:
+        if not token:
+            raise ValueError("a remote engine needs a token")
+        self.url = EngineURL.parse(url)
+        self._token = token
+        self.priority = priority
+        self.read_timeout = read_timeout
+        self.ca_file = ca_file
+        # Sent with every request so the team's router keeps one document on one replica;
+        # without it the router keys on the start of the prefix.
+        self.document = document
+        self.info: dict[str, Any] = {}
+        self.last_replica = ""  # the replica that answered the last request
+        self._ids = 0
+
+    def __repr__(self) -> str:  # never the token
+        return f"RemoteEngine({str(self.url)!r})"
+
+    @classmethod
+    def connect(cls, url: str, token_file: Path | str | None = None, **kwargs: Any
+                ) -> RemoteEngine:
+        """A client of the engine at `url` that has answered a hello; EngineUnavailable when
+        it cannot be reached or refuses the token, ValueError for a bad URL or token file."""
+        client = cls(url, read_token(token_file), **kwargs)
+        client.hello()
+        return client
+
+    # -- Backend -------------------------------------------------------------------------
+
+    def hello(self) -> dict[str, Any]:
+        self.info = self._get("/v1/hello")
+        if self.info.get("version") != protocol.VERSION:
+            raise EngineRefused(f"the engine at {self.url} speaks protocol "
+                                f"{self.info.get('version')!r:.20}, this client "
+                                f"{protocol.VERSION}")
+        return self.info
+
+    @property
+    def engine_info(self) -> EngineInfo:
+        return EngineInfo(model=str(self.info.get("model", "")),
+                          family=str(self.info.get("family", "")),
+                          device=str(self.info.get("device", str(self.url))),
+                          resident=True, counts_tokens=False)
+
+    def infill_stream(
+        self,
+        prefix: str,
+        suffix: str,
+        max_tokens: int = 32,
+        *,
+        settings: SamplerSettings | None = None,
+        canvas_length: int = CANVAS_LENGTH,
+        cancel: Callable[[], bool] | None = None,
+    ) -> Iterator[Draft]:
+        request = {"op": "infill", "prefix": prefix, "suffix": suffix, "max_tokens": max_tokens,
+                   "canvas_length": canvas_length, "settings": protocol.settings_to_wire(settings)}
+        return self._stream(request, cancel)
+
+    def rewrite_stream(
+        self,
+        prefix: str,
+        suffix: str,
+        original: str,
+        *,
+        strength: float = 1.0,
+        max_tokens: int | None = None,
+        settings: SamplerSettings | None = None,
+        canvas_length: int = CANVAS_LENGTH,
+        cancel: Callable[[], bool] | None = None,
+    ) -> Iterator[Draft]:
+        request = {"op": "rewrite", "prefix": prefix, "suffix": suffix, "original": original,
+                   "strength": strength, "canvas_length": canvas_length,
+                   "settings": protocol.settings_to_wire(settings)}
+        if max_tokens is not None:
+            request["max_tokens"] = max_tokens
+        return self._stream(request, cancel)
+
+    def completion_ids(self, draft: Draft) -> list[int]:
+        raise NotImplementedError("a remote engine's drafts do not say which of their tokens "
+                                  "are stop tokens (engine_info.counts_tokens)")
+
+    def status(self) -> dict[str, Any]:
+        """Every replica's model, device, queue lengths and tokens/s."""
+        return self._get("/v1/status")
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self.url.scheme == "https":
+            context = ssl.create_default_context(cafile=self.ca_file)
+            return http.client.HTTPSConnection(self.url.host, self.url.port,
+                                               timeout=CONNECT_TIMEOUT, context=context)
+        return http.client.HTTPConnection(self.url.host, self.url.port, timeout=CONNECT_TIMEOUT)
+
+    def _open(self, method: str, path: str, body: bytes | None = None
+              ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        connection = self._connection()
+        headers = {"Authorization": f"Bearer {self._token}", "Accept": "application/x-ndjson"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        try:
+            connection.connect()
+            connection.sock.settimeout(self.read_timeout)
+            connection.request(method, self.url.path + path, body=body, headers=headers)
+            response = connection.getresponse()
+        except TimeoutError:
+            connection.close()
+            raise EngineUnavailable(f"the engine at {self.url} did not answer in "
+                                    f"{self.read_timeout:g} s") from None
+        except (OSError, http.client.HTTPException) as exc:
+            connection.close()
+            raise EngineUnavailable(f"cannot reach the engine at {self.url}: {exc}") from None
+        if response.status != 200:
+            try:
+                reply = protocol.decode(response.read(protocol.MAX_UNAUTHENTICATED))
+            except (OSError, http.client.HTTPException, protocol.ProtocolError):
+                reply = {"type": "error", "code": "failed", "message": f"HTTP {response.status}"}
+            finally:
+                connection.close()
+            raise_error(reply)
+            raise EngineUnavailable(f"the engine at {self.url} answered HTTP {response.status}")
+        return connection, response
+
+    def _get(self, path: str) -> dict[str, Any]:
+        connection, response = self._open("GET", path)
+        try:
+            reply = protocol.decode(response.read(protocol.MAX_MESSAGE))
+        except (OSError, http.client.HTTPException, protocol.ProtocolError) as exc:
+            raise EngineUnavailable(f"the engine at {self.url} stopped answering: {exc}"
+                                    ) from None
+        finally:
+            connection.close()
+        raise_error(reply)
+        return reply
+
+    def _stream(self, request: dict[str, Any], cancel: Callable[[], bool] | None
+                ) -> Iterator[Draft]:
+        self._ids += 1
+        request |= {"id": self._ids, "stream": True, "priority": self.priority}
+        if self.document is not None:
+            request["document"] = self.document
+        try:
+            body = protocol.encode(request)[protocol.HEADER.size:]
+        except protocol.ProtocolError as exc:
+            raise EngineRefused(str(exc)) from None
+        connection, response = self._open("POST", "/v1/stream", body)
+        last: Draft | None = None
+        try:
+            while True:
+                if cancel is not None and cancel():
+                    # Closing the connection is the cancel: the replica drops the request at
+                    # its next step. The caller gets what it would from a local engine.
+                    yield (dataclasses.replace(last, done=True, finish_reason="cancelled")
+                           if last is not None else _empty("cancelled"))
+                    return
+                reply = self._next_line(response)
+                raise_error(reply)
+                self.last_replica = str(reply.get("replica", self.last_replica))
+                last = protocol.draft_from_wire(reply["draft"])
+                yield last
+                if reply.get("type") == "result":
+                    return
+        finally:
+            connection.close()
+
+    def _next_line(self, response: http.client.HTTPResponse) -> dict[str, Any]:
+        try:
+            line = response.readline(protocol.MAX_MESSAGE)
+        except TimeoutError:
+            raise EngineUnavailable(f"the engine at {self.url} sent nothing for "
+                                    f"{self.read_timeout:g} s") from None
+        except (OSError, http.client.HTTPException) as exc:
+            raise EngineUnavailable(f"the engine at {self.url} stopped mid-request: {exc}"
+                                    ) from None
+        if not line:
+            raise EngineUnavailable(f"the engine at {self.url} closed the stream before its "
+                                    f"result")
+        try:
+            return protocol.decode(line)
+        except protocol.ProtocolError as exc:
+            raise EngineUnavailable(f"the engine at {self.url} sent a bad message: {exc}"
+                                    ) from None
+
+
+def _empty(reason: str) -> Draft:
+    return Draft(step=0, token_ids=[], committed=0, text="", done=True, finish_reason=reason)
+
+
+def reply_line(message: dict[str, Any]) -> bytes:
+    """One message of a /v1/stream answer: strict JSON and a newline (JSON strings escape
+    theirs, so a line is always one message)."""
+    return json.dumps(message, ensure_ascii=False, allow_nan=False,
+                      separators=(",", ":")).encode("utf-8") + b"\n"

@@ -1,0 +1,373 @@
+"""The engine as a Ray Serve application (engine.serve.ray_app), on a local Ray cluster.
+
+One module-wide deployment: two CPU replicas of the tiny Dream checkpoint behind the HTTP
+ingress, reached by URL with a token, as a team's dg-lsp reaches it. The cluster is small
+(2 CPUs, half a CPU per replica) and shut down after the module.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import shutil
+import socket
+import ssl
+import subprocess
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="Ray is optional: pip install 'dg-lsp[distributed]'")
+serve = pytest.importorskip("ray.serve", reason="needs ray[serve]")
+
+from engine.serve.client import EngineUnavailable  # noqa: E402
+from engine.serve.ray_app import APP_NAME, AppOptions, build_app, routing_key, token_digest  # noqa: E402
+from engine.serve.remote import RemoteEngine, read_token  # noqa: E402
+from engine.types import SamplerSettings  # noqa: E402
+
+TOKEN = "team-s3cret"
+REPORT = 0.25  # seconds between the replicas' reports to the status board
+ONE_PER_STEP = SamplerSettings(sampler="topk", k=1)  # a request as long as its hole
+
+
+@pytest.fixture(scope="module")
+def token_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("team") / "token"
+    path.write_text(TOKEN + "\n")
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key."""
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    if shutil.which("openssl") is None:
+        pytest.skip("needs openssl to make a certificate")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True,
+                   capture_output=True)
+    return cert, key
+
+
+@pytest.fixture(scope="module")
+def team(dream_ckpt: Path, certificate: tuple[Path, Path]) -> str:
+    """The URL of a two-replica deployment, over TLS (every test then goes through it)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="warning", log_to_driver=False)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port,
+                                  "ssl_certfile": str(certificate[0]),
+                                  "ssl_keyfile": str(certificate[1])})
+        options = AppOptions(model=str(dream_ckpt), device="cpu", dtype="float32",
+                             token_digest=token_digest(TOKEN), replicas=2, cpus=0.5, threads=1,
+                             health_period=1.0, report_period=REPORT)
+        serve.run(build_app(options), name=APP_NAME, route_prefix="/")
+        url = f"https://127.0.0.1:{port}"
+        CA_FILE.append(str(certificate[0]))
+        wait_for(lambda: len(client(url).status()["replicas"]) == 2, 60)
+        yield url
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+CA_FILE: list[str] = []  # the module's certificate, which its clients trust
+
+
+def client(url: str, **kwargs) -> RemoteEngine:
+    return RemoteEngine(url, TOKEN, ca_file=CA_FILE[-1], **kwargs)
+
+
+def wait_for(condition, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+def replica_totals(url: str) -> dict[str, int]:
+    replicas = client(url).status()["replicas"]
+    return {key: sum(r[key] for r in replicas) for key in ("submitted", "completed",
+                                                           "cancelled", "live",
+                                                           "forwardPasses")}
+
+
+def settled(url: str) -> dict[str, int]:
+    """Replica totals once every request has left its replica and the board has heard."""
+    time.sleep(2 * REPORT)
+    wait_for(lambda: replica_totals(url)["live"] == 0, 30)
+    time.sleep(2 * REPORT)
+    return replica_totals(url)
+
+
+def test_a_remote_completion_equals_the_local_engine_for_the_same_seed(team, dream_ckpt,
+                                                                      token_file):
+    from engine import Engine
+
+    local = Engine.load(str(dream_ckpt), device="cpu", dtype="float32")
+    remote = RemoteEngine.connect(team, token_file, ca_file=CA_FILE[-1])
+    assert (remote.engine_info.family, remote.engine_info.device) == ("masked", "cpu")
+    for seed in (0, 7):
+        settings = SamplerSettings(seed=seed, temperature=0.7)
+        here = list(local.infill_stream("def add(a, b):\n    ", "\n", 12, settings=settings))
+        there = list(remote.infill_stream("def add(a, b):\n    ", "\n", 12, settings=settings))
+        assert [d.token_ids for d in there] == [d.token_ids for d in here]  # every draft
+        assert (there[-1].text, there[-1].finish_reason) == (here[-1].text,
+                                                             here[-1].finish_reason)
+    here = list(local.rewrite_stream("x = ", "\n", "compute(1)", strength=0.5,
+                                     max_tokens=8))[-1]
+    there = list(remote.rewrite_stream("x = ", "\n", "compute(1)", strength=0.5,
+                                       max_tokens=8))[-1]
+    assert (there.token_ids, there.text) == (here.token_ids, here.text)
+
+
+def test_eight_clients_typing_every_request_answered_or_cancelled_and_one_replica_per_document(
+        team):
+    before = settled(team)
+    documents = [f"# module {i}: helpers for part {i}\n" + "import os\n" * 60 for i in range(8)]
+    keystrokes = "def f(x):\n    return x"
+    outcomes: dict[int, list[str]] = {i: [] for i in range(8)}
+    replicas: dict[int, set[str]] = {i: set() for i in range(8)}
+    errors: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def type_in(i: int) -> None:
+        engine = client(team)
+        start.wait()
+        try:
+            for k in range(1, len(keystrokes) + 1, 3):
+                # As an editor does: the request for a keystroke the user has typed past is
+                # cancelled after its first draft; the last one runs to its answer.
+                last = k + 3 > len(keystrokes)
+                seen: list = []
+                drafts = engine.infill_stream(
+                    documents[i] + keystrokes[:k], "\n", 16 if last else 48,
+                    settings=None if last else ONE_PER_STEP,
+                    cancel=lambda last=last, seen=seen: not last and bool(seen))
+                for draft in drafts:
+                    seen.append(draft)
+                outcomes[i].append(seen[-1].finish_reason)
+                assert seen[-1].done
+                if engine.last_replica:
+                    replicas[i].add(engine.last_replica)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=type_in, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    sent = sum(len(o) for o in outcomes.values())
+    assert sent == 8 * len(range(1, len(keystrokes) + 1, 3))
+    for i in range(8):  # the last keystroke's request answered, the others answered or cancelled
+        assert outcomes[i][-1] in ("stop", "length")
+        assert set(outcomes[i]) <= {"stop", "length", "cancelled"}
+        assert len(replicas[i]) == 1, f"document {i} was served by {replicas[i]}"
+    after = settled(team)
+    # None lost on the replicas' side either: every request arrived and finished or was
+    # cancelled there (a cancel that lands after the last step finds it completed).
+    assert after["submitted"] - before["submitted"] == sent
+    cancelled = after["cancelled"] - before["cancelled"]
+    assert (after["completed"] - before["completed"]) + cancelled == sent
+    assert cancelled > 0  # the disconnects reached the replicas
+    print(f"{sent} requests, {cancelled} cancelled on the replicas; documents per replica: "
+          f"{Counter(next(iter(r)) for r in replicas.values())}")
+
+
+def test_a_cancelled_request_leaves_its_replica_at_the_next_step(team):
+    before = settled(team)
+    engine = client(team)
+    seen: list = []
+    for draft in engine.infill_stream("def slow():\n" + "    pass\n" * 30, "\n", 200,
+                                      settings=ONE_PER_STEP, cancel=lambda: len(seen) >= 2):
+        seen.append(draft)
+    assert seen[-1].finish_reason == "cancelled" and len(seen) == 3
+    after = settled(team)
+    assert after["cancelled"] - before["cancelled"] == 1
+    assert after["completed"] == before["completed"]
+    # It stopped long before its 200 steps: the disconnect reached the scheduler.
+    assert after["forwardPasses"] - before["forwardPasses"] < 100
+
+
+def test_a_document_key_ignores_typing_on_the_cursor_line_and_names_long_prefixes_by_their_start():
+    head = "import os\n" * 60
+    assert routing_key({"prefix": head + "de"}) == routing_key({"prefix": head + "def f():\n"})
+    assert routing_key({"prefix": "x = 1\ny"}) == routing_key({"prefix": "x = 1\nyy"})
+    assert routing_key({"prefix": "x = 1\ny"}) != routing_key({"prefix": "x = 2\ny"})
+    assert routing_key({"document": "file:///a.py", "prefix": "x"}) == routing_key(
+        {"document": "file:///a.py", "prefix": "y = 2\n"})
+
+
+def test_a_documents_home_moves_only_when_its_replica_goes():
+    from engine.serve.ray_router import rank
+
+    keys = [f"document:{i}" for i in range(200)]
+    three = {k: rank(k, ["a", "b", "c"])[0] for k in keys}
+    two = {k: rank(k, ["a", "c"])[0] for k in keys}
+    assert {k for k in keys if three[k] != two[k]} == {k for k in keys if three[k] == "b"}
+    assert min(Counter(three.values()).values()) > 40  # spread over all three
+
+
+@pytest.mark.parametrize("header", [None, "Bearer wrong", f"Basic {TOKEN}", "Bearer",
+                                    f"Bearer {TOKEN}x"])
+def test_a_wrong_or_missing_token_is_refused_and_reaches_no_model(team, header):
+    before = settled(team) if header is None else replica_totals(team)
+    refused = client(team).status()["refused"]
+    host, port = team.removeprefix("https://").split(":")
+    context = ssl.create_default_context(cafile=CA_FILE[-1])
+    for method, path in (("POST", "/v1/stream"), ("GET", "/v1/hello"), ("GET", "/v1/status")):
+        connection = http.client.HTTPSConnection(host, int(port), timeout=30, context=context)
+        headers = {"Authorization": header} if header else {}
+        body = b'{"op":"infill","id":1,"prefix":"x","suffix":"","max_tokens":4}'
+        connection.request(method, path, body=body if method == "POST" else None,
+                           headers=headers)
+        response = connection.getresponse()
+        text = response.read().decode()
+        connection.close()
+        assert response.status == 401 and '"unauthorized"' in text
+        assert TOKEN not in text
+    with pytest.raises(EngineUnavailable) as caught:
+        RemoteEngine(team, "wrong", ca_file=CA_FILE[-1]).hello()
+    assert caught.value.code == "unauthorized"
+    assert client(team).status()["refused"] == refused + 4
+    time.sleep(2 * REPORT)
+    assert replica_totals(team)["submitted"] == before["submitted"]
+
+
+def test_the_token_file_must_be_private_and_the_url_must_not_carry_it(tmp_path):
+    path = tmp_path / "token"
+    path.write_text("abc\n")
+    path.chmod(0o644)
+    with pytest.raises(ValueError, match="chmod 600"):
+        read_token(path)
+    with pytest.raises(ValueError, match="token file"):
+        RemoteEngine("http://me:abc@host:8000", "abc")
+    with pytest.raises(ValueError, match="needs a token"):
+        RemoteEngine("http://host:8000", "")
+    assert "abc" not in repr(RemoteEngine("http://host:8000", "abc"))
+
+
+def test_tls_is_required_of_a_client_that_does_not_trust_the_certificate(team):
+    with pytest.raises(EngineUnavailable, match="CERTIFICATE_VERIFY_FAILED"):
+        RemoteEngine(team, TOKEN).hello()  # the system's CAs do not know it
+    with pytest.raises(EngineUnavailable):  # nor does plain HTTP reach it
+        RemoteEngine(team.replace("https:", "http:"), TOKEN).hello()
+
+
+def test_status_shows_each_replica_its_model_and_queue(team, token_file, capsys,
+                                                         monkeypatch):
+    from engine.cli import main
+
+    monkeypatch.setenv("SSL_CERT_FILE", CA_FILE[-1])  # how a developer trusts a private CA
+    assert main(["status", team, "--token-file", str(token_file)]) == 0
+    out = capsys.readouterr().out
+    assert "2 replica(s)" in out and "dream" in out and "tok/s" in out
+
+
+def test_a_language_server_pointed_at_the_url_completes_and_never_logs_the_token(
+        team, token_file, tmp_path):
+    from tests.lsp_wire import WireServer
+
+    before = settled(team)
+    options = {"engine": team, "engineTokenFile": str(token_file),
+               "holeSize": {"restOfLine": 4, "brackets": 4, "comment": 4, "block": 4}}
+    server = WireServer(None, options, env={"SSL_CERT_FILE": CA_FILE[-1]})
+    try:
+        uri = (tmp_path / "a.py").as_uri()
+        server.open(uri, "def add(a, b):\n    return \n")
+        reply = server.inline(uri, 1, 11)
+        assert "error" not in reply and reply["result"] is not None
+        said = server.stderr() + json.dumps(server.notifications)  # its logs: logMessage
+    finally:
+        server.close()
+    assert TOKEN not in said and team in said  # it said where, not with what
+    assert settled(team)["completed"] > before["completed"]
+
+
+def test_killing_a_replica_mid_request_fails_that_request_alone_and_the_app_heals(team):
+    engine = client(team)
+    drafts = engine.infill_stream("def slow():\n" + "    pass\n" * 30, "\n", 120,
+                                  settings=ONE_PER_STEP)
+    next(drafts)
+    victim = engine.last_replica
+    ray.kill(ray.get_actor(f"SERVE_REPLICA::{APP_NAME}#EngineReplica#{victim}",
+                           namespace="serve"), no_restart=True)
+    with pytest.raises(EngineUnavailable) as caught:
+        for _ in drafts:
+            pass
+    assert caught.value.code == "unavailable"
+    # The client's next request goes to the replica that is left, and is answered.
+    last = list(engine.infill_stream("def slow():\n" + "    pass\n" * 30, "\n", 8))[-1]
+    assert last.finish_reason in ("stop", "length") and engine.last_replica != victim
+
+    def restored() -> bool:
+        app = serve.status().applications[APP_NAME]
+        states = app.deployments["EngineReplica"].replica_states
+        return states.get("RUNNING", 0) == 2 and sum(states.values()) == 2
+
+    wait_for(restored, 60)
+    wait_for(lambda: victim not in {r["replica"] for r in engine.status()["replicas"]}
+             and len(engine.status()["replicas"]) == 2, 30)
+
+
+def test_serve_ray_options_are_checked_before_anything_is_deployed(token_file, capsys):
+    from engine.cli import build_parser, main
+    from engine.serve.ray_cli import http_options, options_from_args
+
+    def parse(*extra: str):
+        return build_parser().parse_args(["serve", "--ray", "--token-file", str(token_file),
+                                          *extra])
+    options = options_from_args(parse("--min-replicas", "1", "--max-replicas", "4"), TOKEN,
+                                gpus=True)
+    assert (options.min_replicas, options.max_replicas, options.gpus) == (1, 4, 1.0)
+    assert options.token_digest == token_digest(TOKEN) and TOKEN not in repr(options)
+    for bad in (("--min-replicas", "3", "--max-replicas", "2"), ("--min-replicas", "1"),
+                ("--replicas", "0")):
+        with pytest.raises(ValueError):
+            options_from_args(parse(*bad), TOKEN, gpus=False)
+    with pytest.raises(ValueError, match="together"):
+        http_options("0.0.0.0:8000", Path("cert.pem"), None)
+    assert main(["serve", "--ray"]) == 2  # no token file: refused before Ray starts
+    assert "--token-file" in capsys.readouterr().err
+
+
+def test_a_replica_whose_scheduler_is_dead_or_stuck_fails_its_health_check():
+    from engine.serve import ray_app
+    from engine.serve.daemon import Limits
+
+    class Scheduler:
+        _thread = threading.Thread(target=time.sleep, args=(30,), daemon=True)
+        state = {"rounds": 5, "completed": 1, "live": 2}
+
+        def stats(self) -> dict:
+            return dict(self.state)
+
+    replica = ray_app.EngineReplica.__new__(ray_app.EngineReplica)
+    replica.scheduler, replica.limits = Scheduler(), Limits(512, 1 << 30, 10.0)
+    with pytest.raises(RuntimeError, match="not running"):
+        replica.check_health()
+    Scheduler._thread.start()
+    clock = [1000.0]
+    replica._clock = lambda: clock[0]
+    replica.check_health()
+    clock[0] += 15  # stuck, but not yet for twice a request's time
+    replica.check_health()
+    Scheduler.state["rounds"] = 6  # it moved
+    clock[0] += 15
+    replica.check_health()
+    clock[0] += 21
+    with pytest.raises(RuntimeError, match="no scheduler round"):
+        replica.check_health()
+    Scheduler.state["live"] = 0  # idle is healthy however long
+    clock[0] += 100
+    replica.check_health()
