@@ -135,15 +135,8 @@ class EngineClient:
         return EngineInfo(model=str(self.info.get("model", self.model or "")),
                           family=str(self.info.get("family", "")),
                           device=str(self.info.get("device", self.device)),
-                          resident=True, counts_tokens=self._completion_ends is not None)
-
-    @property
-    def _completion_ends(self) -> set[int] | None:
-        """The ids a completion ends before, from the engine's hello (None: not sent)."""
-        ends = self.info.get("completion_ends")
-        if not isinstance(ends, list) or not all(isinstance(i, int) for i in ends):
-            return None
-        return set(ends)
+                          resident=True,
+                          counts_tokens=protocol.completion_ends(self.info) is not None)
 
     # -- requests -----------------------------------------------------------------------
 
@@ -159,9 +152,8 @@ class EngineClient:
         suffix_fraction: float = SUFFIX_FRACTION,
     ) -> Iterator[Draft]:
         """Drafts as the engine denoises (the last has done=True)."""
-        request = {"op": "infill", "prefix": prefix, "suffix": suffix, "max_tokens": max_tokens,
-                   "canvas_length": canvas_length, "suffix_fraction": suffix_fraction,
-                   "settings": protocol.settings_to_wire(settings)}
+        request = protocol.infill_request(prefix, suffix, max_tokens, settings, canvas_length,
+                                          suffix_fraction)
         return self._stream(request, cancel)
 
     def rewrite_stream(
@@ -177,16 +169,12 @@ class EngineClient:
         cancel: Callable[[], bool] | None = None,
         suffix_fraction: float = SUFFIX_FRACTION,
     ) -> Iterator[Draft]:
-        request = {"op": "rewrite", "prefix": prefix, "suffix": suffix, "original": original,
-                   "strength": strength, "canvas_length": canvas_length,
-                   "suffix_fraction": suffix_fraction,
-                   "settings": protocol.settings_to_wire(settings)}
-        if max_tokens is not None:
-            request["max_tokens"] = max_tokens
+        request = protocol.rewrite_request(prefix, suffix, original, strength, max_tokens,
+                                           settings, canvas_length, suffix_fraction)
         return self._stream(request, cancel)
 
     def completion_ids(self, draft: Draft) -> list[int]:
-        ends = self._completion_ends
+        ends = protocol.completion_ends(self.info)
         if ends is None:
             raise NotImplementedError("this engine's hello does not say which tokens end a "
                                       "completion (engine_info.counts_tokens)")

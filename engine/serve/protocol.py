@@ -57,7 +57,7 @@ import socket
 import struct
 from typing import Any
 
-from engine.types import SAMPLERS, Draft, SamplerSettings
+from engine.types import SAMPLERS, SUFFIX_FRACTION, Draft, SamplerSettings
 
 VERSION = 1
 MAX_MESSAGE = 8 * 1024 * 1024  # a 256-token canvas's text is a few KB; this is generous
@@ -232,6 +232,36 @@ def settings_from_wire(raw: Any) -> SamplerSettings:
                                 + (f" (range [{low}, {high}])" if name in _SETTINGS_RANGES
                                    else ""))
     return SamplerSettings(**raw)
+
+
+def infill_request(prefix: str, suffix: str, max_tokens: int, settings: SamplerSettings | None,
+                   canvas_length: int, suffix_fraction: float = SUFFIX_FRACTION
+                   ) -> dict[str, Any]:
+    """An "infill" request (every client builds it here; the id is the client's)."""
+    return {"op": "infill", "prefix": prefix, "suffix": suffix, "max_tokens": max_tokens,
+            "canvas_length": canvas_length, "suffix_fraction": suffix_fraction,
+            "settings": settings_to_wire(settings)}
+
+
+def rewrite_request(prefix: str, suffix: str, original: str, strength: float,
+                    max_tokens: int | None, settings: SamplerSettings | None,
+                    canvas_length: int, suffix_fraction: float = SUFFIX_FRACTION
+                    ) -> dict[str, Any]:
+    """A "rewrite" request; without `max_tokens` the engine sizes the hole from `original`."""
+    request = {"op": "rewrite", "prefix": prefix, "suffix": suffix, "original": original,
+               "strength": strength, "canvas_length": canvas_length,
+               "suffix_fraction": suffix_fraction, "settings": settings_to_wire(settings)}
+    if max_tokens is not None:
+        request["max_tokens"] = max_tokens
+    return request
+
+
+def completion_ends(hello: dict[str, Any]) -> set[int] | None:
+    """The ids a completion ends before, from an engine's hello (None: not sent)."""
+    ends = hello.get("completion_ends")
+    if not isinstance(ends, list) or not all(isinstance(i, int) for i in ends):
+        return None
+    return set(ends)
 
 
 def draft_to_wire(draft: Draft) -> dict[str, Any]:

@@ -144,6 +144,7 @@ class EngineReplica:
         return {"type": "hello", "version": protocol.VERSION, "model": self.name,
                 "device": str(self.engine.device), "family": self.engine.config.family,
                 "replica": self.replica,
+                "completion_ends": sorted(self.engine.completion_ends()),
                 "limits": {"maxCanvas": self.limits.max_canvas,
                            "requestTimeout": self.limits.request_timeout}}
 

@@ -37,7 +37,8 @@ from typing import Any
 from engine.backend import EngineInfo
 from engine.serve import protocol
 from engine.serve.client import READ_TIMEOUT, EngineRefused, EngineUnavailable, raise_error
-from engine.types import CANVAS_LENGTH, Draft, SamplerSettings
+from engine.stops import completion_ids
+from engine.types import CANVAS_LENGTH, SUFFIX_FRACTION, Draft, SamplerSettings
 
 SCHEMES = ("http", "https")
 CONNECT_TIMEOUT = 10.0  # seconds: a remote head node is further away than a local socket
@@ -131,7 +132,8 @@ class RemoteEngine:
         return EngineInfo(model=str(self.info.get("model", "")),
                           family=str(self.info.get("family", "")),
                           device=str(self.info.get("device", str(self.url))),
-                          resident=True, counts_tokens=False)
+                          resident=True,
+                          counts_tokens=protocol.completion_ends(self.info) is not None)
 
     def infill_stream(
         self,
@@ -142,9 +144,10 @@ class RemoteEngine:
         settings: SamplerSettings | None = None,
         canvas_length: int = CANVAS_LENGTH,
         cancel: Callable[[], bool] | None = None,
+        suffix_fraction: float = SUFFIX_FRACTION,
     ) -> Iterator[Draft]:
-        request = {"op": "infill", "prefix": prefix, "suffix": suffix, "max_tokens": max_tokens,
-                   "canvas_length": canvas_length, "settings": protocol.settings_to_wire(settings)}
+        request = protocol.infill_request(prefix, suffix, max_tokens, settings, canvas_length,
+                                          suffix_fraction)
         return self._stream(request, cancel)
 
     def rewrite_stream(
@@ -158,17 +161,18 @@ class RemoteEngine:
         settings: SamplerSettings | None = None,
         canvas_length: int = CANVAS_LENGTH,
         cancel: Callable[[], bool] | None = None,
+        suffix_fraction: float = SUFFIX_FRACTION,
     ) -> Iterator[Draft]:
-        request = {"op": "rewrite", "prefix": prefix, "suffix": suffix, "original": original,
-                   "strength": strength, "canvas_length": canvas_length,
-                   "settings": protocol.settings_to_wire(settings)}
-        if max_tokens is not None:
-            request["max_tokens"] = max_tokens
+        request = protocol.rewrite_request(prefix, suffix, original, strength, max_tokens,
+                                           settings, canvas_length, suffix_fraction)
         return self._stream(request, cancel)
 
     def completion_ids(self, draft: Draft) -> list[int]:
-        raise NotImplementedError("a remote engine's drafts do not say which of their tokens "
-                                  "are stop tokens (engine_info.counts_tokens)")
+        ends = protocol.completion_ends(self.info)
+        if ends is None:
+            raise NotImplementedError("this engine's hello does not say which tokens end a "
+                                      "completion (engine_info.counts_tokens)")
+        return completion_ids(draft.token_ids, ends)
 
     def status(self) -> dict[str, Any]:
         """Every replica's model, device, queue lengths and tokens/s."""
