@@ -65,7 +65,9 @@ vim.lsp.handlers["workspace/applyEdit"] = function(err, result, ctx, config)
 end
 vim.api.nvim_create_autocmd("LspProgress", { callback = function(event)
   local value = event.data.params.value
-  table.insert(out.progress, { kind = value.kind, title = value.title, message = value.message })
+  -- what a statusline with %{v:lua.vim.lsp.status()} shows at that moment
+  table.insert(out.progress, { kind = value.kind, title = value.title, message = value.message,
+                               status = vim.lsp.status() })
 end })
 for _, name in ipairs({ "DgGhostText", "DgGhostAccepted", "DgRewriteDone" }) do
   vim.api.nvim_create_autocmd("User", { pattern = name, callback = function()
@@ -302,9 +304,14 @@ def test_typing_shows_the_pipelines_completion_as_ghost_text(ghost_run: dict[str
     assert ghost_text(typed) == expected
     assert typed["marks"] == 1
     assert typed["messages"] == [] and typed["notes"] == []  # e.g. no "invalid settings"
-    # the model was loaded while Neovim waited: work-done progress, then the engine's state
-    assert [p["kind"] for p in typed["progress"]] == ["begin", "end"]
-    assert typed["progress"][0]["title"] == "dg-lsp"
+    # the model was loaded while Neovim waited: work-done progress (reports every 2 s while it
+    # loads), shown by vim.lsp.status(), then the engine's state
+    progress = typed["progress"]
+    kinds = [p["kind"] for p in progress]
+    assert kinds[0] == "begin" and kinds[-1] == "end" and set(kinds[1:-1]) <= {"report"}
+    assert progress[0]["status"] == f"dg-lsp: loading {model}"
+    assert all(p["status"].startswith(f"dg-lsp: loading {model} (") for p in progress[1:-1])
+    assert progress[-1]["status"] == "dg-lsp: ready on cpu"
     assert typed["engine"]["state"] == "ready"
 
 
