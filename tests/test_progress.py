@@ -12,14 +12,15 @@ from pathlib import Path
 from tests.lsp_wire import WireServer
 
 PROGRESS_CAPS = {"window": {"workDoneProgress": True}}
-# The server as `python -c` runs it: the same CLI, with a slow load and frequent reports.
+# The server as `python -c` runs it (or a script, tests/test_vscode_window.py): the same CLI,
+# with a slow load ($DG_TEST_LOAD_SECONDS, default 0.5) and frequent reports.
 SLOW_LOAD = """
-import sys, time
+import os, sys, time
 from dg_lsp import cli, engine_host, progress
 progress.REPORT_EVERY = 0.1
 open_engine = engine_host.EngineHost.open
 def slow_open(self):
-    time.sleep(0.5)
+    time.sleep(float(os.environ.get("DG_TEST_LOAD_SECONDS", "0.5")))
     return open_engine(self)
 engine_host.EngineHost.open = slow_open
 sys.exit(cli.main(sys.argv[1:]))
