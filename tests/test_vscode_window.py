@@ -274,8 +274,9 @@ def drive(page: Any, port: int, folder: Path, source: Path, tmp: Path,
         before = editor_text()
         page.keyboard.press("Enter")
         poll("the rewrite applied", lambda: editor_text() != before, timeout=180)
-        page.keyboard.press("Escape")  # the selection
-        time.sleep(0.5)  # the rewriting notification closes
+        # the picture without the selection; Escape may first go to the notification
+        poll("the selection cleared", lambda: page.keyboard.press("Escape") or time.sleep(0.3)
+             or "selected)" not in page.inner_text(".statusbar"), timeout=10)
         shot("after")
         result["rewritten"] = save_and_read()
     except PlaywrightTimeout as exc:
