@@ -15,7 +15,7 @@ tests/test_progress.py), so that VS Code's rendering of its `$/progress` in the 
 seen reliably while it loads.
 
 Screenshots (ghost text; the rewrite before and after) are written to the test's folder and,
-with DG_UPDATE_PICTURES=1, to docs/img/ for the READMEs (as 256-colour PNGs with Pillow).
+with DG_UPDATE_PICTURES=1, to editors/vscode/media/ for the READMEs (256-colour PNGs, Pillow).
 Skipped, with the reason, where code-server, Chromium, Playwright or npm is missing.
 """
 
@@ -317,7 +317,8 @@ def test_the_rewrite_command_applies_the_servers_edit_to_the_selection(vscode_ru
 
 
 def test_the_screenshots(vscode_run):
-    """Small PNGs of the window; DG_UPDATE_PICTURES=1 writes them to docs/img/."""
+    """Small PNGs of the window; DG_UPDATE_PICTURES=1 writes them to editors/vscode/media/,
+    where the extension's README (packaged in the .vsix) and the repository's find them."""
     assert vscode_run["error"] is None, vscode_run["error"]
     image_module = pytest.importorskip("PIL.Image", reason="Pillow is not installed "
                                        "(pip install pillow: the pictures only)")
@@ -328,4 +329,4 @@ def test_the_screenshots(vscode_run):
         image.convert("RGB").quantize(256).save(path, optimize=True)
         assert path.stat().st_size < 80_000, (name, path.stat().st_size)
         if os.environ.get("DG_UPDATE_PICTURES") == "1":
-            shutil.copyfile(path, ROOT / "docs" / "img" / path.name)
+            shutil.copyfile(path, VSCODE / "media" / path.name)
