@@ -179,8 +179,8 @@ def vscode_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             try:
                 drive(page, port, folder, source, tmp, result)
             except TimeoutError as exc:
-                result["error"] = str(exc)
                 page.screenshot(path=str(tmp / "timeout.png"))
+                result["error"] = f"{exc} (the window then: {tmp / 'timeout.png'})"
             finally:
                 chrome.close()
     finally:
