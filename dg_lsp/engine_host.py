@@ -9,11 +9,11 @@ empty answers meanwhile (ghost text has no error UI).
 from __future__ import annotations
 
 import asyncio
-import uuid
 from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
+from dg_lsp.progress import LoadProgress
 from dg_lsp.settings import Settings
 from engine.backend import Backend, CountingBackend, Counts
 
@@ -54,30 +54,28 @@ class EngineHost:
 
     async def _load(self) -> Backend | None:
         server = self.server
-        token = str(uuid.uuid4())
-        progress = self._client_has_progress()
         what = server.settings.model or "bundled model"
         self.state("loading", f"loading {what}")
-        if progress:
-            await server.work_done_progress.create_async(token)
-            server.work_done_progress.begin(token, types.WorkDoneProgressBegin(
-                title="dg-lsp", message=f"loading {what}"))
+        progress = LoadProgress(server)
+        await progress.begin(f"loading {what}")
         try:
             loop = asyncio.get_running_loop()
             backend = await loop.run_in_executor(server.executor, self.open)
         except Exception as exc:  # a missing or broken checkpoint must not kill the server
+            progress.end("cannot load the model")
             server.log(f"model failed to load: {exc}", types.MessageType.Error)
             server.window_show_message(types.ShowMessageParams(
                 types.MessageType.Error, f"dg-lsp: cannot load the model: {exc}"))
             self.state("unavailable", f"cannot load the model: {exc}")
             self._loading = None
             return None
-        finally:
-            if progress:
-                server.work_done_progress.end(token, types.WorkDoneProgressEnd(message="ready"))
+        except BaseException:  # cancelled (shutdown): the editor must not keep a spinner
+            progress.end("stopped")
+            raise
         self._backend = backend
         self._lost_reported = False
         where = backend.engine_info.device
+        progress.end(f"ready on {where}")
         server.log(f"model loaded: {what} on {where} ({server.settings.engine} engine)")
         self.state("ready", f"{what} on {where}")
         return backend
@@ -121,6 +119,3 @@ class EngineHost:
         self.server.protocol.notify(ENGINE_STATE_NOTIFICATION,
                                     {"state": state, "message": message})
 
-    def _client_has_progress(self) -> bool:
-        caps = self.server.known_capabilities
-        return bool(caps and caps.window and caps.window.work_done_progress)

@@ -30,8 +30,9 @@ def dumps(message: Any) -> str:
 
 class WireServer:
     def __init__(self, model: Path | None, options: dict | None = None,
-                 env: dict[str, str] | None = None, capabilities: dict | None = None) -> None:
-        command = [sys.executable, "-m", "dg_lsp.cli", "serve", "--engine", "inproc"]
+                 env: dict[str, str] | None = None, capabilities: dict | None = None,
+                 python_args: tuple[str, ...] = ("-m", "dg_lsp.cli")) -> None:
+        command = [sys.executable, *python_args, "serve", "--engine", "inproc"]
         if model is not None:
             command += ["--model", str(model), "--device", "cpu"]
         self.log = tempfile.TemporaryFile()
@@ -39,6 +40,7 @@ class WireServer:
                                      stderr=self.log, env={**os.environ, **(env or {})})
         self.messages: queue.Queue[dict] = queue.Queue()
         self.notifications: list[dict] = []
+        self.received: list[dict] = []  # the server's notifications and requests, in order
         self._answers: dict[Any, dict] = {}  # responses that came while waiting for another
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -93,6 +95,8 @@ class WireServer:
                 message = self.messages.get(timeout=max(0.01, deadline - time.monotonic()))
             except queue.Empty:
                 raise AssertionError(f"no response to {msg_id!r} within {timeout} s") from None
+            if "method" in message:
+                self.received.append(message)
             if "method" in message and "id" not in message:
                 self.notifications.append(message)
             elif "method" not in message and message.get("id") == msg_id:

@@ -65,7 +65,9 @@ vim.lsp.handlers["workspace/applyEdit"] = function(err, result, ctx, config)
 end
 vim.api.nvim_create_autocmd("LspProgress", { callback = function(event)
   local value = event.data.params.value
-  table.insert(out.progress, { kind = value.kind, title = value.title, message = value.message })
+  -- what a statusline with %{v:lua.vim.lsp.status()} shows at that moment
+  table.insert(out.progress, { kind = value.kind, title = value.title, message = value.message,
+                               status = vim.lsp.status() })
 end })
 for _, name in ipairs({ "DgGhostText", "DgGhostAccepted", "DgRewriteDone" }) do
   vim.api.nvim_create_autocmd("User", { pattern = name, callback = function()
@@ -302,9 +304,14 @@ def test_typing_shows_the_pipelines_completion_as_ghost_text(ghost_run: dict[str
     assert ghost_text(typed) == expected
     assert typed["marks"] == 1
     assert typed["messages"] == [] and typed["notes"] == []  # e.g. no "invalid settings"
-    # the model was loaded while Neovim waited: work-done progress, then the engine's state
-    assert [p["kind"] for p in typed["progress"]] == ["begin", "end"]
-    assert typed["progress"][0]["title"] == "dg-lsp"
+    # the model was loaded while Neovim waited: work-done progress (reports every 2 s while it
+    # loads), shown by vim.lsp.status(), then the engine's state
+    progress = typed["progress"]
+    kinds = [p["kind"] for p in progress]
+    assert kinds[0] == "begin" and kinds[-1] == "end" and set(kinds[1:-1]) <= {"report"}
+    assert progress[0]["status"] == f"dg-lsp: loading {model}"
+    assert all(p["status"].startswith(f"dg-lsp: loading {model} (") for p in progress[1:-1])
+    assert progress[-1]["status"] == "dg-lsp: ready on cpu"
     assert typed["engine"]["state"] == "ready"
 
 
@@ -378,7 +385,8 @@ COLUMNS, ROWS = 64, 8
 SGR = re.compile(r"\x1b\[([0-9;:]*)m")
 
 
-def parse_screen(captured: str) -> list[list[tuple[str, tuple]]]:
+def parse_screen(captured: str, columns: int = COLUMNS,
+                 rows_shown: int = ROWS) -> list[list[tuple[str, tuple]]]:
     """`tmux capture-pane -p -e` output as rows of (character, style) cells; a style is
     (foreground, background, bold, italic, underline, reverse) as the SGR codes set them."""
     fg = bg = None
@@ -386,7 +394,7 @@ def parse_screen(captured: str) -> list[list[tuple[str, tuple]]]:
     on = {1: "bold", 3: "italic", 4: "underline", 7: "reverse"}
     off = {22: "bold", 23: "italic", 24: "underline", 27: "reverse"}
     rows = []
-    for line in captured.split("\n")[:ROWS]:
+    for line in captured.split("\n")[:rows_shown]:
         cells: list[tuple[str, tuple]] = []
         pos = 0
         for match in [*SGR.finditer(line), None]:
@@ -418,7 +426,7 @@ def parse_screen(captured: str) -> list[list[tuple[str, tuple]]]:
                 elif 40 <= code <= 47 or 100 <= code <= 107:
                     bg = ("16", code - 10)
                 i += 1
-        rows.append(cells + [(" ", (fg, bg, *flags.values()))] * (COLUMNS - len(cells)))
+        rows.append(cells + [(" ", (fg, bg, *flags.values()))] * (columns - len(cells)))
     return rows
 
 
@@ -438,15 +446,23 @@ def process_tree(pid: int) -> list[int]:
     return tree
 
 
-@pytest.fixture(scope="module")
-def tmux_run(tmp_path_factory: pytest.TempPathFactory, model: Path) -> dict[str, Any]:
-    """Neovim 0.11 in an 64x8 tmux window: open a line, type a method's header, Enter; the
-    screen once the ghost text is drawn."""
-    nvim = nvim_or_skip("wheel")
+def tmux_or_skip() -> str:
     tmux = shutil.which("tmux")
     if tmux is None:
         print("SKIP reason: tmux is not installed (apt-get install tmux)")
         pytest.skip("tmux is not installed (apt-get install tmux)")
+    return tmux
+
+
+def screen_text(screen: list[list[tuple[str, tuple]]]) -> list[str]:
+    return ["".join(ch for ch, _ in row).rstrip() for row in screen]
+
+
+@pytest.fixture(scope="module")
+def tmux_run(tmp_path_factory: pytest.TempPathFactory, model: Path) -> dict[str, Any]:
+    """Neovim 0.11 in an 64x8 tmux window: open a line, type a method's header, Enter; the
+    screen once the ghost text is drawn."""
+    nvim, tmux = nvim_or_skip("wheel"), tmux_or_skip()
     tmp = tmp_path_factory.mktemp("nvim-tmux")
     source = tmp / "stack.py"
     source.write_text("class Stack:\n")
@@ -485,18 +501,22 @@ def tmux_run(tmp_path_factory: pytest.TempPathFactory, model: Path) -> dict[str,
     except TimeoutError as exc:
         run["error"] = str(exc)
     finally:
-        # Neovim and the server it started outlive tmux's SIGHUP for a while: kill them
-        pane = subprocess.run([*tmux_cmd, "display", "-p", "#{pane_pid}"], text=True,
-                              capture_output=True, timeout=30).stdout.strip()
-        survivors = process_tree(int(pane)) if pane.isdigit() else []
-        subprocess.run([*tmux_cmd, "kill-server"], capture_output=True, timeout=30)
-        for pid in survivors:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        shutil.rmtree(folder, ignore_errors=True)
+        stop_tmux(tmux_cmd, folder)
     return run
+
+
+def stop_tmux(tmux_cmd: list[str], folder: str) -> None:
+    # Neovim and the server it started outlive tmux's SIGHUP for a while: kill them
+    pane = subprocess.run([*tmux_cmd, "display", "-p", "#{pane_pid}"], text=True,
+                          capture_output=True, timeout=30).stdout.strip()
+    survivors = process_tree(int(pane)) if pane.isdigit() else []
+    subprocess.run([*tmux_cmd, "kill-server"], capture_output=True, timeout=30)
+    for pid in survivors:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_the_terminal_shows_the_suggestion_after_the_cursor_in_its_own_colour(
@@ -546,15 +566,18 @@ def rgb(color: Any, default: tuple[int, int, int]) -> tuple[int, int, int]:
     return tuple(color)
 
 
-def render_png(screen: list[list[tuple[str, tuple]]], cursor: tuple[int, int], path: Path) -> None:
-    """The captured cells drawn as a terminal would: DejaVu Sans Mono, a bar cursor."""
+def render_png(screen: list[list[tuple[str, tuple]]], cursor: tuple[int, int], path: Path,
+               bar: bool = True) -> None:
+    """The captured cells drawn as a terminal would: DejaVu Sans Mono, a bar cursor (insert
+    mode) or a block."""
     from PIL import Image, ImageDraw, ImageFont
 
     size = 15
     regular = ImageFont.truetype(str(FONTS / "DejaVuSansMono.ttf"), size)
     bold = ImageFont.truetype(str(FONTS / "DejaVuSansMono-Bold.ttf"), size)
     width, height, pad = round(regular.getlength("M")), round(size * 1.35), 10
-    image = Image.new("RGB", (COLUMNS * width + 2 * pad, ROWS * height + 2 * pad), DEFAULT_BG)
+    columns, rows = len(screen[0]), len(screen)
+    image = Image.new("RGB", (columns * width + 2 * pad, rows * height + 2 * pad), DEFAULT_BG)
     draw = ImageDraw.Draw(image)
     for y, row in enumerate(screen):
         for x, (ch, (fg, bg, is_bold, _italic, underline, reverse)) in enumerate(row):
@@ -568,8 +591,9 @@ def render_png(screen: list[list[tuple[str, tuple]]], cursor: tuple[int, int], p
             if underline:
                 draw.line([left, top + height - 2, left + width - 1, top + height - 2], fill=fore)
     x, y = cursor
-    draw.rectangle([pad + x * width, pad + y * height, pad + x * width + 1,
-                    pad + (y + 1) * height - 1], fill=DEFAULT_FG)  # insert mode's bar cursor
+    box = [pad + x * width, pad + y * height, pad + x * width + (1 if bar else width - 1),
+           pad + (y + 1) * height - 1]
+    draw.rectangle(box, fill=DEFAULT_FG if bar else None, outline=DEFAULT_FG)
     image.save(path, optimize=True)
 
 
@@ -589,6 +613,90 @@ def test_the_screen_as_a_picture(tmux_run: dict[str, Any], tmp_path: Path):
     if os.environ.get("DG_UPDATE_PICTURES") == "1":
         PICTURE.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, PICTURE)
+
+
+# A rewrite in the same terminal, before and after: fib.py's `fibonacci` (lines 4-8) selected
+# with V, `:'<,'>DgRewrite add type hints` typed; the screen as it waits for Enter, and after.
+REWRITE_COLUMNS, REWRITE_ROWS = 64, 16
+REWRITE_PICTURES = {"before": ROOT / "docs" / "img" / "neovim-rewrite-before.png",
+                    "after": ROOT / "docs" / "img" / "neovim-rewrite-after.png"}
+
+
+@pytest.fixture(scope="module")
+def tmux_rewrite_run(tmp_path_factory: pytest.TempPathFactory, model: Path) -> dict[str, Any]:
+    nvim, tmux = nvim_or_skip("wheel"), tmux_or_skip()
+    tmp = tmp_path_factory.mktemp("nvim-tmux-rewrite")
+    source = tmp / "fib.py"
+    source.write_text(FIB)
+    folder = tempfile.mkdtemp(prefix="dg-tmux-")  # short paths: sun_path is 108 bytes
+    socket, tmux_socket = f"{folder}/nvim.sock", f"{folder}/tmux.sock"
+    tmux_cmd = [tmux, "-S", tmux_socket, "-f", "/dev/null"]
+    argv = [*tmux_cmd, "new-session", "-d", "-x", str(REWRITE_COLUMNS), "-y", str(REWRITE_ROWS),
+            "exec " + shlex.join(nvim_command(nvim, socket, tmp, headless=False))]
+
+    def capture(until: Callable[[list[str]], bool]) -> dict[str, Any]:
+        deadline = time.monotonic() + 30
+        while True:  # the screen catches up at the next redraw
+            captured = subprocess.run([*tmux_cmd, "capture-pane", "-p", "-e"], text=True,
+                                      capture_output=True, timeout=30).stdout
+            screen = parse_screen(captured, REWRITE_COLUMNS, REWRITE_ROWS)
+            if until(screen_text(screen)):
+                break
+            assert time.monotonic() < deadline, captured
+            time.sleep(0.1)
+        x, y = subprocess.run([*tmux_cmd, "display", "-p", "#{cursor_x} #{cursor_y}"],
+                              text=True, capture_output=True, timeout=30).stdout.split()
+        return {"screen": screen, "text": screen_text(screen), "cursor": (int(x), int(y))}
+
+    run: dict[str, Any] = {"error": None}
+    try:
+        proc, neovim = start_neovim(nvim, tmp, model, source, argv, socket,
+                                    TERM="tmux-256color", COLORTERM="truecolor")
+        subprocess.run([*tmux_cmd, "send-keys", "-l", "4GV8G:DgRewrite " + INSTRUCTION],
+                       check=True, timeout=30)
+        run["before"] = capture(lambda rows: rows[-1].endswith("DgRewrite " + INSTRUCTION))
+        run["lines_before"] = neovim.state()["lines"]
+        subprocess.run([*tmux_cmd, "send-keys", "Enter"], check=True, timeout=30)
+        state = neovim.wait("the rewrite applied",
+                            lambda s: "DgRewriteDone" in s["events"] or s["notes"], timeout=120)
+        run["state"] = state
+        run["after"] = capture(lambda rows: rows[:len(state["lines"])] == state["lines"])
+    except TimeoutError as exc:
+        run["error"] = str(exc)
+    finally:
+        stop_tmux(tmux_cmd, folder)
+    return run
+
+
+def test_a_rewrite_in_the_terminal_before_and_after(tmux_rewrite_run: dict[str, Any]):
+    assert tmux_rewrite_run["error"] is None, tmux_rewrite_run["error"]
+    before, after = tmux_rewrite_run["before"], tmux_rewrite_run["after"]
+    lines = FIB.split("\n")[:-1]
+    assert tmux_rewrite_run["lines_before"] == lines
+    assert before["text"][:len(lines)] == lines
+    assert before["text"][-1] == ":'<,'>DgRewrite " + INSTRUCTION  # what was typed, on screen
+    state = tmux_rewrite_run["state"]
+    assert state["notes"] == [] and "DgRewriteDone" in state["events"]
+    new = state["lines"]
+    assert new != lines and new[:3] == lines[:3] and new[-3:] == lines[-3:]  # 4-8 only
+    assert after["text"][:len(new)] == new
+
+
+def test_the_rewrite_as_pictures(tmux_rewrite_run: dict[str, Any], tmp_path: Path):
+    """DG_UPDATE_PICTURES=1 writes them to docs/img/ for the READMEs."""
+    assert tmux_rewrite_run["error"] is None, tmux_rewrite_run["error"]
+    pytest.importorskip("PIL.Image", reason="Pillow is not installed (pip install pillow: "
+                        "the pictures only)")
+    if not (FONTS / "DejaVuSansMono.ttf").exists():
+        pytest.skip("DejaVu Sans Mono is not installed (apt-get install fonts-dejavu-core)")
+    for name, picture in REWRITE_PICTURES.items():
+        shown = tmux_rewrite_run[name]
+        path = tmp_path / picture.name
+        # before: typing on the command line (a bar); after: normal mode (a block)
+        render_png(shown["screen"], shown["cursor"], path, bar=name == "before")
+        assert path.stat().st_size < 60_000
+        if os.environ.get("DG_UPDATE_PICTURES") == "1":
+            shutil.copyfile(path, picture)
 
 
 # -- a scripted server: the cases the bundled model does not produce on demand ----------------

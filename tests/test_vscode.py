@@ -74,5 +74,5 @@ def test_vscode_extension_builds_and_passes_its_tests(tmp_path: Path):
         names = {name.lower() for name in package.namelist()}  # vsce writes readme.md
     vsix.unlink()
     assert {"extension/package.json", "extension/out/src/extension.js",
-            "extension/readme.md"} <= names
+            "extension/readme.md", "extension/media/vscode-ghost-text.png"} <= names
     assert not any(name.startswith("extension/src/") for name in names)  # sources stay out

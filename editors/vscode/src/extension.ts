@@ -14,7 +14,6 @@ import {
   LanguageClientOptions,
   ServerOptions,
   State,
-  TransportKind,
 } from 'vscode-languageclient/node';
 
 import { ExtensionConfig, SECTION, needsRestart, readConfig, serverCommand, serverSettings } from './config';
@@ -64,6 +63,7 @@ class Controller implements vscode.Disposable {
   private readonly status = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Right, 100);
   private client: LanguageClient | undefined;
   private config: ExtensionConfig = currentConfig();
+  private state = 'starting';
 
   constructor() {
     this.status.command = 'dg-lsp.showOutput';
@@ -74,7 +74,9 @@ class Controller implements vscode.Disposable {
   async start(): Promise<void> {
     this.config = currentConfig();
     const { command, args } = serverCommand(this.config);
-    const serverOptions: ServerOptions = { command, args, transport: TransportKind.stdio };
+    // stdio without `transport`: TransportKind.stdio would append `--stdio` to the command
+    // line, which `dg-lsp serve` refuses (the server never started in VS Code with it).
+    const serverOptions: ServerOptions = { command, args };
     const clientOptions: LanguageClientOptions = {
       // Every document: the server uses other open files as context and itself skips
       // languages that are not enabled (the `languages` setting), without a restart.
@@ -114,6 +116,10 @@ class Controller implements vscode.Disposable {
     this.show('starting');
     try {
       await client.start();
+      // No spinner while nothing loads: the server loads the model at the first completion.
+      if (this.client === client && this.state === 'starting') {
+        this.show('running');
+      }
     } catch (err) {
       const message = `cannot start "${command}": ${err instanceof Error ? err.message : String(err)}`;
       this.output.appendLine(message);
@@ -179,6 +185,7 @@ class Controller implements vscode.Disposable {
   }
 
   private show(state: string, message = ''): void {
+    this.state = state;
     const view = statusView(state, message);
     this.status.text = view.text;
     this.status.tooltip = view.tooltip;

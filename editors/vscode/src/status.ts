@@ -1,7 +1,8 @@
 /**
  * The status bar item's text for each state of the engine behind the server. The server
  * sends `dg-lsp/engineState` {state: "loading" | "ready" | "unavailable", message}; the
- * extension adds "starting" (before the first notification) and "stopped" (server exited).
+ * extension adds "starting" (the server process starting), "running" (started; the model loads
+ * with the first completion, which the server then reports) and "stopped" (server exited).
  * No `vscode` import, so the unit tests run under plain node.
  */
 
@@ -27,6 +28,12 @@ export function statusView(state: string, message: string = ''): StatusView {
   switch (state) {
     case 'starting':
       return { text: '$(loading~spin) dg-lsp', tooltip: `dg-lsp: starting the server\n${CLICK}`, warning: false };
+    case 'running':
+      return {
+        text: '$(circle-outline) dg-lsp',
+        tooltip: `dg-lsp: the server is running; the model loads with the first completion\n${CLICK}`,
+        warning: false,
+      };
     case 'loading':
       return { text: '$(loading~spin) dg-lsp: loading', tooltip: `dg-lsp: ${detail}`, warning: false };
     case 'ready':

@@ -20,6 +20,7 @@ test('each engine state has its own text; problems are warnings', () => {
     warning: true,
   });
   assert.equal(statusView('starting').text, '$(loading~spin) dg-lsp');
+  assert.equal(statusView('running').text, '$(circle-outline) dg-lsp'); // no spinner: idle
   assert.equal(statusView('stopped').warning, true);
   assert.equal(statusView('paused', 'x').text, '$(question) dg-lsp: paused');
 });

