@@ -240,6 +240,8 @@ def create_server(backend: Backend | None = None) -> DgLanguageServer:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("serve", help="serve LSP on stdio (default) or TCP")
     parser.add_argument("--tcp", metavar="HOST:PORT", help="listen on TCP instead of stdio")
+    # vscode-languageclient (TransportKind.stdio) and other clients add --stdio to the command.
+    parser.add_argument("--stdio", action="store_true", help="serve on stdio (the default)")
     parser.add_argument("--model", help="checkpoint folder or hub id (default: bundled model)")
     parser.add_argument("--device", default=None, help="auto, cpu, cuda, cuda:N, mps")
     parser.add_argument("--dtype", default=None, help="auto (default), int8, float32, bfloat16, "
@@ -261,6 +263,8 @@ def serve(args: argparse.Namespace) -> int:
         server.settings, errors = parse_settings(cli)
         if errors:
             raise SystemExit("dg-lsp: " + "; ".join(errors))
+    if args.tcp and args.stdio:
+        raise SystemExit("dg-lsp: --tcp and --stdio exclude each other")
     if args.tcp:
         host, _, port = args.tcp.rpartition(":")
         if not host or not port.isdigit():

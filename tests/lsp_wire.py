@@ -31,8 +31,9 @@ def dumps(message: Any) -> str:
 class WireServer:
     def __init__(self, model: Path | None, options: dict | None = None,
                  env: dict[str, str] | None = None, capabilities: dict | None = None,
-                 python_args: tuple[str, ...] = ("-m", "dg_lsp.cli")) -> None:
-        command = [sys.executable, *python_args, "serve", "--engine", "inproc"]
+                 python_args: tuple[str, ...] = ("-m", "dg_lsp.cli"),
+                 serve_args: tuple[str, ...] = ()) -> None:
+        command = [sys.executable, *python_args, "serve", "--engine", "inproc", *serve_args]
         if model is not None:
             command += ["--model", str(model), "--device", "cpu"]
         self.log = tempfile.TemporaryFile()
