@@ -311,17 +311,3 @@ async def _type_through(bundled: LanguageClient) -> None:
     assert (await stats(bundled))["engineRequests"] == calls
 
 
-
-def test_a_client_that_adds_stdio_to_the_command_is_served(tmp_path):
-    """vscode-languageclient's TransportKind.stdio appends --stdio; refusing it left VS Code
-    with a server that exited at once."""
-    from tests.lsp_wire import WireServer
-
-    server = WireServer(None, serve_args=("--stdio",))
-    try:
-        uri = (tmp_path / "a.py").as_uri()
-        server.open(uri, "def add(a, b):\n    return \n")
-        reply = server.inline(uri, 1, 11)
-        assert "error" not in reply and reply["result"] is not None
-    finally:
-        server.close()

@@ -226,3 +226,16 @@ def test_an_unexpected_handler_error_is_answered_with_its_message_only():
     answer = json.loads(sent[-1].split(b"\r\n\r\n", 1)[1])
     assert answer == {"jsonrpc": "2.0", "id": 7, "error": {
         "code": -32603, "message": "ZeroDivisionError: division by zero"}}
+
+
+def test_a_client_that_adds_stdio_to_the_command_is_served(tmp_path):
+    """vscode-languageclient's TransportKind.stdio appends --stdio; refusing it left VS Code
+    with a server that exited at once."""
+    server = WireServer(None, serve_args=("--stdio",))
+    try:
+        uri = (tmp_path / "a.py").as_uri()
+        server.open(uri, "def add(a, b):\n    return \n")
+        reply = server.inline(uri, 1, 11)
+        assert "error" not in reply and reply["result"] is not None
+    finally:
+        server.close()
