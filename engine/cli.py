@@ -1,4 +1,4 @@
-"""`dg-engine` command line: corpus, train, infill, serve."""
+"""`dg-engine` command line: corpus, train, infill, serve, plan."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ SUBCOMMAND_MODULES = [
     "engine.train.trainer",
     "engine.serve.daemon",
     "engine.serve.bench",
+    "engine.plan",
 ]
 
 
