@@ -109,10 +109,12 @@ def load_block_model(ckpt: Checkpoint, device: str = "auto", dtype: str = "auto"
         )
     except (OSError, ValueError, RuntimeError) as e:
         raise CheckpointError(f"{ckpt.path}: cannot load DiffusionGemma weights ({e})") from e
-    if dt != stored and dev.type == "cpu":
-        convert_releasing_pages(model, dt)
+    if dt != stored:
+        if dev.type == "cpu":
+            convert_releasing_pages(model, dt)
+        exact_buffers(model, dt)
     # `device_map` would need accelerate; moving after loading needs nothing extra.
-    return model.to(dev, dt).eval()
+    return model.to(dev).eval()
 
 
 def stored_dtype(files: dict[str, Any]) -> torch.dtype | None:
@@ -161,6 +163,30 @@ def convert_releasing_pages(model: torch.nn.Module, dtype: torch.dtype) -> None:
             for key, buf in module._buffers.items():
                 if buf is not None and buf.is_floating_point():
                     module._buffers[key] = buf.to(dtype)
+
+
+def exact_buffers(model: torch.nn.Module, dtype: torch.dtype) -> None:
+    """Give `model` the non-persistent buffers a model built in `dtype` has.
+
+    They are computed at construction in the default dtype (DiffusionGemma's embedding scale
+    is sqrt(hidden_size)), so a model loaded in bfloat16 and converted keeps their bfloat16
+    rounding: float32 logits were 0.02 off a float32 model's. They come from a skeleton built
+    in `dtype`, whose weights are allocated but never written, so never resident."""
+    from transformers.initialization import no_init_weights
+
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with no_init_weights():
+            skeleton = type(model)(model.config)
+    finally:
+        torch.set_default_dtype(default)
+    persistent = set(model.state_dict())
+    for name, buf in skeleton.named_buffers():
+        if name not in persistent:
+            owner, _, attr = name.rpartition(".")
+            model.get_submodule(owner)._buffers[attr] = buf
+    del skeleton
 
 
 def _release_pages(tensor: Tensor) -> None:
