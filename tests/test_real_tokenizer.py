@@ -49,6 +49,12 @@ def dream(tmp_path_factory: pytest.TempPathFactory) -> Checkpoint:
 
 
 @pytest.fixture(scope="module")
+def diffucoder(tmp_path_factory: pytest.TempPathFactory) -> Checkpoint:
+    # Without pad_token_id in config.json: the pad is the token tokenizer_config.json names.
+    return checkpoint(tmp_path_factory.mktemp("diffucoder"), "diffucoder", pad_token_id=None)
+
+
+@pytest.fixture(scope="module")
 def vocab(dream: Checkpoint) -> VocabText:
     return VocabText(dream.tokenizer)
 
@@ -69,12 +75,12 @@ def test_special_ids_are_the_published_ones(dream: Checkpoint) -> None:
     assert MASK_ID not in tok.encode("x = '<|mask'")
 
 
-def test_dreamon_expand_and_diffucoder_pad_come_from_the_tokenizer(tmp_path: Path) -> None:
+def test_dreamon_expand_and_diffucoder_pad_come_from_the_tokenizer(
+    tmp_path: Path, diffucoder: Checkpoint
+) -> None:
     dreamon = checkpoint(tmp_path / "dreamon", "dreamon")
     assert dreamon.config.expand_token_id == NEXT_ID == dreamon.tokenizer.token_id(EXPAND)
     assert dreamon.config.mask_token_id == MASK_ID
-    # A config without pad_token_id: the pad is the token tokenizer_config.json names.
-    diffucoder = checkpoint(tmp_path / "diffucoder", "diffucoder", pad_token_id=None)
     pad = diffucoder.tokenizer.token_id(DLM_PAD)
     assert diffucoder.config.pad_token_id == pad == NEXT_ID
     assert diffucoder.config.stop_token_ids == {EOS_ID, pad}
@@ -125,11 +131,10 @@ def test_long_context_is_cut_to_the_canvas_at_line_boundaries(
     assert tok.decode(canvas.context_ids[1]).endswith("\n")
 
 
-def test_stop_ids_end_the_completion(tmp_path: Path, dream: Checkpoint) -> None:
+def test_stop_ids_end_the_completion(dream: Checkpoint, diffucoder: Checkpoint) -> None:
     tok = dream.tokenizer
     ids = tok.encode("return 1") + [EOS_ID] + tok.encode("junk")
     assert completion_ids(ids, dream.config.stop_token_ids | {MASK_ID}) == tok.encode("return 1")
-    diffucoder = checkpoint(tmp_path / "diffucoder", "diffucoder")
     pad = diffucoder.tokenizer.token_id(DLM_PAD)
     ids = tok.encode("x + 1") + [pad, pad]
     assert completion_ids(ids, diffucoder.config.stop_token_ids | {pad}) == tok.encode("x + 1")
