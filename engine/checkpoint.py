@@ -492,13 +492,52 @@ def _tensor_shapes(file: Path) -> dict[str, tuple[int, ...]]:
         raise _unreadable(file, e) from e
 
 
+# safetensors' dtype names of the floating-point tensors a checkpoint may hold.
+FLOAT_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
+                "BF16": torch.bfloat16}
+# A tensor converted to another dtype is read in row blocks of about this size: reading it
+# whole would hold both copies at once (an embedding is most of a small model's weights).
+CONVERT_CHUNK_BYTES = 64 << 20
+
+
 def _read_tensor(file: Path, name: str, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     try:
         with safe_open(str(file), framework="pt", device=str(device)) as f:
-            tensor = f.get_tensor(name)
+            stored = f.get_slice(name)
+            stored_dtype = FLOAT_DTYPES.get(stored.get_dtype())
+            if stored_dtype is None:
+                raise CheckpointError(f"{file}: tensor '{name}' has dtype "
+                                      f"{stored.get_dtype()}, expected floating point")
+            shape = stored.get_shape()
+            if stored_dtype == dtype or len(shape) < 2:
+                # Memory-mapped as stored: the pages load as the model first reads them.
+                return f.get_tensor(name).to(dtype)
+        return _read_converted(file, name, shape, stored_dtype, device, dtype)
+    except CheckpointError:
+        raise
     except Exception as e:
         raise CheckpointError(f"{file}: tensor '{name}' cannot be read ({e})") from e
-    if not tensor.is_floating_point():
-        raise CheckpointError(f"{file}: tensor '{name}' has dtype {tensor.dtype}, expected "
-                              "floating point")
-    return tensor.to(dtype)
+
+
+def _read_converted(file: Path, name: str, shape: list[int], stored_dtype: torch.dtype,
+                    device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """Tensor `name` in `dtype`, read from the file in row blocks with plain reads.
+
+    Not through the memory map: the mapped pages of the stored copy would count in the
+    process's memory (RSS) until the file is closed, so a load to another dtype would peak at
+    both copies of the largest tensor."""
+    with file.open("rb") as fh:
+        header_size = int.from_bytes(fh.read(8), "little")
+        start = 8 + header_size + json.loads(fh.read(header_size))[name]["data_offsets"][0]
+        out = torch.empty(shape, dtype=dtype, device=device)
+        row_bytes = max(1, out[0].numel() * stored_dtype.itemsize)
+        rows = max(1, CONVERT_CHUNK_BYTES // row_bytes)
+        buf = torch.empty(rows * row_bytes, dtype=torch.uint8)
+        fh.seek(start)
+        for first in range(0, shape[0], rows):
+            n = min(rows, shape[0] - first)
+            view = buf[:n * row_bytes]
+            if fh.readinto(view.numpy()) != n * row_bytes:
+                raise CheckpointError(f"{file}: tensor '{name}' is cut short")
+            out[first:first + n].copy_(view.view(stored_dtype).view(n, *shape[1:]))
+        return out

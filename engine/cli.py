@@ -1,4 +1,4 @@
-"""`dg-engine` command line: corpus, train, infill, serve."""
+"""`dg-engine` command line: corpus, train, infill, serve, plan."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ SUBCOMMAND_MODULES = [
     "engine.serve.daemon",
     "engine.serve.ray_cli",
     "engine.serve.bench",
+    "engine.plan",
 ]
 
 

@@ -30,7 +30,10 @@ and are spliced in as they are, so code that happens to contain `<|turn>` stays 
 
 from __future__ import annotations
 
+import ctypes
 import math
+import mmap
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -38,12 +41,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from engine.checkpoint import CONVERT_CHUNK_BYTES, FLOAT_DTYPES
 from engine.config import CheckpointError
 from engine.stops import completion_ids
 from engine.types import Draft, SamplerSettings
 
 if TYPE_CHECKING:
     from engine.checkpoint import Checkpoint
+
+MADV_DONTNEED = 4  # <sys/mman.h> on Linux
 
 HF_HINT = 'the block family (DiffusionGemma) runs on transformers: pip install "dg-lsp[hf]"'
 
@@ -91,16 +97,109 @@ def load_block_model(ckpt: Checkpoint, device: str = "auto", dtype: str = "auto"
     tf = _transformers()
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
-    weight_files(ckpt.path)  # refuses pickle-only folders with the reason, before transformers
+    # Also refuses pickle-only folders with the reason, before transformers does.
+    stored = stored_dtype(weight_files(ckpt.path)) or dt
     try:
+        # In the stored dtype the weights stay memory-mapped (nothing is read yet); asked for
+        # another dtype, transformers would keep every converted tensor's mapped pages
+        # resident until the whole load ends, about 1.5x the weights at the peak.
         model = tf.DiffusionGemmaForBlockDiffusion.from_pretrained(
-            str(ckpt.path), dtype=dt, use_safetensors=True,
+            str(ckpt.path), dtype=stored, use_safetensors=True,
             local_files_only=True, trust_remote_code=False,
         )
     except (OSError, ValueError, RuntimeError) as e:
         raise CheckpointError(f"{ckpt.path}: cannot load DiffusionGemma weights ({e})") from e
+    if dt != stored:
+        if dev.type == "cpu":
+            convert_releasing_pages(model, dt)
+        exact_buffers(model, dt)
     # `device_map` would need accelerate; moving after loading needs nothing extra.
     return model.to(dev).eval()
+
+
+def stored_dtype(files: dict[str, Any]) -> torch.dtype | None:
+    """The dtype the checkpoint stores its weights in (its first floating-point tensor's)."""
+    from safetensors import safe_open
+
+    for name, file in files.items():
+        with safe_open(str(file), framework="pt") as f:
+            found = FLOAT_DTYPES.get(f.get_slice(name).get_dtype())
+        if found is not None:
+            return found
+    return None
+
+
+def convert_releasing_pages(model: torch.nn.Module, dtype: torch.dtype) -> None:
+    """Every floating-point parameter and buffer of `model` in `dtype`, one at a time, giving
+    each memory-mapped original's pages back to the kernel once its copy exists.
+
+    The originals are views of one mapping per file, which stays mapped until the last of them
+    is freed, so without the release every page read for a conversion would stay counted in
+    the process's memory until the end. The pages are clean file pages: `madvise(DONTNEED)`
+    drops them, and a later read of the same bytes would load them from the file again."""
+    owners: dict[int, int] = {}
+    params = {id(p): p for p in model.parameters()}.values()
+    for p in params:
+        key = p.untyped_storage().data_ptr()
+        owners[key] = owners.get(key, 0) + 1
+    with torch.no_grad():
+        for p in params:
+            if not p.is_floating_point() or p.dtype == dtype:
+                continue
+            old = p.data
+            # Storage shared with another parameter: its pages may still be read from.
+            release = owners[old.untyped_storage().data_ptr()] == 1 and old.is_contiguous()
+            if not release or old.dim() == 0:
+                p.data = old.to(dtype)
+                continue
+            # Row blocks: the largest tensor (the embedding) is most of a small model.
+            new = torch.empty(old.shape, dtype=dtype, device=old.device)
+            rows = max(1, CONVERT_CHUNK_BYTES // max(1, old[0].numel() * old.element_size()))
+            for first in range(0, old.shape[0], rows):
+                new[first:first + rows].copy_(old[first:first + rows])
+                _release_pages(old[first:first + rows])
+            p.data = new
+        for module in model.modules():
+            for key, buf in module._buffers.items():
+                if buf is not None and buf.is_floating_point():
+                    module._buffers[key] = buf.to(dtype)
+
+
+def exact_buffers(model: torch.nn.Module, dtype: torch.dtype) -> None:
+    """Give `model` the non-persistent buffers a model built in `dtype` has.
+
+    They are computed at construction in the default dtype (DiffusionGemma's embedding scale
+    is sqrt(hidden_size)), so a model loaded in bfloat16 and converted keeps their bfloat16
+    rounding: float32 logits were 0.02 off a float32 model's. They come from a skeleton built
+    in `dtype`, whose weights are allocated but never written, so never resident."""
+    from transformers.initialization import no_init_weights
+
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with no_init_weights():
+            skeleton = type(model)(model.config)
+    finally:
+        torch.set_default_dtype(default)
+    persistent = set(model.state_dict())
+    for name, buf in skeleton.named_buffers():
+        if name not in persistent:
+            owner, _, attr = name.rpartition(".")
+            model.get_submodule(owner)._buffers[attr] = buf
+    del skeleton
+
+
+def _release_pages(tensor: Tensor) -> None:
+    """Drop the whole pages inside `tensor`'s bytes from this process (Linux only)."""
+    if not sys.platform.startswith("linux") or tensor.device.type != "cpu":
+        return
+    page = mmap.PAGESIZE
+    start = tensor.data_ptr()
+    end = start + tensor.numel() * tensor.element_size()
+    first, last = -(-start // page) * page, end // page * page
+    if last > first:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise(ctypes.c_void_p(first), ctypes.c_size_t(last - first), MADV_DONTNEED)
 
 
 # ---------------------------------------------------------------------------------------------

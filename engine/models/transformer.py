@@ -60,14 +60,16 @@ class LayerKV:
 def fused_linear(*linears: nn.Linear) -> nn.Linear:
     """One linear layer computing `linears` side by side (outputs concatenated)."""
     first = linears[0]
-    weight = torch.cat([lin.weight.detach() for lin in linears])
-    fused = nn.Linear(first.in_features, weight.shape[0], bias=first.bias is not None,
-                      device=weight.device, dtype=weight.dtype)
-    with torch.no_grad():
-        fused.weight.copy_(weight)
-        if first.bias is not None:
-            fused.bias.copy_(torch.cat([lin.bias.detach() for lin in linears]))
-    return fused.requires_grad_(first.weight.requires_grad)
+    # Built on the meta device and given the concatenated tensors: a layer allocated for real
+    # would initialize (touch) a third copy of the weights, a 7B layer's MLP is 0.5 GB.
+    with torch.device("meta"):
+        fused = nn.Linear(first.in_features, sum(lin.out_features for lin in linears),
+                          bias=first.bias is not None)
+    grad = first.weight.requires_grad
+    fused.weight = nn.Parameter(torch.cat([lin.weight.detach() for lin in linears]), grad)
+    if first.bias is not None:
+        fused.bias = nn.Parameter(torch.cat([lin.bias.detach() for lin in linears]), grad)
+    return fused
 
 
 class Attention(nn.Module):
