@@ -23,7 +23,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from engine.config import config_from_hf
-from tests.tiny_checkpoints import _qwen2_shapes, llada_shapes, tiny_tokenizer
+from tests.tiny_checkpoints import _qwen2_shapes, llada_shapes, llama_name, tiny_tokenizer
 
 # Qwen2.5-Coder's Dream-family configs share these keys (Dream's configuration_dream.py writes
 # them; transformers 4.46 era).
@@ -346,26 +346,6 @@ def stored_tensors(folder: Path, dtype: torch.dtype) -> dict[str, torch.Tensor]:
 
 # LLaDA (modeling_llada.py, LLaDALlamaBlock) -> Llama, written independently of the loader's
 # table; ff_proj is the gated branch: ff_out(act(ff_proj(x)) * up_proj(x)).
-_LLADA_TO_LLAMA = [
-    ("model.transformer.wte.", "model.embed_tokens."),
-    ("model.transformer.ln_f.", "model.norm."),
-    ("model.transformer.ff_out.", "lm_head."),
-    ("model.transformer.blocks.", "model.layers."),
-    (".attn_norm.", ".input_layernorm."), (".ff_norm.", ".post_attention_layernorm."),
-    (".q_proj.", ".self_attn.q_proj."), (".k_proj.", ".self_attn.k_proj."),
-    (".v_proj.", ".self_attn.v_proj."), (".attn_out.", ".self_attn.o_proj."),
-    (".ff_proj.", ".mlp.gate_proj."), (".up_proj.", ".mlp.up_proj."),
-    (".ff_out.", ".mlp.down_proj."),
-]
-
-
-def _llama_name(name: str) -> str:
-    for old, new in _LLADA_TO_LLAMA:
-        if old in name:
-            name = name.replace(old, new, 1)
-            if new in ("model.embed_tokens.", "model.norm.", "lm_head."):
-                break
-    return name
 
 
 def _empty_then_assign(model_cls: Any, config: Any, tensors: dict[str, torch.Tensor],
@@ -409,7 +389,7 @@ def reference_masked(folder: Path, dtype: torch.dtype) -> Any:
     tensors = stored_tensors(folder, dtype)
     if cfg.layout == "llada":
         ref_cfg = transformers.LlamaConfig(**common, attention_bias=False, mlp_bias=False)
-        tensors = {_llama_name(k): v for k, v in tensors.items()}
+        tensors = {llama_name(k): v for k, v in tensors.items()}
         model_cls = transformers.LlamaForCausalLM
     else:
         ref_cfg = transformers.Qwen2Config(**common, use_sliding_window=False)

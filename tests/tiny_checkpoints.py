@@ -376,3 +376,32 @@ __all__ = [
     "EXPAND", "MASK", "PAD", "SNIPPET", "llada_shapes", "tiny_tokenizer", "write_dream_checkpoint",
     "write_llada_checkpoint", "write_qwen2_ar_checkpoint",
 ]
+
+
+# LLaDA (modeling_llada.py, LLaDALlamaBlock) -> Llama, the names transformers' reference
+# reads. ff_proj is the SiLU-gated branch: ff_out(act(ff_proj(x)) * up_proj(x)), as Llama's
+# down_proj(act(gate_proj(x)) * up_proj(x)).
+LLADA_TO_LLAMA = [
+    ("model.transformer.wte.", "model.embed_tokens."),
+    ("model.transformer.ln_f.", "model.norm."),
+    ("model.transformer.ff_out.", "lm_head."),
+    ("model.transformer.blocks.", "model.layers."),
+    (".attn_norm.", ".input_layernorm."),
+    (".ff_norm.", ".post_attention_layernorm."),
+    (".q_proj.", ".self_attn.q_proj."),
+    (".k_proj.", ".self_attn.k_proj."),
+    (".v_proj.", ".self_attn.v_proj."),
+    (".attn_out.", ".self_attn.o_proj."),
+    (".ff_proj.", ".mlp.gate_proj."),
+    (".up_proj.", ".mlp.up_proj."),
+    (".ff_out.", ".mlp.down_proj."),
+]
+
+
+def llama_name(llada_name: str) -> str:
+    for old, new in LLADA_TO_LLAMA:
+        if old in llada_name:
+            llada_name = llada_name.replace(old, new, 1)
+            if new in ("model.embed_tokens.", "model.norm.", "lm_head."):
+                break
+    return llada_name

@@ -73,7 +73,59 @@ class EngineRefused(ValueError):
     code = ""
 
 
-class EngineClient:
+class WireBackend:
+    """The Backend methods every client of an engine over a wire shares (the local engine's
+    socket, a team's URL): requests built by protocol.py, completions ended by the ids the
+    engine's hello names. Subclasses say hello into `info` and implement `_stream`."""
+
+    info: dict[str, Any]
+
+    def _stream(self, request: dict[str, Any], cancel: Callable[[], bool] | None
+                ) -> Iterator[Draft]:
+        raise NotImplementedError
+
+    def infill_stream(
+        self,
+        prefix: str,
+        suffix: str,
+        max_tokens: int = 32,
+        *,
+        settings: SamplerSettings | None = None,
+        canvas_length: int = CANVAS_LENGTH,
+        cancel: Callable[[], bool] | None = None,
+        suffix_fraction: float = SUFFIX_FRACTION,
+    ) -> Iterator[Draft]:
+        """Drafts as the engine denoises (the last has done=True)."""
+        request = protocol.infill_request(prefix, suffix, max_tokens, settings, canvas_length,
+                                          suffix_fraction)
+        return self._stream(request, cancel)
+
+    def rewrite_stream(
+        self,
+        prefix: str,
+        suffix: str,
+        original: str,
+        *,
+        strength: float = 1.0,
+        max_tokens: int | None = None,
+        settings: SamplerSettings | None = None,
+        canvas_length: int = CANVAS_LENGTH,
+        cancel: Callable[[], bool] | None = None,
+        suffix_fraction: float = SUFFIX_FRACTION,
+    ) -> Iterator[Draft]:
+        request = protocol.rewrite_request(prefix, suffix, original, strength, max_tokens,
+                                           settings, canvas_length, suffix_fraction)
+        return self._stream(request, cancel)
+
+    def completion_ids(self, draft: Draft) -> list[int]:
+        ends = protocol.completion_ends(self.info)
+        if ends is None:
+            raise NotImplementedError("this engine's hello does not say which tokens end a "
+                                      "completion (engine_info.counts_tokens)")
+        return completion_ids(draft.token_ids, ends)
+
+
+class EngineClient(WireBackend):
     def __init__(self, endpoint: Endpoint, model: str | None = None, device: str = "auto",
                  priority: str = "interactive", dtype: str = "auto",
                  read_timeout: float | None = None) -> None:
@@ -139,46 +191,6 @@ class EngineClient:
                           counts_tokens=protocol.completion_ends(self.info) is not None)
 
     # -- requests -----------------------------------------------------------------------
-
-    def infill_stream(
-        self,
-        prefix: str,
-        suffix: str,
-        max_tokens: int = 32,
-        *,
-        settings: SamplerSettings | None = None,
-        canvas_length: int = CANVAS_LENGTH,
-        cancel: Callable[[], bool] | None = None,
-        suffix_fraction: float = SUFFIX_FRACTION,
-    ) -> Iterator[Draft]:
-        """Drafts as the engine denoises (the last has done=True)."""
-        request = protocol.infill_request(prefix, suffix, max_tokens, settings, canvas_length,
-                                          suffix_fraction)
-        return self._stream(request, cancel)
-
-    def rewrite_stream(
-        self,
-        prefix: str,
-        suffix: str,
-        original: str,
-        *,
-        strength: float = 1.0,
-        max_tokens: int | None = None,
-        settings: SamplerSettings | None = None,
-        canvas_length: int = CANVAS_LENGTH,
-        cancel: Callable[[], bool] | None = None,
-        suffix_fraction: float = SUFFIX_FRACTION,
-    ) -> Iterator[Draft]:
-        request = protocol.rewrite_request(prefix, suffix, original, strength, max_tokens,
-                                           settings, canvas_length, suffix_fraction)
-        return self._stream(request, cancel)
-
-    def completion_ids(self, draft: Draft) -> list[int]:
-        ends = protocol.completion_ends(self.info)
-        if ends is None:
-            raise NotImplementedError("this engine's hello does not say which tokens end a "
-                                      "completion (engine_info.counts_tokens)")
-        return completion_ids(draft.token_ids, ends)
 
     def stats(self) -> dict[str, Any]:
         with self._connect() as sock:

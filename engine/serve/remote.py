@@ -36,9 +36,14 @@ from typing import Any
 
 from engine.backend import EngineInfo
 from engine.serve import protocol
-from engine.serve.client import READ_TIMEOUT, EngineRefused, EngineUnavailable, raise_error
-from engine.stops import completion_ids
-from engine.types import CANVAS_LENGTH, SUFFIX_FRACTION, Draft, SamplerSettings
+from engine.serve.client import (
+    READ_TIMEOUT,
+    EngineRefused,
+    EngineUnavailable,
+    WireBackend,
+    raise_error,
+)
+from engine.types import Draft
 
 SCHEMES = ("http", "https")
 CONNECT_TIMEOUT = 10.0  # seconds: a remote head node is further away than a local socket
@@ -87,7 +92,7 @@ class EngineURL:
         return f"{self.scheme}://{self.host}:{self.port}{self.path}"
 
 
-class RemoteEngine:
+class RemoteEngine(WireBackend):
     def __init__(self, url: str, token: str, *, priority: str = "interactive",
                  read_timeout: float = READ_TIMEOUT, ca_file: str | None = None,
                  document: str | None = None) -> None:
@@ -134,45 +139,6 @@ class RemoteEngine:
                           device=str(self.info.get("device", str(self.url))),
                           resident=True,
                           counts_tokens=protocol.completion_ends(self.info) is not None)
-
-    def infill_stream(
-        self,
-        prefix: str,
-        suffix: str,
-        max_tokens: int = 32,
-        *,
-        settings: SamplerSettings | None = None,
-        canvas_length: int = CANVAS_LENGTH,
-        cancel: Callable[[], bool] | None = None,
-        suffix_fraction: float = SUFFIX_FRACTION,
-    ) -> Iterator[Draft]:
-        request = protocol.infill_request(prefix, suffix, max_tokens, settings, canvas_length,
-                                          suffix_fraction)
-        return self._stream(request, cancel)
-
-    def rewrite_stream(
-        self,
-        prefix: str,
-        suffix: str,
-        original: str,
-        *,
-        strength: float = 1.0,
-        max_tokens: int | None = None,
-        settings: SamplerSettings | None = None,
-        canvas_length: int = CANVAS_LENGTH,
-        cancel: Callable[[], bool] | None = None,
-        suffix_fraction: float = SUFFIX_FRACTION,
-    ) -> Iterator[Draft]:
-        request = protocol.rewrite_request(prefix, suffix, original, strength, max_tokens,
-                                           settings, canvas_length, suffix_fraction)
-        return self._stream(request, cancel)
-
-    def completion_ids(self, draft: Draft) -> list[int]:
-        ends = protocol.completion_ends(self.info)
-        if ends is None:
-            raise NotImplementedError("this engine's hello does not say which tokens end a "
-                                      "completion (engine_info.counts_tokens)")
-        return completion_ids(draft.token_ids, ends)
 
     def status(self) -> dict[str, Any]:
         """Every replica's model, device, queue lengths and tokens/s."""
