@@ -185,7 +185,7 @@ class Checkpoint:
     tokenizer: Tokenizer
 
 
-def _read_json(path: Path, required: bool = True) -> dict[str, Any]:
+def read_json(path: Path, required: bool = True) -> dict[str, Any]:
     if not path.is_file():
         if required:
             raise CheckpointError(f"{path}: file is missing")
@@ -260,12 +260,12 @@ def read_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"{path}: no such checkpoint folder")
-    raw = _read_json(path / "config.json")
+    raw = read_json(path / "config.json")
     cfg = config_from_hf(raw, source=str(path / "config.json"))
     if cfg.layout == "llada":
         _check_llada_options(raw, path / "config.json")
-    generation = _read_json(path / "generation_config.json", required=False)
-    tok_config = _read_json(path / "tokenizer_config.json", required=False)
+    generation = read_json(path / "generation_config.json", required=False)
+    tok_config = read_json(path / "tokenizer_config.json", required=False)
     tok_file = path / "tokenizer.json"
     if not tok_file.is_file():
         raise CheckpointError(f"{tok_file}: file is missing (dg-engine reads the fast-tokenizer "
@@ -303,7 +303,7 @@ def weight_files(folder: Path) -> dict[str, Path]:
     """Tensor name -> the safetensors file that holds it, as the folder's index says."""
     single, index = folder / SAFETENSORS_FILE, folder / SAFETENSORS_INDEX
     if index.is_file():
-        weight_map = _read_json(index).get("weight_map")
+        weight_map = read_json(index).get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise CheckpointError(f"{index}: no weight_map")
         files = {name: folder / _shard_name(index, name, file)

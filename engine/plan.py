@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from engine.config import CheckpointError, ModelConfig, config_from_hf
+from engine.config import ModelConfig, config_from_hf
 
 CANVAS = 256
 BATCHES = (1, 8)
@@ -65,16 +65,11 @@ class Plan:
 
 def read_config(path: str | os.PathLike[str]) -> tuple[str, dict[str, Any]]:
     """(a name for it, the config dict) from a checkpoint folder, a config.json or a hub id."""
-    from engine.checkpoint import resolve
+    from engine.checkpoint import read_json, resolve
 
     p = Path(path).expanduser()
     file = p if p.is_file() else resolve(str(path)) / "config.json"
-    try:
-        raw = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{file}: not a readable config ({e})") from e
-    if not isinstance(raw, dict):
-        raise CheckpointError(f"{file}: expected a JSON object")
+    raw = read_json(file)
     name = file.parent.name if file.name == "config.json" else file.stem
     return name, raw
 
