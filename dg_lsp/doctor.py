@@ -41,6 +41,11 @@ class Report:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("doctor", help="versions, model, device, engine: what is wrong")
     add_model_arguments(parser)
+    parser.add_argument("--engine", default=None, metavar="URL",
+                        help="check a team's engine at http(s)://HOST:PORT instead of this "
+                        "machine's resident engine")
+    parser.add_argument("--token-file", default=None,
+                        help="the team engine's token (default ~/.config/dg-engine/token)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.set_defaults(func=run)
 
@@ -53,7 +58,10 @@ def run(args: argparse.Namespace) -> int:
     check_grammars(report)
     check_model(report, args.model)
     check_device(report, args.device)
-    check_engine(report, args.model, args.device, args.dtype)
+    if args.engine:
+        check_team_engine(report, args.engine, args.token_file)
+    else:
+        check_engine(report, args.model, args.device, args.dtype)
     if args.json:
         print(json.dumps({"lines": report.lines, "problems": report.problems}, indent=2))
     else:
@@ -186,6 +194,28 @@ def check_engine(report: Report, model: str | None, device: str, dtype: str) -> 
                f"device {info.get('device')}, {info.get('family')} family"
                + _process_facts(pid))
     _log_tail(report, endpoint.log_path)
+
+
+def check_team_engine(report: Report, url: str, token_file: str | None) -> None:
+    """A team's engine (dg-engine serve --ray): reachable with this token, and its replicas."""
+    from engine.serve.client import EngineUnavailable
+    from engine.serve.ray_cli import format_status
+    from engine.serve.remote import RemoteEngine
+
+    try:
+        engine = RemoteEngine.connect(url, token_file)
+        status = engine.status()
+    except (EngineUnavailable, ValueError) as exc:
+        report.broken("engine", f"{url}: {exc}",
+                      "check the URL, the token file (mode 600, the team's token) and that "
+                      "`dg-engine status URL` answers on the head node")
+        return
+    replicas = status.get("replicas", [])
+    if not replicas:
+        report.broken("engine", f"{url}: answers but has no replica running",
+                      "see the Ray Serve application's logs on the head node")
+        return
+    report.say("engine", format_status(url, status).replace("\n", "\n" + " " * 13))
 
 
 def _process_facts(pid: object) -> str:

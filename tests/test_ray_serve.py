@@ -278,6 +278,21 @@ def test_status_shows_each_replica_its_model_and_queue(team, token_file, capsys,
     assert "2 replica(s)" in out and "dream" in out and "tok/s" in out
 
 
+def test_doctor_checks_the_team_engine_a_developer_points_at(team, token_file, tmp_path,
+                                                             capsys, monkeypatch):
+    from dg_lsp.cli import main
+
+    monkeypatch.setenv("SSL_CERT_FILE", CA_FILE[-1])
+    assert main(["doctor", "--engine", team, "--token-file", str(token_file)]) == 0
+    out = capsys.readouterr().out
+    assert f"engine:      {team}: 2 replica(s)" in out and "dream" in out
+    wrong = tmp_path / "wrong-token"
+    wrong.write_text("not-the-token\n")
+    wrong.chmod(0o600)
+    assert main(["doctor", "--engine", team, "--token-file", str(wrong)]) == 1
+    out = capsys.readouterr().out
+    assert f"engine:      BROKEN: {team}: " in out and "not-the-token" not in out
+
 def test_a_language_server_pointed_at_the_url_completes_and_never_logs_the_token(
         team, token_file, tmp_path):
     from tests.lsp_wire import WireServer
