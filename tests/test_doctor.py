@@ -54,7 +54,8 @@ def test_missing_query_files_are_broken(monkeypatch: pytest.MonkeyPatch, tmp_pat
     monkeypatch.setattr(languages, "GRAMMARS_DIR", tmp_path)
     languages._load_query.cache_clear()
     try:
-        args = argparse.Namespace(model=None, device="cpu", dtype="auto", seed=0, json=False)
+        args = argparse.Namespace(model=None, device="cpu", dtype="auto", seed=0, json=False,
+                                  engine=None, token_file=None)
         assert doctor.run(args) == 1
     finally:
         languages._load_query.cache_clear()
