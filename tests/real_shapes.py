@@ -23,7 +23,13 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from engine.config import config_from_hf
-from tests.tiny_checkpoints import _qwen2_shapes, llada_shapes, llama_name, tiny_tokenizer
+from tests.tiny_checkpoints import (
+    _qwen2_shapes,
+    llada_shapes,
+    llama_name,
+    reference_config,
+    tiny_tokenizer,
+)
 
 # Qwen2.5-Coder's Dream-family configs share these keys (Dream's configuration_dream.py writes
 # them; transformers 4.46 era).
@@ -377,15 +383,7 @@ def reference_masked(folder: Path, dtype: torch.dtype) -> Any:
 
     raw = json.loads((folder / "config.json").read_text())
     cfg = config_from_hf(raw)
-    common = dict(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads,
-        rms_norm_eps=cfg.rms_norm_eps,
-        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
-        max_position_embeddings=cfg.max_position_embeddings,
-        tie_word_embeddings=cfg.tie_word_embeddings, attn_implementation="sdpa", dtype=dtype,
-    )
+    common = dict(reference_config(cfg), dtype=dtype)
     tensors = stored_tensors(folder, dtype)
     if cfg.layout == "llada":
         ref_cfg = transformers.LlamaConfig(**common, attention_bias=False, mlp_bias=False)

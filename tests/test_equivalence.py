@@ -24,7 +24,12 @@ from safetensors.torch import load_file
 from engine.checkpoint import load_model, read_checkpoint
 from engine.config import ModelConfig
 from engine.models.transformer import shift_logits
-from tests.tiny_checkpoints import llama_name, write_dream_checkpoint, write_llada_checkpoint
+from tests.tiny_checkpoints import (
+    llama_name,
+    reference_config,
+    write_dream_checkpoint,
+    write_llada_checkpoint,
+)
 
 transformers = pytest.importorskip("transformers")
 
@@ -52,16 +57,7 @@ def full_mask(valid: torch.Tensor | None = None) -> torch.Tensor:
 
 
 def reference_qwen2(cfg: ModelConfig, tensors: dict[str, torch.Tensor]):
-    ref_cfg = transformers.Qwen2Config(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads,
-        rms_norm_eps=cfg.rms_norm_eps,
-        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
-        max_position_embeddings=cfg.max_position_embeddings,
-        tie_word_embeddings=cfg.tie_word_embeddings, use_sliding_window=False,
-        attn_implementation="sdpa",
-    )
+    ref_cfg = transformers.Qwen2Config(**reference_config(cfg), use_sliding_window=False)
     model = transformers.Qwen2ForCausalLM(ref_cfg).eval()
     assert model.config.rope_parameters["rope_theta"] == cfg.rope_theta
     if cfg.tie_word_embeddings:
@@ -71,16 +67,8 @@ def reference_qwen2(cfg: ModelConfig, tensors: dict[str, torch.Tensor]):
 
 
 def reference_llama(cfg: ModelConfig, llada_tensors: dict[str, torch.Tensor]):
-    ref_cfg = transformers.LlamaConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads,
-        rms_norm_eps=cfg.rms_norm_eps,
-        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
-        max_position_embeddings=cfg.max_position_embeddings,
-        tie_word_embeddings=cfg.tie_word_embeddings, attention_bias=cfg.qkv_bias,
-        mlp_bias=False, attn_implementation="sdpa",
-    )
+    ref_cfg = transformers.LlamaConfig(**reference_config(cfg), attention_bias=cfg.qkv_bias,
+                                       mlp_bias=False)
     model = transformers.LlamaForCausalLM(ref_cfg).eval()
     assert model.config.rope_parameters["rope_theta"] == cfg.rope_theta
     tensors = {llama_name(k): v for k, v in llada_tensors.items()}

@@ -405,3 +405,17 @@ def llama_name(llada_name: str) -> str:
             if new in ("model.embed_tokens.", "model.norm.", "lm_head."):
                 break
     return llada_name
+
+
+def reference_config(cfg: Any) -> dict[str, Any]:
+    """The keyword arguments a transformers Qwen2Config or LlamaConfig shares with the engine's
+    ModelConfig `cfg`, for a reference model of the same weights (sdpa attention)."""
+    return dict(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads,
+        rms_norm_eps=cfg.rms_norm_eps,
+        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
+        max_position_embeddings=cfg.max_position_embeddings,
+        tie_word_embeddings=cfg.tie_word_embeddings, attn_implementation="sdpa",
+    )
