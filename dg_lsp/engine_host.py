@@ -40,7 +40,7 @@ class EngineHost:
 
     def settings_changed(self, old: Settings, new: Settings) -> None:
         """Drop the engine when the settings name another one (it loads on next use)."""
-        if (new.model, new.device, new.engine) != (old.model, old.device, old.engine):
+        if _engine_named(new) != _engine_named(old):
             if not self._injected:
                 self._backend, self._loading = None, None
 
@@ -56,11 +56,13 @@ class EngineHost:
         server = self.server
         what = server.settings.model or "bundled model"
         self.state("loading", f"loading {what}")
+        # The load starts at once; the client's answer to the progress token (up to
+        # CREATE_TIMEOUT for one that never answers) must not delay the first completion.
+        loading = asyncio.get_running_loop().run_in_executor(server.executor, self.open)
         progress = LoadProgress(server)
         await progress.begin(f"loading {what}")
         try:
-            loop = asyncio.get_running_loop()
-            backend = await loop.run_in_executor(server.executor, self.open)
+            backend = await loading
         except Exception as exc:  # a missing or broken checkpoint must not kill the server
             progress.end("cannot load the model")
             server.log(f"model failed to load: {exc}", types.MessageType.Error)
@@ -119,3 +121,8 @@ class EngineHost:
         self.server.protocol.notify(ENGINE_STATE_NOTIFICATION,
                                     {"state": state, "message": message})
 
+
+def _engine_named(settings: Settings) -> tuple:
+    """What chooses the engine: a change to any of it loads the engine again."""
+    return (settings.model, settings.device, settings.dtype, settings.engine,
+            settings.engine_token_file)

@@ -79,3 +79,19 @@ def test_the_engine_may_be_a_team_engines_url_without_credentials():
                 "remote", 7):
         settings, errors = parse_settings({"engine": bad})
         assert settings.engine == "resident" and len(errors) == 1
+
+
+@pytest.mark.parametrize("change", [{"model": "/other/model"}, {"device": "cpu"},
+                                    {"dtype": "float32"}, {"engine": "inproc"},
+                                    {"engineTokenFile": "/t/token"}])
+def test_a_setting_that_names_another_engine_drops_the_loaded_one(change):
+    """The next request loads the engine the new settings name (a dtype change too)."""
+    from dg_lsp.server import create_server
+
+    server = create_server()
+    loaded = object()
+    server.engine._backend = loaded  # as after a load
+    server.apply_settings({"debounceMs": 10})
+    assert server.engine._backend is loaded
+    server.apply_settings(change)
+    assert server.engine._backend is None
