@@ -20,14 +20,13 @@ import tree_sitter as ts
 
 from dg_lsp.languages import LanguageSpec
 from engine.types import SUFFIX_FRACTION
+from engine.units import CLOSERS
 
 REST_OF_LINE = "rest_of_line"
 BLOCK = "block"
 BRACKETS = "brackets"
 COMMENT = "comment"
 HOLE_KINDS = (REST_OF_LINE, BLOCK, BRACKETS, COMMENT)
-
-CLOSERS = {"(": ")", "[": "]", "{": "}"}
 
 # Only this much text around the cursor is parsed, so a 10 MB file costs what a small one does.
 PARSE_SPAN_FACTOR = 4

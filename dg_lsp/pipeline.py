@@ -4,9 +4,11 @@ inlineCompletion, completion and `dg-lsp complete` all call `Pipeline`; they dif
 how they wait for the engine (`complete` blocks, `complete_async` awaits every denoising step
 so a cancelled request stops at the next step boundary).
 
-Both stop asking for steps once the committed text holds the end of the hole kind's unit (the
-line of a rest-of-line hole, the dedent that ends a block): what the editor would show can no
-longer change, and the hole's remaining positions would cost passes for text that is cut away.
+Each request names the hole kind's unit (the line of a rest-of-line hole, the dedent that ends
+a block: `postprocess.unit_end`) and the engine stops once the committed text holds its end
+(engine.units): what the editor would show can no longer change, and the hole's remaining
+positions would cost passes for text that is cut away. In process or resident, the engine
+runs the same passes.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 from dg_lsp.cache import CompletionCache
 from dg_lsp.context import Context, OtherDocument, build_context, char_budget
 from dg_lsp.languages import LanguageSpec
-from dg_lsp.postprocess import Suggestion, postprocess, unit_ended
+from dg_lsp.postprocess import Suggestion, postprocess, unit_end
 from dg_lsp.settings import Settings
 from engine.backend import Backend
 from engine.types import Draft
@@ -73,7 +75,7 @@ class Pipeline:
         drafts = self.backend.infill_stream(
             ctx.prefix, ctx.suffix, self.settings.hole_size[ctx.kind],
             settings=self.settings.sampler, canvas_length=self.settings.canvas_length,
-            suffix_fraction=self.settings.suffix_fraction, cancel=cancel)
+            suffix_fraction=self.settings.suffix_fraction, cancel=cancel, until=unit_end(ctx))
         return ctx, drafts
 
     def finish(
@@ -95,7 +97,7 @@ class Pipeline:
         if hit is not None:
             return hit
         ctx, drafts = self.start(request, cancel)
-        return self.finish(request, ctx, _read_until_unit_ends(drafts, ctx))
+        return self.finish(request, ctx, _last_draft(drafts))
 
     async def complete_async(
         self, request: CompletionRequest, executor: Executor
@@ -115,8 +117,7 @@ class Pipeline:
         loop = asyncio.get_running_loop()
         if self.backend.engine_info.resident:
             try:
-                last = await loop.run_in_executor(None, _read_until_unit_ends, drafts, ctx,
-                                                  stop.is_set)
+                last = await loop.run_in_executor(None, _last_draft, drafts, stop.is_set)
             finally:
                 stop.set()
             return self.finish(request, ctx, last)
@@ -124,8 +125,6 @@ class Pipeline:
         try:
             while (draft := await loop.run_in_executor(executor, next, drafts, None)) is not None:
                 last = draft
-                if unit_ended(draft.text, ctx):
-                    break
         finally:
             stop.set()
             executor.submit(drafts.close)
@@ -140,13 +139,14 @@ def cached_completion(cache: CompletionCache, request: CompletionRequest) -> Com
     return Completion(hit.text, request.offset, request.offset + hit.replace, "cached")
 
 
-def _read_until_unit_ends(drafts: Iterator[Draft], ctx: Context,
-                          stop: Callable[[], bool] = lambda: False) -> Draft | None:
-    """The last draft read: when the unit ended, `stop` said so, or the engine finished."""
+def _last_draft(drafts: Iterator[Draft], stop: Callable[[], bool] = lambda: False
+                ) -> Draft | None:
+    """The last draft read: when the engine finished (the unit ended) or `stop` said so."""
     last = None
     try:
-        for last in drafts:
-            if stop() or unit_ended(last.text, ctx):
+        for draft in drafts:
+            last = draft
+            if stop():
                 break
     finally:
         drafts.close()

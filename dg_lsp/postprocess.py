@@ -12,10 +12,20 @@ from dataclasses import dataclass
 
 import tree_sitter as ts
 
-from dg_lsp.context import BLOCK, BRACKETS, CLOSERS, COMMENT, Context
+from dg_lsp.context import BLOCK, BRACKETS, COMMENT, Context
+from engine import units
 from engine.stops import cut_at_special
+from engine.units import (
+    CLOSERS,
+    OPENERS,
+    TAB_WIDTH,
+    UnitEnd,
+    cut_at_unmatched_closer,
+    indent_width,
+    leading_indent,
+    trim_block,
+)
 
-_OPENERS = {v: k for k, v in CLOSERS.items()}
 # Characters that may follow the cursor and that a completion may re-type (extend over them).
 _TRAILING = set(")]}\"'`;,:")
 
@@ -39,25 +49,20 @@ def postprocess(raw: str, ctx: Context) -> Suggestion | None:
     return _check_syntax(suggestion, ctx)
 
 
-def unit_ended(raw: str, ctx: Context) -> bool:
-    """Whether committed text `raw` already holds the end of the hole kind's unit, so the
-    suggestion cannot change however the rest of the hole is filled (committed text is final:
-    the engine never revises it)."""
-    text = cut_at_special(raw)
-    if text != raw:
-        return True
+def unit_end(ctx: Context) -> UnitEnd:
+    """The end of the context's hole kind's unit, as the engine checks it (engine.units)."""
     if ctx.kind == BLOCK:
-        return _trim_block(text, ctx) != text
+        return UnitEnd(units.BLOCK, ctx.line_prefix, ctx.base_indent)
     if ctx.kind == BRACKETS:
-        return _cut_at_unmatched_closer(text) != text
-    return "\n" in text  # rest of line, comment: one line
+        return UnitEnd(units.BRACKETS)
+    return UnitEnd(units.LINE)  # rest of line, comment: one line
 
 
 def _trim_to_unit(text: str, ctx: Context) -> str:
     if ctx.kind == BLOCK:
-        return _trim_block(text, ctx)
+        return trim_block(text, ctx.line_prefix, ctx.base_indent)
     if ctx.kind == BRACKETS:
-        return _cut_at_unmatched_closer(text)
+        return cut_at_unmatched_closer(text)
     # rest of line / comment: one line; a leading newline means the model wanted a new line
     line = text.split("\n", 1)[0]
     if ctx.kind != COMMENT and _opens_unclosed(line):
@@ -86,39 +91,11 @@ def _written_twice(line: str, context: str) -> bool:
     return any(a == b == line for a, b in zip(stripped, stripped[1:], strict=False))
 
 
-def _trim_block(text: str, ctx: Context) -> str:
-    """Keep the body's lines; stop at the first line dedented to the opener's level or less."""
-    lines = text.split("\n")
-    at_opener_line = ctx.line_prefix.strip() != ""  # cursor right after `def f():` / `{`
-    if at_opener_line and lines[0].strip():
-        return ""  # text on the opener's own line is not a body
-    base = _width(ctx.base_indent)
-    kept: list[str] = []
-    for i, line in enumerate(lines):
-        if line.strip():
-            if _width((ctx.line_prefix if i == 0 else "") + _leading(line)) <= base:
-                break
-        kept.append(line)
-    return "\n".join(kept)
-
-
-def _cut_at_unmatched_closer(text: str) -> str:
-    depth: list[str] = []
-    for i, ch in enumerate(text):
-        if ch in CLOSERS:
-            depth.append(ch)
-        elif ch in _OPENERS:
-            if not depth or depth[-1] != _OPENERS[ch]:
-                return text[:i]
-            depth.pop()
-    return text
-
-
 def _opens_unclosed(text: str) -> bool:
     depth = 0
     for ch in text:
         depth += ch in CLOSERS
-        depth -= ch in _OPENERS and depth > 0
+        depth -= ch in OPENERS and depth > 0
     return depth > 0
 
 
@@ -128,21 +105,21 @@ def _reindent(text: str, ctx: Context) -> str:
     shift = 0
     first = next((i for i, line in enumerate(lines) if line.strip()), None)
     if ctx.kind == BLOCK and first is not None:
-        cursor_width = _width(ctx.line_prefix) if first == 0 else 0
-        actual = cursor_width + _width(_leading(lines[first]))
-        target = max(_width(ctx.base_indent + ctx.indent_unit), cursor_width)
+        cursor_width = indent_width(ctx.line_prefix) if first == 0 else 0
+        actual = cursor_width + indent_width(leading_indent(lines[first]))
+        target = max(indent_width(ctx.base_indent + ctx.indent_unit), cursor_width)
         shift = target - actual
     for i, line in enumerate(lines):
         if i == 0 and (ctx.kind != BLOCK or ctx.line_prefix.strip()):
             continue  # continues the cursor's line: its leading text is content
-        lead = _leading(line)
+        lead = leading_indent(line)
         if not line.strip():
             lines[i] = ""
             continue
         if i == 0:  # after the cursor line's own indentation
-            width = _width(ctx.line_prefix + lead) + shift - _width(ctx.line_prefix)
+            width = indent_width(ctx.line_prefix + lead) + shift - indent_width(ctx.line_prefix)
         else:
-            width = _width(lead) + shift
+            width = indent_width(lead) + shift
         lines[i] = _indent(max(0, width), ctx.indent_unit) + line[len(lead):]
     return "\n".join(lines)
 
@@ -211,18 +188,8 @@ def count_errors(tree: ts.Tree) -> int:
     return count
 
 
-TAB_WIDTH = 4
-
-
-def _width(indent: str) -> int:
-    return len(indent.expandtabs(TAB_WIDTH))
-
-
 def _indent(width: int, unit: str) -> str:
     if unit == "\t":
         return "\t" * (width // TAB_WIDTH) + " " * (width % TAB_WIDTH)
     return " " * width
 
-
-def _leading(line: str) -> str:
-    return line[: len(line) - len(line.lstrip(" \t"))]

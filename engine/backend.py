@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from engine.types import CANVAS_LENGTH, SUFFIX_FRACTION, Draft, SamplerSettings
+from engine.units import UnitEnd
 
 
 @dataclass(frozen=True)
@@ -42,10 +43,13 @@ class Backend(Protocol):
         canvas_length: int = CANVAS_LENGTH,
         cancel: Callable[[], bool] | None = None,
         suffix_fraction: float = SUFFIX_FRACTION,
+        until: UnitEnd | None = None,
     ) -> Iterator[Draft]:
         """Drafts of the hole between `prefix` and `suffix` after every forward pass; the
         last has done=True and a finish_reason. `suffix_fraction`: the suffix's share of the
-        canvas's context tokens (the engine's token cut is the one place that splits them)."""
+        canvas's context tokens (the engine's token cut is the one place that splits them).
+        `until`: the engine stops once the committed text holds the end of that unit (the
+        last draft's finish_reason is then "unit")."""
         ...
 
     def rewrite_stream(

@@ -31,6 +31,7 @@ from engine.decoders import Decoder, decoder_for
 from engine.stops import completion_ids
 from engine.tokenizer import Tokenizer
 from engine.types import CANVAS_LENGTH, SUFFIX_FRACTION, Draft, InfillResult, SamplerSettings
+from engine.units import UnitEnd, until_unit_ends
 
 
 class Engine:
@@ -120,6 +121,7 @@ class Engine:
         canvas_length: int = CANVAS_LENGTH,
         cancel: Callable[[], bool] | None = None,
         suffix_fraction: float = SUFFIX_FRACTION,
+        until: UnitEnd | None = None,
         **sampler_kwargs: Any,
     ) -> Iterator[Draft]:
         """The hole after every forward pass; the last Draft has done=True.
@@ -127,11 +129,13 @@ class Engine:
         `sampler` and `seed` default to `settings`' (else "threshold" and 0); other
         SamplerSettings fields may be given as keywords (threshold=0.8, cache_refresh=4, ...).
         `suffix_fraction`: the suffix's share of the context's tokens (engine.canvas).
+        `until`: stop once the committed text holds the end of that unit (engine.units).
         """
         s = self.sampler_settings(sampler, seed, settings, **sampler_kwargs)
-        return self.decoder.stream(prefix, suffix, max_tokens, s, stop_early=stop_early,
-                                   canvas_length=canvas_length,
-                                   suffix_fraction=suffix_fraction, cancel=cancel)
+        return until_unit_ends(
+            self.decoder.stream(prefix, suffix, max_tokens, s, stop_early=stop_early,
+                                canvas_length=canvas_length, suffix_fraction=suffix_fraction,
+                                cancel=cancel), until)
 
     def infill(
         self,

@@ -12,10 +12,11 @@ from dg_lsp.cache import CompletionCache
 from dg_lsp.context import build_context
 from dg_lsp.languages import language_for
 from dg_lsp.pipeline import CompletionRequest, Pipeline
-from dg_lsp.postprocess import Suggestion, postprocess, unit_ended
+from dg_lsp.postprocess import Suggestion, postprocess, unit_end
 from dg_lsp.settings import Settings, parse_settings
 from engine.backend import EngineInfo
 from engine.types import Draft
+from engine.units import UnitEnd, unit_ended, until_unit_ends
 
 
 def run(language_id: str | None, marked: str, raw: str) -> Suggestion | None:
@@ -106,11 +107,12 @@ def test_rejected(language_id, source, raw):
 def test_unit_ended(source, raw, ended):
     offset = source.index("|")
     ctx = build_context(source.replace("|", "", 1), offset, language_for("python"))
-    assert unit_ended(raw, ctx) is ended
+    assert unit_ended(raw, unit_end(ctx)) is ended
 
 
 class ScriptedEngine:
-    """Yields the given committed texts as successive drafts; counts the drafts taken."""
+    """Yields the given committed texts as successive drafts, up to the end of the unit the
+    request names, as engines do (engine.units.until_unit_ends); counts the drafts taken."""
 
     engine_info = EngineInfo(model="scripted", family="masked", device="cpu", resident=False,
                              counts_tokens=False)
@@ -119,13 +121,17 @@ class ScriptedEngine:
         self.texts, self.taken = texts, 0
 
     def infill_stream(self, prefix, suffix, max_tokens=32, **kwargs):
+        self.until = kwargs.get("until")
+        return until_unit_ends(self._drafts(), self.until)
+
+    def _drafts(self):
         for step, text in enumerate(self.texts, 1):
             self.taken += 1
             yield Draft(step=step, token_ids=[], committed=step, text=text,
                         done=step == len(self.texts), finish_reason="stop")
 
 
-def test_pipeline_stops_denoising_once_the_line_is_complete():
+def test_pipeline_has_the_engine_stop_once_the_line_is_complete():
     texts = ["x", "x +", "x + 1\n", "x + 1\n    return", "x + 1\n    return y"]
     source = "def f(x):\n    y = |\n"
     request = CompletionRequest(source.replace("|", ""), source.index("|"),
@@ -133,6 +139,7 @@ def test_pipeline_stops_denoising_once_the_line_is_complete():
     engine = ScriptedEngine(texts)
     completion = Pipeline(engine).complete(request)
     assert (completion.text, completion.steps, engine.taken) == ("x + 1", 3, 3)
+    assert engine.until == UnitEnd("line")
 
     engine = ScriptedEngine(texts)
     with ThreadPoolExecutor(1) as executor:

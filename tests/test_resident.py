@@ -31,9 +31,10 @@ from dg_lsp.server import STATS_COMMAND
 from dg_lsp.settings import parse_settings
 from engine.backend import CountingBackend
 from engine.serve import protocol
-from engine.serve.client import EngineClient
+from engine.serve.client import EngineClient, EngineRefused
 from engine.serve.endpoint import endpoint_for, resolved_device
 from engine.types import SamplerSettings
+from engine.units import UnitEnd
 
 PREFIXES = [f"def f{i}(x):\n    y = x + {i}\n    return " for i in range(8)]
 
@@ -435,3 +436,29 @@ async def test_killed_engine_answers_empty_is_restarted_and_serves_again(dream_c
         victim.shutdown()
     finally:
         await client.shutdown_session()
+
+
+def test_the_engine_stops_at_the_unit_end_and_runs_the_same_passes_as_in_process(engine, inproc):
+    # Text on a block opener's own line ends a block body at once: with this unit the hole
+    # ends at the first step whose settled text is not blank.
+    unit = UnitEnd("block", line_prefix="if x:", base_indent="")
+    prefix = PREFIXES[1]
+    full = list(inproc.infill_stream(prefix, "\n", 12))
+    ends = next(d.step for d in full if d.text.strip())
+    assert ends < full[-1].step  # the unit ends before the hole does
+
+    here = list(inproc.infill_stream(prefix, "\n", 12, until=unit))
+    before = engine.stats()["forwardPasses"]
+    there = list(engine.infill_stream(prefix, "\n", 12, until=unit))
+    passes = engine.stats()["forwardPasses"] - before
+    assert [(d.step, d.finish_reason) for d in (here[-1], there[-1])] == [(ends, "unit")] * 2
+    assert there[-1].token_ids == here[-1].token_ids == full[ends - 1].token_ids
+    assert passes == ends  # none after the answer was settled
+
+
+def test_a_malformed_unit_is_refused(engine):
+    for bad in ({"kind": "paragraph"}, {"kind": "line", "indent": 4}, "line",
+                {"kind": "block", "line_prefix": 7}):
+        request = protocol.infill_request("x = ", "\n", 4, None, 64) | {"until": bad}
+        with pytest.raises(EngineRefused, match="until"):
+            list(engine._stream(request, None))

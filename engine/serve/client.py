@@ -41,6 +41,7 @@ from engine.serve.endpoint import (
 )
 from engine.stops import completion_ids
 from engine.types import CANVAS_LENGTH, SUFFIX_FRACTION, Draft, SamplerSettings
+from engine.units import UnitEnd
 
 START_TIMEOUT = 600.0  # seconds to wait for a starting engine to load a model
 IDLE_EXIT = 1800.0  # an engine started by a client exits after this long without clients
@@ -94,10 +95,11 @@ class WireBackend:
         canvas_length: int = CANVAS_LENGTH,
         cancel: Callable[[], bool] | None = None,
         suffix_fraction: float = SUFFIX_FRACTION,
+        until: UnitEnd | None = None,
     ) -> Iterator[Draft]:
         """Drafts as the engine denoises (the last has done=True)."""
         request = protocol.infill_request(prefix, suffix, max_tokens, settings, canvas_length,
-                                          suffix_fraction)
+                                          suffix_fraction, until)
         return self._stream(request, cancel)
 
     def rewrite_stream(

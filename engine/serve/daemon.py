@@ -321,8 +321,9 @@ def parse_request(message: dict[str, Any], op: str, limits: Limits, decoder: Dec
         strength = float(field("strength", (int, float), 1.0))
         if not 0.0 <= strength <= 1.0:
             raise ProtocolError("bad-request", "strength must be in [0, 1]")
+    until = protocol.unit_from_wire(message.get("until"))
     job = Request(prefix[-keep:], suffix[:keep], max_tokens, settings, canvas_length, priority,
-                  original, strength, suffix_fraction)
+                  original, strength, suffix_fraction, until)
     job.deadline = time.monotonic() + limits.request_timeout
     return job
 

@@ -39,8 +39,13 @@ mask id): with them a client counts a draft's completion tokens as the engine do
 the canvas's context tokens; the engine's token cut is the one place that applies it. An
 engine that predates it ignores it and splits as the default does.
 
-A Draft's finish_reason is "stop", "length", "cancelled", or "deadline": the request ran
-past the engine's --request-timeout (queued or denoising) and ends with the text it has.
+"until" (optional: {"kind": "line" | "brackets" | "block", "line_prefix": str,
+"base_indent": str}) names the unit the client shows (engine.units.UnitEnd): the engine ends
+the request once the committed text holds its end, with finish_reason "unit", and runs no
+pass the client would throw away. An engine that predates it ignores it.
+
+A Draft's finish_reason is "stop", "length", "unit", "cancelled", or "deadline": the request
+ran past the engine's --request-timeout (queued or denoising) and ends with the text it has.
 
 Error codes: "bad-request" (malformed or missing fields, or over the engine's limits: canvas
 over the model's positions or the per-request memory budget), "unknown-op", "too-large",
@@ -58,11 +63,14 @@ import struct
 from typing import Any
 
 from engine.types import SAMPLERS, SUFFIX_FRACTION, Draft, SamplerSettings
+from engine.units import UNIT_KINDS, UnitEnd
 
 VERSION = 1
 MAX_MESSAGE = 8 * 1024 * 1024  # a 256-token canvas's text is a few KB; this is generous
 MAX_UNAUTHENTICATED = 4096  # a TCP peer's first frame: a hello with its token
 MAX_ID = 256  # characters of a string id
+# characters of a unit's line_prefix / base_indent: the cursor's line before the cursor
+MAX_UNIT_TEXT = 4096
 HEADER = struct.Struct(">I")
 
 
@@ -182,6 +190,7 @@ def _exactly(sock: socket.socket, n: int) -> bytes:
 # -- payloads ---------------------------------------------------------------------------------
 
 _SETTINGS_FIELDS = {f.name: f for f in dataclasses.fields(SamplerSettings)}
+_UNIT_FIELDS = {f.name for f in dataclasses.fields(UnitEnd)}
 
 
 def settings_to_wire(settings: SamplerSettings | None) -> dict[str, Any]:
@@ -235,12 +244,33 @@ def settings_from_wire(raw: Any) -> SamplerSettings:
 
 
 def infill_request(prefix: str, suffix: str, max_tokens: int, settings: SamplerSettings | None,
-                   canvas_length: int, suffix_fraction: float = SUFFIX_FRACTION
-                   ) -> dict[str, Any]:
+                   canvas_length: int, suffix_fraction: float = SUFFIX_FRACTION,
+                   until: UnitEnd | None = None) -> dict[str, Any]:
     """An "infill" request (every client builds it here; the id is the client's)."""
-    return {"op": "infill", "prefix": prefix, "suffix": suffix, "max_tokens": max_tokens,
-            "canvas_length": canvas_length, "suffix_fraction": suffix_fraction,
-            "settings": settings_to_wire(settings)}
+    request = {"op": "infill", "prefix": prefix, "suffix": suffix, "max_tokens": max_tokens,
+               "canvas_length": canvas_length, "suffix_fraction": suffix_fraction,
+               "settings": settings_to_wire(settings)}
+    if until is not None:
+        request["until"] = dataclasses.asdict(until)
+    return request
+
+
+def unit_from_wire(raw: Any) -> UnitEnd | None:
+    """A request's "until" (absent: None); ProtocolError when it is not a unit."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or set(raw) - _UNIT_FIELDS or "kind" not in raw:
+        raise ProtocolError("bad-request", f"until: expected an object with kind and "
+                            f"optionally line_prefix and base_indent, got {raw!r:.60}")
+    if raw["kind"] not in UNIT_KINDS:
+        raise ProtocolError("bad-request", f"until.kind must be one of {UNIT_KINDS}")
+    for name in ("line_prefix", "base_indent"):
+        value = raw.get(name, "")
+        if not isinstance(value, str) or len(value) > MAX_UNIT_TEXT:
+            raise ProtocolError("bad-request", f"until.{name}: expected a string of at most "
+                                f"{MAX_UNIT_TEXT} characters")
+        check_text(f"until.{name}", value)
+    return UnitEnd(**raw)
 
 
 def rewrite_request(prefix: str, suffix: str, original: str, strength: float,

@@ -43,6 +43,7 @@ from engine.denoise import MaskedDenoiser
 from engine.engine import Engine
 from engine.models.transformer import LayerKV
 from engine.types import CANVAS_LENGTH, SUFFIX_FRACTION, Draft, SamplerSettings
+from engine.units import UnitEnd, unit_ended
 
 INTERACTIVE, BATCH, LARGE = "interactive", "batch", "large"
 PRIORITIES = (INTERACTIVE, BATCH)
@@ -65,6 +66,7 @@ class Request:
     original: str | None = None  # set for a rewrite
     strength: float = 1.0
     suffix_fraction: float = SUFFIX_FRACTION  # the suffix's share of the context's tokens
+    until: UnitEnd | None = None  # the unit the client shows: ends the request (engine.units)
     # Called on the scheduler thread with every Draft (the last has done=True), or with an
     # error (code, message) instead.
     on_draft: Callable[[Draft], None] = lambda draft: None
@@ -338,6 +340,9 @@ class Scheduler:
                 live.job.on_error("failed", str(exc))
                 continue
             draft = drafts[id(live)]
+            if (live.job.until is not None and not draft.done
+                    and unit_ended(draft.text, live.job.until)):
+                draft = replace(draft, done=True, finish_reason="unit")
             live.last = draft
             if draft.done:
                 self._finish(live)
