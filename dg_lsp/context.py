@@ -218,6 +218,12 @@ def _hole_kind(
     before = head.rstrip()
     if before and not line_suffix.strip():
         last = _leaf_before(tree, before)
+        if last is not None and (last.type == "ERROR"
+                                 or last.start_point.row != before.count("\n")):
+            # Not a token of the cursor's line: the parsed region began inside a string or a
+            # construct (a docstring cut in half), so the line was misread. Read it alone.
+            line = before[before.rfind("\n") + 1:].lstrip()
+            last = _leaf_before(language.parser().parse(line.encode()), line)
         if last is not None and last.type in language.block_openers:
             return BLOCK, None, _indent_of(before[before.rfind("\n") + 1:])
 

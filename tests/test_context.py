@@ -135,3 +135,15 @@ def test_indent_unit(text, unit):
 def test_language_for(language_id, uri, name):
     spec = language_for(language_id, uri)
     assert (spec.name if spec else None) == name
+
+
+def test_block_opener_after_a_docstring_the_parsed_region_cuts_in_half():
+    # Only a few budgets around the cursor are parsed; here that region starts inside the
+    # docstring, so the parser reads the code after it as a string. The cursor still ends a
+    # block header.
+    docstring = '    """' + "".join(f"    line {i} of the docs\n" for i in range(60)) + '    """\n'
+    source = (f"class A:\n{docstring}\n    def peek(self):|\n        return 1\n\n"
+              f'    def poke(self):\n        """Poke."""\n        return 2\n')
+    offset = source.index("|")
+    ctx = build_context(source.replace("|", "", 1), offset, language_for("python"), 200)
+    assert (ctx.kind, ctx.base_indent) == (BLOCK, "    ")
