@@ -28,7 +28,7 @@ POLICY_FILE = Path(__file__).with_name("commit_policy.json")
 
 FEATURES = (
     "confidence",  # probability of the proposed token
-    "margin",  # top-1 minus top-2 probability
+    "margin",  # top-1 minus top-2 probability (at temperature 0)
     "entropy",  # of the position's distribution, nats
     "left_settled",  # the position to the left is committed (or the range starts here)
     "masked_left",  # share of the range's masked positions to the left of this one
@@ -50,9 +50,9 @@ def policy_features(
     """Features [n, len(FEATURES)] of the n positions of a masked range, from its logits
     [n, V] and the step's proposals (tokens, confidence, entropy) over them."""
     n = masked.shape[0]
+    # Greedy proposals: confidence is the top-1 probability, so p1 - p2 = p1 (1 - p2 / p1).
     top2 = torch.topk(logits.float(), 2, dim=-1).values
-    log_z = torch.logsumexp(logits.float(), dim=-1)
-    margin = (top2[:, 0] - log_z).exp() - (top2[:, 1] - log_z).exp()
+    margin = confidence.float() * (1 - (top2[:, 1] - top2[:, 0]).exp())
     settled = torch.ones(n, dtype=torch.bool, device=masked.device)
     settled[1:] = ~masked[:-1]
     m = masked.float()
