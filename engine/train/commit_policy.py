@@ -4,9 +4,9 @@
     python -m engine.train.commit_policy train --trajectories runs/policy/trajectories.pt
 
 `collect` runs the bundled model one token per pass (top-k, k=1, R=4 as editors run it) on
-single-line holes cut from this repository's own sources (engine/ and dg_lsp/; never the
-held-out third-party package or any evaluation data, which `engine.train.corpus.FORBIDDEN`
-names). At every step it records, for every still-masked position of the masked range, the
+single-line holes cut from this repository's own sources (engine/ and dg_lsp/ at commit
+`SOURCES_REV`, so later edits do not change them; never the held-out third-party package or
+any evaluation data, which `engine.train.corpus.FORBIDDEN` names). At every step it records, for every still-masked position of the masked range, the
 features `engine.policy.policy_features` computes, and the label: whether the position's
 current proposal is the token the run finally commits there (stop tokens count as equal to
 each other: the hole's end is padded after the first one).
@@ -19,8 +19,12 @@ the JSON `engine.policy.load_policy` reads.
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import subprocess
 import sys
+import tarfile
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,6 +40,9 @@ from engine.types import SamplerSettings
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = ("engine", "dg_lsp")
+# The commit whose sources the holes are cut from: the working tree changes with every commit,
+# and the holes (so the trajectories and the policy) must not.
+SOURCES_REV = "8b52a2dda36b0ede133f77b905f78fdd2cf5b77a"
 HOLE_TOKENS = 32  # the eval's fixed single-line hole
 HELD_OUT_SHARE = 0.2
 
@@ -62,22 +69,33 @@ def recording(steps: list[dict[str, Tensor]]) -> Iterator[None]:
         yield
 
 
-def collect(count: int, seed: int, cache_refresh: int = 4) -> dict[str, Tensor]:
+def collect(count: int, seed: int, cache_refresh: int = 4,
+            on_policy: float | None = None, rev: str = SOURCES_REV) -> dict[str, Tensor]:
     """Features [N, F], labels [N] and hole index [N] of every masked position at every step
-    of k=1 runs on `count` single-line holes from this repository's sources."""
+    of k=1 runs on `count` single-line holes from this repository's sources at commit `rev`.
+
+    `on_policy`: record the steps of the learned sampler at this cutoff instead (the states
+    the policy itself visits), still labelled by the k=1 run's tokens."""
     from dg_lsp.eval.cases import cut_cases
     from engine import Engine
 
     cases = []
-    for i, folder in enumerate(SOURCES):
-        share = count // len(SOURCES) + (1 if i < count % len(SOURCES) else 0)
-        cut = cut_cases(REPO / folder, 2 * share, seed=seed, kinds=("single-line",))
-        # Nothing whose path names evaluation data (dg_lsp/eval/humaneval.py included).
-        cases += [case for case in cut if not FORBIDDEN.search(case.id)][:share]
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, *SOURCES],
+                             check=True, capture_output=True).stdout
+    with tempfile.TemporaryDirectory() as tmp:
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(tmp, filter="data")
+        for i, folder in enumerate(SOURCES):
+            share = count // len(SOURCES) + (1 if i < count % len(SOURCES) else 0)
+            cut = cut_cases(Path(tmp) / folder, 2 * share, seed=seed, kinds=("single-line",))
+            # Nothing whose path names evaluation data (dg_lsp/eval/humaneval.py included).
+            cases += [case for case in cut if not FORBIDDEN.search(case.id)][:share]
     engine = Engine.load(None)
     mask_id = engine.config.mask_token_id
     stops = torch.tensor(sorted(engine.decoder.stop_ids()))
-    settings = SamplerSettings(sampler="topk", k=1, cache_refresh=cache_refresh, seed=seed)
+    reference = SamplerSettings(sampler="topk", k=1, cache_refresh=cache_refresh, seed=seed)
+    rollout = reference if on_policy is None else SamplerSettings(
+        sampler="learned", cutoff=on_policy, cache_refresh=cache_refresh, seed=seed)
     rows: list[Tensor] = []
     labels: list[Tensor] = []
     holes: list[Tensor] = []
@@ -86,9 +104,13 @@ def collect(count: int, seed: int, cache_refresh: int = 4) -> dict[str, Tensor]:
         drafts = []
         with recording(steps):
             for draft in engine.infill_stream(case.prefix, case.suffix, HOLE_TOKENS,
-                                              settings=settings):
+                                              settings=rollout):
                 drafts.append(draft)
         final = torch.tensor(drafts[-1].token_ids)
+        if on_policy is not None:
+            *_, last = engine.infill_stream(case.prefix, case.suffix, HOLE_TOKENS,
+                                            settings=reference)
+            final = torch.tensor(last.token_ids)
         before = [[mask_id] * HOLE_TOKENS] + [d.token_ids for d in drafts[:-1]]
         for seen, recorded in zip(before, steps, strict=True):
             lo = next(i for i, t in enumerate(seen) if t == mask_id)
@@ -153,10 +175,14 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("collect", help="k=1 trajectories of the bundled model on this repo")
     c.add_argument("--out", type=Path, required=True)
-    c.add_argument("--cases", type=int, default=300)
+    c.add_argument("--cases", type=int, default=400)
     c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--rev", default=SOURCES_REV, help="commit to cut the holes from")
+    c.add_argument("--on-policy", type=float, metavar="CUTOFF",
+                   help="record the learned sampler's steps at this cutoff (labels: k=1's)")
     t = sub.add_parser("train", help="fit the classifier, write its JSON")
-    t.add_argument("--trajectories", type=Path, required=True)
+    t.add_argument("--trajectories", type=Path, nargs="+", required=True,
+                   help="collected files; the same --cases and --seed share hole indices")
     t.add_argument("--out", type=Path, default=POLICY_FILE)
     t.add_argument("--hidden", type=int, default=4, help="tanh units (0: logistic regression)")
     t.add_argument("--seed", type=int, default=0)
@@ -164,12 +190,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     if args.command == "collect":
-        data = collect(args.cases, args.seed)
+        data = collect(args.cases, args.seed, on_policy=args.on_policy, rev=args.rev)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         torch.save(data, args.out)
         print(f"{data['labels'].numel()} positions, {float(data['labels'].mean()):.3f} final")
         return 0
-    data = torch.load(args.trajectories)
+    parts = [torch.load(path) for path in args.trajectories]
+    data = {key: torch.cat([part[key] for part in parts]) for key in parts[0]}
     policy, report = fit(data, args.hidden, args.seed, args.epochs)
     meta = {"hidden": args.hidden, "seed": args.seed, "epochs": args.epochs,
             "trained_on": "bundled model, top-k k=1, R=4, single-line holes from engine/ "
