@@ -6,10 +6,12 @@
 `collect` runs the bundled model one token per pass (top-k, k=1, R=4 as editors run it) on
 single-line holes cut from this repository's own sources (engine/ and dg_lsp/ at commit
 `SOURCES_REV`, so later edits do not change them; never the held-out third-party package or
-any evaluation data, which `engine.train.corpus.FORBIDDEN` names). At every step it records, for every still-masked position of the masked range, the
-features `engine.policy.policy_features` computes, and the label: whether the position's
-current proposal is the token the run finally commits there (stop tokens count as equal to
-each other: the hole's end is padded after the first one).
+any evaluation data, which `engine.train.corpus.FORBIDDEN` names). At every step it records,
+for every still-masked position of the masked range, the features
+`engine.policy.policy_features` computes, and the label: whether the position's current
+proposal is the token the run finally commits there (stop tokens count as equal to each
+other: the hole's end is padded after the first one). `--on-policy C` records the learned
+sampler's own steps at cutoff C instead, labelled by the k=1 run's tokens.
 
 `train` fits the classifier (logistic regression with --hidden 0, else one tanh layer) with
 full-batch Adam on the CPU from a seed, holding out the last fifth of the holes, and writes
