@@ -13,9 +13,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dg_lsp.context import BLOCK, BRACKETS, COMMENT, HOLE_KINDS, REST_OF_LINE
-from engine.types import SUFFIX_FRACTION, SamplerSettings
+from engine.types import SAMPLERS, SUFFIX_FRACTION, SamplerSettings
 
-SAMPLERS = ("topk", "threshold", "entropy")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "int8", "float32", "bfloat16", "float16", "float64")  # engine.Engine.load
 # "resident": share the engine process for (model, device) with every editor and CLI, starting
@@ -83,6 +82,7 @@ BOUNDS = {
     "holeSize": Bounds(1, 1024, integer=True),
     "sampler.k": Bounds(1, 1024, integer=True),
     "sampler.threshold": Bounds(0, 1),
+    "sampler.cutoff": Bounds(0, 1),
     "sampler.gamma": Bounds(0, 100),
     "sampler.temperature": Bounds(0, 10),
     "sampler.eosPenalty": Bounds(0, 100),
@@ -94,7 +94,7 @@ BOUNDS = {
 
 _HOLE_KEYS = {"restOfLine": REST_OF_LINE, "brackets": BRACKETS, "comment": COMMENT,
               "block": BLOCK}
-_SAMPLER_KEYS = {"k": "k", "threshold": "threshold", "gamma": "gamma",
+_SAMPLER_KEYS = {"k": "k", "threshold": "threshold", "cutoff": "cutoff", "gamma": "gamma",
                  "temperature": "temperature", "eosPenalty": "eos_penalty", "seed": "seed",
                  "maxSteps": "max_steps", "cacheRefresh": "cache_refresh",
                  "refreshWindow": "refresh_window"}

@@ -414,8 +414,9 @@ class MaskedDenoiser:
         min_commit = 1
         if steps_left is not None:
             min_commit = math.ceil(int(masked.sum()) / steps_left)
+        fresh = self.refresh == 1 or (self.steps - 1) % self.refresh == 0
         picked, proposed_range = step(logits, masked[lo:hi], settings, self.generator,
-                                      min_commit)
+                                      min_commit, stop_ids=self.stop_tensor, fresh=fresh)
         region = hole.x[hole.start : hole.end]
         commit = torch.zeros_like(masked)
         commit[lo:hi] = picked & masked[lo:hi]

@@ -8,6 +8,8 @@ the position's distribution, then a rule picks the still-masked positions to com
     topk       the k most confident (LLaDA's low-confidence remasking baseline)
     threshold  every position with confidence >= tau (Fast-dLLM)
     entropy    the lowest-entropy positions while sum(entropy) - max(entropy) <= gamma (EB)
+    learned    every position a small classifier over per-position features (engine.policy)
+               gives probability >= cutoff that its proposal is final (Learn2PD)
 
 Every rule commits at least `min_commit` positions (at least one), so a hole of n tokens
 takes at most n steps. Ties go to the earlier position, so results never depend on the
@@ -22,6 +24,7 @@ import torch
 from torch import Tensor
 
 from engine.kernels import fused_stats
+from engine.policy import load_policy, policy_features
 from engine.types import SAMPLERS, SamplerSettings
 
 
@@ -100,20 +103,34 @@ def select_entropy(entropy: Tensor, masked: Tensor, gamma: float, min_commit: in
     return _commit(ranked, max(accepted, min_commit, 1), entropy.shape[0])
 
 
+def select_learned(
+    probability: Tensor, confidence: Tensor, masked: Tensor, cutoff: float, min_commit: int = 1
+) -> Tensor:
+    """Commit every masked position whose proposal the commit policy says is final with
+    probability >= cutoff, and the `min_commit` most confident (at least one) in any case."""
+    return (masked & (probability >= cutoff)) | select_topk(confidence, masked, min_commit)
+
+
 def select(
     settings: SamplerSettings,
     confidence: Tensor,
     entropy: Tensor,
     masked: Tensor,
     min_commit: int = 1,
+    probability: Tensor | None = None,
 ) -> Tensor:
-    """The positions `settings.sampler` commits: bool [n], a subset of `masked`."""
+    """The positions `settings.sampler` commits: bool [n], a subset of `masked`.
+    `probability`: the commit policy's, per position (sampler "learned" only)."""
     if settings.sampler == "topk":
         return select_topk(confidence, masked, max(settings.k, min_commit))
     if settings.sampler == "threshold":
         return select_threshold(confidence, masked, settings.threshold, min_commit)
     if settings.sampler == "entropy":
         return select_entropy(entropy, masked, settings.gamma, min_commit)
+    if settings.sampler == "learned":
+        if probability is None:
+            raise ValueError("the learned sampler needs the commit policy's probabilities")
+        return select_learned(probability, confidence, masked, settings.cutoff, min_commit)
     raise ValueError(f"unknown sampler '{settings.sampler}' (choose from {', '.join(SAMPLERS)})")
 
 
@@ -123,7 +140,16 @@ def step(
     settings: SamplerSettings,
     generator: torch.Generator | None = None,
     min_commit: int = 1,
+    stop_ids: Tensor | None = None,
+    fresh: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    """One denoising step on adjusted hole logits: (commit mask [n], proposed tokens [n])."""
+    """One denoising step on adjusted hole logits: (commit mask [n], proposed tokens [n]).
+
+    `stop_ids` (the tokens that end a completion) and `fresh` (this pass refreshed the
+    context cache) are features of the learned sampler; the other rules ignore them."""
     tokens, confidence, entropy = propose(logits, settings.temperature, generator)
-    return select(settings, confidence, entropy, masked, min_commit), tokens
+    probability = None
+    if settings.sampler == "learned":
+        features = policy_features(logits, tokens, confidence, entropy, masked, stop_ids, fresh)
+        probability = load_policy().probability(features)
+    return select(settings, confidence, entropy, masked, min_commit, probability), tokens

@@ -16,17 +16,19 @@ SUFFIX_FRACTION = 0.25
 
 # The commit rules engine.samplers implements (SamplerSettings.sampler); torch-free, so
 # clients and settings validators name them without loading the engine.
-SAMPLERS = ("topk", "threshold", "entropy")
+SAMPLERS = ("topk", "threshold", "entropy", "learned")
 
 
 @dataclass
 class SamplerSettings:
     """How a hole is denoised. Defaults are the interactive ones."""
 
-    sampler: str = "threshold"  # "topk" (LLaDA baseline), "threshold" (Fast-dLLM), "entropy" (EB)
+    # "topk" (LLaDA baseline), "threshold" (Fast-dLLM), "entropy" (EB), "learned" (Learn2PD)
+    sampler: str = "threshold"
     k: int = 1  # topk: positions committed per step
     threshold: float = 0.9  # threshold: commit every position with confidence >= this
     gamma: float = 0.1  # entropy: commit lowest-entropy positions while sum - max <= gamma
+    cutoff: float = 0.5  # learned: commit every position the commit policy gives >= this
     temperature: float = 0.0  # 0 = greedy
     eos_penalty: float = 0.0  # subtracted from EOS/pad logits (fights EOS flooding)
     seed: int = 0

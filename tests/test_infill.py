@@ -271,6 +271,18 @@ def test_sampling_is_deterministic_under_a_seed(dream: Engine) -> None:
     assert (c.token_ids, c.steps) == (a.token_ids, a.steps)
 
 
+def test_learned_sampler_spans_one_token_per_pass_to_all_at_once(dream: Engine) -> None:
+    kwargs = dict(max_tokens=6, stop_early=False, cache_refresh=2)
+    # Above any probability the policy gives, it commits the most confident position alone:
+    # top-k k=1, token for token.
+    strict = dream.infill(PREFIX, SUFFIX, sampler="learned", cutoff=1.01, **kwargs)
+    one = dream.infill(PREFIX, SUFFIX, sampler="topk", k=1, **kwargs)
+    assert (strict.token_ids, strict.steps) == (one.token_ids, one.steps)
+    assert strict.steps == 6
+    # At 0 every position commits in the first pass.
+    assert dream.infill(PREFIX, SUFFIX, sampler="learned", cutoff=0.0, **kwargs).steps == 1
+
+
 def test_cancel_is_checked_between_steps(dream: Engine) -> None:
     calls = []
 

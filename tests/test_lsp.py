@@ -122,7 +122,7 @@ async def test_invalid_configuration_is_one_message_and_server_stays_up(tiny):
     assert (await inline(tiny, uri, 0, 0)) is not None
     assert [m.message for m in tiny.messages[before:]] == [
         "dg-lsp: invalid settings ignored, previous values kept: sampler.name: expected one "
-        "of topk, threshold, entropy, got 'magic'; holeSize: expected an object with "
+        "of topk, threshold, entropy, learned, got 'magic'; holeSize: expected an object with "
         "restOfLine, brackets, comment, block"]
     assert tiny.messages[-1].type == types.MessageType.Warning
 

@@ -197,7 +197,7 @@ def test_invalid_settings_keep_defaults_and_say_why():
     assert settings == Settings()
     assert errors == [
         "canvasLength: expected an integer in 64..8192, got 'big'",
-        "sampler.name: expected one of topk, threshold, entropy, got 'magic'",
+        "sampler.name: expected one of topk, threshold, entropy, learned, got 'magic'",
         "holeSize.block: expected an integer in 1..1024, got -1",
         "colour: unknown setting",
     ]

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 import torch
 
+from engine.policy import FEATURES, POLICY_FILE, CommitPolicy, load_policy, policy_features
 from engine.samplers import (
     adjust_logits,
     propose,
     select_entropy,
+    select_learned,
     select_threshold,
     select_topk,
     step,
@@ -105,3 +108,91 @@ def test_step_threshold_and_entropy_on_two_sure_and_two_unsure_positions() -> No
 def test_unknown_sampler_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown sampler 'beam'"):
         step(torch.zeros(1, 2), torch.ones(1, dtype=bool), SamplerSettings(sampler="beam"))
+
+
+def _policy_on(feature: int, weight: float = 10.0) -> CommitPolicy:
+    """A hand-made logistic policy: probability sigmoid(weight * features[:, feature])."""
+    w = torch.zeros(1, len(FEATURES))
+    w[0, feature] = weight
+    return CommitPolicy(torch.zeros(len(FEATURES)), torch.ones(len(FEATURES)),
+                        [(w, torch.zeros(1))])
+
+
+def test_learned_commits_what_the_policy_says_and_at_least_the_most_confident() -> None:
+    masked = torch.tensor([True, True, True, True, False])
+    confidence = torch.tensor([0.2, 0.6, 0.3, 0.4, 0.99])
+    probability = torch.tensor([0.9, 0.1, 0.7, 0.2, 0.95])
+    assert positions(select_learned(probability, confidence, masked, 0.5)) == [0, 1, 2]
+    assert positions(select_learned(probability, confidence, masked, 0.8)) == [0, 1]
+    # Nothing above the cutoff: the most confident masked position, never a committed one.
+    assert positions(select_learned(probability, confidence, masked, 0.99)) == [1]
+    assert positions(select_learned(probability, confidence, masked, 0.99, min_commit=2)) == [1, 3]
+
+
+def test_learned_policy_reads_hand_made_features() -> None:
+    # A policy that commits exactly the positions whose left neighbour is settled.
+    policy = _policy_on(FEATURES.index("left_settled"), weight=10.0)
+    features = torch.zeros(4, len(FEATURES))
+    features[:, FEATURES.index("left_settled")] = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    probability = policy.probability(features)
+    assert probability.tolist() == pytest.approx([1 / (1 + math.exp(-10)), 0.5] * 2)
+    masked = torch.ones(4, dtype=bool)
+    confidence = torch.tensor([0.1, 0.9, 0.2, 0.3])
+    assert positions(select_learned(probability, confidence, masked, 0.6)) == [0, 1, 2]
+
+
+def test_policy_features_of_a_masked_range() -> None:
+    logits = torch.log(torch.tensor([[0.7, 0.2, 0.1], [0.5, 0.25, 0.25], [0.1, 0.1, 0.8],
+                                     [0.4, 0.4, 0.2]]))
+    masked = torch.tensor([True, False, True, True])
+    tokens, confidence, entropy = propose(logits, 0.0)
+    f = policy_features(logits, tokens, confidence, entropy, masked,
+                        stop_ids=torch.tensor([2]), fresh=True)
+    col = {name: f[:, i].tolist() for i, name in enumerate(FEATURES)}
+    assert col["confidence"] == pytest.approx([0.7, 0.5, 0.8, 0.4])
+    assert col["margin"] == pytest.approx([0.5, 0.25, 0.7, 0.0], abs=1e-6)
+    assert col["left_settled"] == [1.0, 0.0, 1.0, 0.0]
+    assert col["masked_left"] == pytest.approx([0.0, 1 / 3, 1 / 3, 2 / 3])
+    assert col["masked_count"] == pytest.approx([math.log(4)] * 4)
+    assert col["stop"] == [0.0, 0.0, 1.0, 0.0]
+    assert col["fresh"] == [1.0] * 4
+
+
+def test_step_with_the_learned_sampler_commits_at_least_one_position_every_step() -> None:
+    logits = torch.zeros(6, 5)  # nothing confident anywhere
+    masked = torch.ones(6, dtype=bool)
+    for cutoff in (0.0, 0.5, 1.0):
+        settings = SamplerSettings(sampler="learned", cutoff=cutoff)
+        while bool(masked.any()):
+            commit, _ = step(logits, masked, settings)
+            assert int(commit.sum()) >= 1 and not bool((commit & ~masked).any())
+            masked = masked & ~commit
+        masked = torch.ones(6, dtype=bool)
+
+
+def test_the_shipped_commit_policy_loads() -> None:
+    policy = load_policy()
+    assert policy.mean.shape == (len(FEATURES),)
+    data = json.loads(POLICY_FILE.read_text())
+    assert data["features"] == list(FEATURES)
+    assert POLICY_FILE.stat().st_size < 8192
+    p = policy.probability(torch.zeros(3, len(FEATURES)))
+    assert p.shape == (3,) and bool(((p >= 0) & (p <= 1)).all())
+
+
+def test_commit_policy_training_reproduces_from_its_seed() -> None:
+    from engine.train.commit_policy import fit
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(400, len(FEATURES), generator=g)
+    labels = (x[:, 0] + 0.2 * torch.rand(400, generator=g) > 0.6).float()
+    data = {"features": x, "labels": labels, "holes": torch.arange(400) // 10}
+    first, report = fit(data, hidden=3, seed=5, epochs=200)
+    again, _ = fit(data, hidden=3, seed=5, epochs=200)
+    other, _ = fit(data, hidden=3, seed=6, epochs=200)
+    assert first.to_json() == again.to_json()
+    assert first.to_json() != other.to_json()
+    # Confidence decides these labels: the policy learns it.
+    assert report["val_accuracy"] > 0.85
+    assert CommitPolicy.from_json(first.to_json()).probability(x).tolist() == \
+        first.probability(x).tolist()

@@ -18,7 +18,7 @@ from dg_lsp.eval.runner import (
     evaluate,
     load_predictor,
 )
-from engine.types import CANVAS_LENGTH, SamplerSettings
+from engine.types import CANVAS_LENGTH, SAMPLERS, SamplerSettings
 
 DEFAULT_MODELS = ["empty", "copy-prev-line", BUNDLED]
 DEFAULT_CUT_CASES = 100
@@ -49,8 +49,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--data-dir", type=Path,
                    help="HumanEval-Infilling folder (default: $DG_EVAL_DATA or "
                         "../shared/eval/human-eval-infilling)")
-    p.add_argument("--sampler", default="threshold", choices=["threshold", "entropy", "topk"])
-    p.add_argument("--threshold", type=float, default=0.9)
+    p.add_argument("--sampler", default="threshold", choices=list(SAMPLERS))
+    p.add_argument("--threshold", type=float, default=SamplerSettings.threshold)
+    p.add_argument("--cutoff", type=float, default=SamplerSettings.cutoff,
+                   help="learned sampler: commit positions the commit policy gives at least "
+                   "this probability (default: %(default)s)")
     p.add_argument("--eos-penalty", type=float, default=0.0)
     p.add_argument("--cache-refresh", type=int, default=SamplerSettings.cache_refresh,
                    metavar="R", help="recompute the context's keys/values every R steps "
@@ -80,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
     cases = select_cases(args)
     protocols = list(PROTOCOLS) if args.protocol == "both" else [args.protocol]
     settings = SamplerSettings(sampler=args.sampler, threshold=args.threshold,
+                               cutoff=args.cutoff,
                                eos_penalty=args.eos_penalty, seed=args.seed,
                                stop_run=not args.no_stop_run,
                                cache_refresh=args.cache_refresh,

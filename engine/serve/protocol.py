@@ -201,6 +201,7 @@ def settings_to_wire(settings: SamplerSettings | None) -> dict[str, Any]:
 _SETTINGS_RANGES: dict[str, tuple[float | None, float | None]] = {
     "k": (1, None),
     "threshold": (0.0, 1.0),
+    "cutoff": (0.0, 1.0),
     "gamma": (0.0, None),
     "temperature": (0.0, 100.0),
     "eos_penalty": (-1e4, 1e4),
