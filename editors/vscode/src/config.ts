@@ -11,7 +11,7 @@ import * as path from 'node:path';
 export const SECTION = 'dg-lsp';
 export const DEVICES = ['auto', 'cpu', 'cuda', 'mps'] as const;
 export const ENGINES = ['resident', 'inproc'] as const;
-export const SAMPLERS = ['threshold', 'topk', 'entropy'] as const;
+export const SAMPLERS = ['threshold', 'topk', 'entropy', 'learned'] as const;
 
 export interface ExtensionConfig {
   path: string;
@@ -19,7 +19,7 @@ export interface ExtensionConfig {
   model: string;
   device: string;
   engine: string;
-  sampler: { name: string; threshold: number; temperature: number };
+  sampler: { name: string; threshold: number; cutoff: number; temperature: number };
   languages: string[];
   completionMenu: boolean;
 }
@@ -29,7 +29,7 @@ export interface ServerSettings {
   model: string | null;
   device: string;
   engine: string;
-  sampler: { name: string; threshold: number; temperature: number };
+  sampler: { name: string; threshold: number; cutoff: number; temperature: number };
   languages: string[] | null;
 }
 
@@ -39,7 +39,7 @@ export const DEFAULTS: ExtensionConfig = {
   model: '',
   device: 'auto',
   engine: 'resident',
-  sampler: { name: 'threshold', threshold: 0.9, temperature: 0 },
+  sampler: { name: 'threshold', threshold: 0.9, cutoff: 0.5, temperature: 0 },
   languages: [],
   completionMenu: false,
 };
@@ -71,6 +71,7 @@ export function readConfig(get: (key: string) => unknown): ExtensionConfig {
     sampler: {
       name: oneOf('sampler.name', SAMPLERS, DEFAULTS.sampler.name),
       threshold: Math.min(1, num('sampler.threshold', DEFAULTS.sampler.threshold)),
+      cutoff: Math.min(1, num('sampler.cutoff', DEFAULTS.sampler.cutoff)),
       temperature: num('sampler.temperature', DEFAULTS.sampler.temperature),
     },
     languages: strings('languages').map((id) => id.trim()).filter((id) => id !== ''),

@@ -16,7 +16,7 @@ test('no settings: the defaults, and the server gets its own defaults', () => {
     model: null,
     device: 'auto',
     engine: 'resident',
-    sampler: { name: 'threshold', threshold: 0.9, temperature: 0 },
+    sampler: { name: 'threshold', threshold: 0.9, cutoff: 0.5, temperature: 0 },
     languages: null,
   });
   assert.deepEqual(serverCommand(config, HOME), { command: 'dg-lsp', args: ['serve'] });
@@ -29,8 +29,9 @@ test('every setting maps to the server key of dg_lsp/settings.py', () => {
     model: '~/models/Dream-Coder-7B',
     device: 'cuda',
     engine: 'inproc',
-    'sampler.name': 'entropy',
+    'sampler.name': 'learned',
     'sampler.threshold': 0.75,
+    'sampler.cutoff': 0.4,
     'sampler.temperature': 0.2,
     languages: ['python', ' rust '],
     completionMenu: true,
@@ -39,7 +40,7 @@ test('every setting maps to the server key of dg_lsp/settings.py', () => {
     model: '/home/ada/models/Dream-Coder-7B',
     device: 'cuda',
     engine: 'inproc',
-    sampler: { name: 'entropy', threshold: 0.75, temperature: 0.2 },
+    sampler: { name: 'learned', threshold: 0.75, cutoff: 0.4, temperature: 0.2 },
     languages: ['python', 'rust'],
   });
   assert.deepEqual(serverCommand(config, HOME), {
@@ -64,7 +65,7 @@ test('values of the wrong type or out of range fall back to the defaults', () =>
   }));
   assert.deepEqual(config, {
     ...DEFAULTS,
-    sampler: { name: 'threshold', threshold: 1, temperature: 0 },
+    sampler: { name: 'threshold', threshold: 1, cutoff: 0.5, temperature: 0 },
     languages: ['python'],
   });
 });
