@@ -439,19 +439,22 @@ def _serve_endpoint(args: argparse.Namespace, endpoint: Endpoint) -> int:
 
         print(f"dg-engine: loading {args.model or 'the bundled model'} ...", file=sys.stderr)
         threads = cpu_threads(args.threads)
-        if threads is not None:
-            import torch
 
-            torch.set_num_threads(threads)
+        def load() -> Engine:
+            if threads is not None:
+                import torch
+
+                torch.set_num_threads(threads)
+            return Engine.load(args.model, device=args.device, dtype=args.dtype,
+                               compile=args.compile)
+
         try:
-            engine = Engine.load(args.model, device=args.device, dtype=args.dtype,
-                                 compile=args.compile)
+            scheduler = Scheduler.loading(load, args.max_batch, args.max_queue,
+                                          args.large_canvas or LARGE_CANVAS)
         except Exception as exc:
             print(f"dg-engine: cannot load the model: {exc}", file=sys.stderr)
             return 1
-        scheduler = Scheduler(engine, args.max_batch, args.max_queue,
-                              args.large_canvas or LARGE_CANVAS)
-        scheduler.start()
+        engine = scheduler.engine
         name = args.model or "bundled"
         budget = args.max_request_mb << 20 or free_memory(engine.device) // 4
         limits = Limits(engine.config.max_position_embeddings, budget, args.request_timeout)

@@ -125,12 +125,15 @@ class EngineReplica:
         from engine.serve.daemon import free_memory
         from engine.serve.scheduler import Scheduler
 
-        if not options.gpus:
-            # The CPUs Ray reserved for this replica, not the machine's: replicas share a node.
-            torch.set_num_threads(options.threads or max(1, round(options.cpus)))
-        self.engine = Engine.load(options.model, device=options.device, dtype=options.dtype)
-        self.scheduler = Scheduler(self.engine, options.max_batch, options.max_queue)
-        self.scheduler.start()
+        def load() -> Engine:
+            if not options.gpus:
+                # The CPUs Ray reserved for this replica, not the machine's: replicas share
+                # a node.
+                torch.set_num_threads(options.threads or max(1, round(options.cpus)))
+            return Engine.load(options.model, device=options.device, dtype=options.dtype)
+
+        self.scheduler = Scheduler.loading(load, options.max_batch, options.max_queue)
+        self.engine = self.scheduler.engine
         self.name = options.model or "bundled"
         budget = free_memory(self.engine.device) // 4
         self.limits = Limits(self.engine.config.max_position_embeddings, budget,

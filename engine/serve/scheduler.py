@@ -33,6 +33,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -167,6 +168,30 @@ class Scheduler:
                          "batchedPasses": 0, "batchedRows": 0, "positionsCommitted": 0,
                          # Seconds spent in rounds: what a team's replica costs per request.
                          "busySeconds": 0.0}
+
+    @classmethod
+    def loading(cls, load: Callable[[], Engine], *args: Any, **kwargs: Any) -> Scheduler:
+        """A started Scheduler of the engine `load()` returns, loaded on the scheduler's own
+        thread; `load`'s exception when it raises. Every torch call of the engine then runs
+        on that one thread: libgomp keeps a pool of worker threads for each thread that
+        starts parallel work, and on a small CPU a second pool (the model loaded on the main
+        thread) throttles the spinning of the first, so each operator waits for its workers
+        to wake (README, "Performance").
+        """
+        ready: Future[Scheduler] = Future()
+
+        def run() -> None:
+            try:
+                scheduler = cls(load(), *args, **kwargs)
+            except BaseException as exc:  # handed to the caller
+                ready.set_exception(exc)
+                return
+            scheduler._thread = threading.current_thread()
+            ready.set_result(scheduler)
+            scheduler._run()
+
+        threading.Thread(target=run, name="dg-scheduler", daemon=True).start()
+        return ready.result()
 
     # -- called from any thread ----------------------------------------------------------
 
