@@ -307,15 +307,37 @@ def test_a_request_whose_deadline_passes_in_the_queue_never_runs(long_engine):
     assert (scheduler.counters["expired"], scheduler.counters["forwardPasses"]) == (1, 0)
 
 
-def test_the_engine_leaves_a_core_to_the_editor_unless_told_otherwise(monkeypatch):
-    import os
-
+def test_the_engine_uses_torchs_threads_unless_told_otherwise():
     from engine.serve.daemon import cpu_threads
 
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.setattr(os, "cpu_count", lambda: 8)
-    assert (cpu_threads(None), cpu_threads(3), cpu_threads(0)) == (7, 3, 1)
-    monkeypatch.setattr(os, "cpu_count", lambda: 1)
-    assert cpu_threads(None) == 1
-    monkeypatch.setenv("OMP_NUM_THREADS", "4")
-    assert cpu_threads(None) is None  # the user's OMP_NUM_THREADS stands
+    # None: torch's own choice (OMP_NUM_THREADS, or every core)
+    assert (cpu_threads(None), cpu_threads(3), cpu_threads(0)) == (None, 3, 1)
+
+
+def test_the_model_is_loaded_on_the_thread_that_runs_its_passes(long_engine):
+    threads = {}
+
+    def load():
+        threads["load"] = threading.current_thread()
+        return long_engine
+
+    scheduler = Scheduler.loading(load)
+    try:
+        timeline = Timeline()
+        job = timeline.job("one", 64, 3)
+        job.on_draft = lambda draft, record=job.on_draft: (
+            threads.setdefault("pass", threading.current_thread()), record(draft))
+        assert scheduler.submit(job)
+        wait_for(lambda: timeline.done("one"))
+    finally:
+        scheduler.stop()
+    assert threads["pass"] is threads["load"] is not threading.main_thread()
+    assert [d.step for _, d in timeline.events] == [1, 2, 3]
+
+
+def test_a_model_that_fails_to_load_raises_to_the_caller():
+    def load():
+        raise ValueError("no such checkpoint")
+
+    with pytest.raises(ValueError, match="no such checkpoint"):
+        Scheduler.loading(load)

@@ -361,8 +361,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--idle-exit", type=float, default=DEFAULT_IDLE_EXIT,
                         help="exit after this many seconds with no client (0: never)")
     parser.add_argument("--threads", type=int, default=None,
-                        help="CPU threads for the model's passes (default: all cores but one, "
-                        "or OMP_NUM_THREADS)")
+                        help="CPU threads for the model's passes (default: torch's, every "
+                        "core or OMP_NUM_THREADS)")
     from engine.serve.ray_cli import add_arguments
 
     add_arguments(parser)
@@ -370,15 +370,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cpu_threads(requested: int | None) -> int | None:
-    """The engine's intra-op threads on the CPU: as asked, else as OMP_NUM_THREADS says (None:
-    torch's own choice), else every core but one. The spare core is for the language server
-    and the editor talking to the engine while it computes: with every core in a pass, each
-    step waits for them to be scheduled (README, "Performance")."""
-    if requested is not None:
-        return max(1, requested)
-    if os.environ.get("OMP_NUM_THREADS"):
-        return None
-    return max(1, (os.cpu_count() or 1) - 1)
+    """The engine's intra-op threads on the CPU: as asked, else None (torch's own choice:
+    OMP_NUM_THREADS, or every core). A language server waits on the engine while it computes,
+    so a core left to it bought nothing once the model ran on one thread (README,
+    "Performance")."""
+    return None if requested is None else max(1, requested)
 
 
 def serve(args: argparse.Namespace) -> int:
