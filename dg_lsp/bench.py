@@ -55,6 +55,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="torch.compile the engine of the samplers, cache and concurrency "
                         "sections (a GPU switch; see engine.decoders.compile_model)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--settings", type=json.loads, default=None, metavar="JSON",
+                        help="lsp section: the server's settings as an editor sends them, "
+                        "e.g. '{\"sampler\": {\"threshold\": 0.5}}' (default: the defaults)")
     parser.add_argument("--json", action="store_true")
     parser.set_defaults(func=run)
 
@@ -77,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
     if "lsp" in sections:
         cursors = cut_cursor_cases(folder, args.limit, seed=args.seed)
         functions = cut_functions(folder, args.functions)
-        report["lsp"] = asyncio.run(measure(cursors, functions, args.model, args.device))
+        report["lsp"] = asyncio.run(measure(cursors, functions, args.model, args.device,
+                                            args.settings))
         report["lsp"]["cursorCases"] = len(cursors)
         report["lsp"]["typedFunctions"] = [f.id for f in functions]
         _show(args, f"end to end over LSP: request latency ({source})", report["lsp"]["latency"])

@@ -75,12 +75,13 @@ def cut_functions(folder: Path, count: int, max_chars: int = 400) -> list[Functi
 
 
 async def measure(cases: list[Case], functions: list[Function], model: str | None,
-                  device: str) -> dict[str, Any]:
-    """Both paths, the same requests: latency per request class, quality per cursor class."""
+                  device: str, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Both paths, the same requests: latency per request class, quality per cursor class.
+    `settings`: the server's settings as an editor sends them (None: the defaults)."""
     latency_rows, class_rows, memory = [], [], {}
     for path_name, extra in PATHS.items():
         with tempfile.TemporaryDirectory() as runtime:
-            session = Session(model, device, extra, runtime)
+            session = Session(model, device, extra, runtime, settings)
             await session.start()
             try:
                 measured = await session.replay(cases, functions)
@@ -103,8 +104,10 @@ async def measure(cases: list[Case], functions: list[Function], model: str | Non
 class Session:
     """One `dg-lsp serve` and the documents typed into it."""
 
-    def __init__(self, model: str | None, device: str, extra: list[str], runtime: str) -> None:
+    def __init__(self, model: str | None, device: str, extra: list[str], runtime: str,
+                 settings: dict[str, Any] | None = None) -> None:
         self.command = [sys.executable, "-m", "dg_lsp.cli", "serve", "--device", device, *extra]
+        self.settings = settings
         if model:
             self.command += ["--model", model]
         self.runtime = runtime
@@ -125,7 +128,8 @@ class Session:
                                                        "XDG_RUNTIME_DIR": self.runtime})
         caps = types.ClientCapabilities(text_document=types.TextDocumentClientCapabilities(
             inline_completion=types.InlineCompletionClientCapabilities()))
-        await self.client.initialize_async(types.InitializeParams(capabilities=caps))
+        await self.client.initialize_async(types.InitializeParams(
+            capabilities=caps, initialization_options=self.settings))
         self.client.initialized(types.InitializedParams())
         # One untimed request: the model (or the engine) loads on the first one.
         uri = self.open("def f(x):\n    return \n")
