@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--cases-from", type=Path, default=None,
                         help="folder of Python sources to cut cases from (default: the "
                         "held-out third-party package, see dg_lsp/eval/heldout.py)")
-    parser.add_argument("--limit", type=int, default=32, help="cases per section")
+    parser.add_argument("--limit", type=int, default=80, help="cases per section")
     parser.add_argument("--functions", type=int, default=2,
                         help="whole functions typed keystroke by keystroke (lsp section)")
     parser.add_argument("--model", default=None, help="checkpoint (default: bundled)")
