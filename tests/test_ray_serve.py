@@ -25,6 +25,7 @@ serve = pytest.importorskip("ray.serve", reason="needs ray[serve]")
 
 from engine.serve.client import EngineUnavailable  # noqa: E402
 from engine.serve.ray_app import APP_NAME, AppOptions, build_app, routing_key, token_digest  # noqa: E402
+from engine.serve.ray_router import rank  # noqa: E402
 from engine.serve.remote import RemoteEngine, read_token  # noqa: E402
 from engine.types import SamplerSettings  # noqa: E402
 
@@ -136,10 +137,22 @@ def test_a_remote_completion_equals_the_local_engine_for_the_same_seed(team, dre
 def test_eight_clients_typing_every_request_answered_or_cancelled_and_one_replica_per_document(
         team):
     before = settled(team)
-    documents = [f"# module {i}: helpers for part {i}\n" + "import os\n" * 60 for i in range(8)]
+    # Four documents homed on each replica (the router's rendezvous hash over the replicas'
+    # ids), so the load stays even and no request has to leave its home: with the ids drawn
+    # at random, all eight could hash to one replica, whose load would then send some away.
+    ids = [r["replica"] for r in client(team).status()["replicas"]]
+    homes: dict[str, list[str]] = {i: [] for i in ids}
+    for n in range(200):
+        document = f"# module {n}: helpers for part {n}\n" + "import os\n" * 60
+        home = rank(routing_key({"prefix": document}), ids)[0]
+        if len(homes[home]) < 4:
+            homes[home].append(document)
+    documents = [d for home in ids for d in homes[home]]
+    home_of = [home for home in ids for _ in homes[home]]
+    assert len(documents) == 8
     keystrokes = "def f(x):\n    return x"
     outcomes: dict[int, list[str]] = {i: [] for i in range(8)}
-    replicas: dict[int, set[str]] = {i: set() for i in range(8)}
+    replicas: dict[int, list[str]] = {i: [] for i in range(8)}
     errors: list[BaseException] = []
     start = threading.Barrier(8)
 
@@ -161,7 +174,7 @@ def test_eight_clients_typing_every_request_answered_or_cancelled_and_one_replic
                 outcomes[i].append(seen[-1].finish_reason)
                 assert seen[-1].done
                 if engine.last_replica:
-                    replicas[i].add(engine.last_replica)
+                    replicas[i].append(engine.last_replica)
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             errors.append(exc)
 
@@ -176,7 +189,11 @@ def test_eight_clients_typing_every_request_answered_or_cancelled_and_one_replic
     for i in range(8):  # the last keystroke's request answered, the others answered or cancelled
         assert outcomes[i][-1] in ("stop", "length")
         assert set(outcomes[i]) <= {"stop", "length", "cancelled"}
-        assert len(replicas[i]) == 1, f"document {i} was served by {replicas[i]}"
+        # Its home served it. One request may leave home when the router sees that replica
+        # full or briefly unhealthy (a clean-clone CI run once saw a document on both
+        # replicas); a router that ignored the document would move about half of them.
+        away = [r for r in replicas[i] if r != home_of[i]]
+        assert len(away) <= 1, f"document {i} (home {home_of[i]}) was served by {replicas[i]}"
     after = settled(team)
     # None lost on the replicas' side either: every request arrived and finished or was
     # cancelled there (a cancel that lands after the last step finds it completed).
@@ -185,7 +202,7 @@ def test_eight_clients_typing_every_request_answered_or_cancelled_and_one_replic
     assert (after["completed"] - before["completed"]) + cancelled == sent
     assert cancelled > 0  # the disconnects reached the replicas
     print(f"{sent} requests, {cancelled} cancelled on the replicas; documents per replica: "
-          f"{Counter(next(iter(r)) for r in replicas.values())}")
+          f"{Counter(home_of)}")
 
 
 def test_a_cancelled_request_leaves_its_replica_at_the_next_step(team):
