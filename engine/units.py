@@ -89,15 +89,22 @@ def leading_indent(line: str) -> str:
     return line[: len(line) - len(line.lstrip(" \t"))]
 
 
+def settled(draft: Draft, unit: UnitEnd | None) -> Draft:
+    """`draft`, marked done with finish_reason "unit" when its committed text holds the end
+    of `unit`: the step after which the engine runs no further pass for it."""
+    if unit is not None and not draft.done and unit_ended(draft.text, unit):
+        return dataclasses.replace(draft, done=True, finish_reason="unit")
+    return draft
+
+
 def until_unit_ends(drafts: Iterator[Draft], unit: UnitEnd | None) -> Iterator[Draft]:
-    """`drafts` up to the first whose committed text holds the end of `unit`, which comes
-    done, finish_reason "unit" (the source is closed: it runs no further pass)."""
+    """`drafts` up to the first `settled` by `unit` (the source is then closed)."""
     try:
         for draft in drafts:
-            if unit is not None and not draft.done and unit_ended(draft.text, unit):
-                yield dataclasses.replace(draft, done=True, finish_reason="unit")
-                return
+            draft = settled(draft, unit)
             yield draft
+            if draft.done:
+                return
     finally:
         close = getattr(drafts, "close", None)
         if close is not None:

@@ -44,7 +44,7 @@ from engine.denoise import MaskedDenoiser
 from engine.engine import Engine
 from engine.models.transformer import LayerKV
 from engine.types import CANVAS_LENGTH, SUFFIX_FRACTION, Draft, SamplerSettings
-from engine.units import UnitEnd, unit_ended
+from engine.units import UnitEnd, settled
 
 INTERACTIVE, BATCH, LARGE = "interactive", "batch", "large"
 PRIORITIES = (INTERACTIVE, BATCH)
@@ -364,10 +364,7 @@ class Scheduler:
                 self.counters["failed"] += 1
                 live.job.on_error("failed", str(exc))
                 continue
-            draft = drafts[id(live)]
-            if (live.job.until is not None and not draft.done
-                    and unit_ended(draft.text, live.job.until)):
-                draft = replace(draft, done=True, finish_reason="unit")
+            draft = settled(drafts[id(live)], live.job.until)
             live.last = draft
             if draft.done:
                 self._finish(live)
