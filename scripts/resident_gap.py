@@ -1,6 +1,8 @@
 """What the resident engine costs over the in-process one, without the LSP transport.
 
     python scripts/resident_gap.py [CASES]      (default 32)
+    python scripts/resident_gap.py pools        (one int8 linear layer: why the model runs
+                                                 on one thread)
 
 Completes the same held-out cursor cases (dg_lsp/eval/heldout.py, the `dg-lsp bench` ones)
 through `Pipeline.complete`, first with the model in this process, then through a resident
@@ -17,6 +19,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 from dg_lsp.eval.cases import cut_cursor_cases
 from dg_lsp.eval.heldout import heldout_sources
@@ -52,5 +55,54 @@ def main(count: int) -> None:
         print(line)
 
 
+def pools(runs: int = 2000) -> None:
+    """Microseconds per int8 linear layer (the bundled model's 384 -> 896) on 30 rows: built
+    and run on the main thread; run on a second thread while the main thread's OpenMP pool
+    exists (the engine before `Scheduler.loading`); then, in a fresh process, built and run
+    on a thread that alone ever started parallel work (the engine now)."""
+    import subprocess
+    import threading
+
+    def on_thread(work: Callable[[], float]) -> float:
+        result: list[float] = []
+        thread = threading.Thread(target=lambda: result.append(work()))
+        thread.start()
+        thread.join()
+        return result[0]
+
+    if sys.argv[2:] == ["alone"]:
+        print(f"built and run on a thread alone: {on_thread(lambda: _int8_linear(runs)())} us")
+        return
+    run = _int8_linear(runs)
+    print(f"main thread: {run()} us")
+    print(f"second thread beside the main thread's pool: {on_thread(run)} us")
+    subprocess.run([sys.executable, __file__, "pools", "alone"], check=True)
+
+
+def _int8_linear(runs: int) -> Callable[[], float]:
+    """An int8 layer built on the calling thread, and a function timing it (us per call)."""
+    import torch
+    from torch import nn
+
+    from engine.checkpoint import quantize_int8
+
+    layer = quantize_int8(nn.Sequential(nn.Linear(384, 896)))
+    x = torch.randn(1, 30, 384)
+
+    def per_call() -> float:
+        with torch.inference_mode():
+            for _ in range(100):
+                layer(x)
+            start = time.perf_counter()
+            for _ in range(runs):
+                layer(x)
+        return round(1e6 * (time.perf_counter() - start) / runs, 1)
+
+    return per_call
+
+
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 32)
+    if sys.argv[1:2] == ["pools"]:
+        pools()
+    else:
+        main(int(sys.argv[1]) if len(sys.argv) > 1 else 32)
