@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine import BUNDLED_MODELS
+from engine.checkpoint import BUNDLED_MODELS
 
 SECTIONS = ("lsp", "samplers", "cache", "concurrency", "memory")
 AR_BASELINE = BUNDLED_MODELS / "ar-baseline"
@@ -64,8 +64,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dg_lsp.bench_lsp import cut_functions, measure, peak_rss_mb
-    from dg_lsp.eval.cases import cut_cases, cut_cursor_cases
     from dg_lsp.eval.heldout import PACKAGE, VERSION, heldout_sources
+    from engine.cases import cut_cases, cut_cursor_cases
 
     sections = args.section or list(SECTIONS)
     try:

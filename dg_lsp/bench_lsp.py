@@ -8,7 +8,7 @@ against `dg-lsp serve --engine inproc` (the model inside the server) for compari
 Two replays, every request `textDocument/inlineCompletion`, timed from request to answer (the
 debounce an editor waits before asking is the editor's, not in these numbers):
 
-- cursor cases (dg_lsp/eval/cases.py `CURSOR_CLASSES`): the document opened with the rest of
+- cursor cases (engine/cases.py `CURSOR_CLASSES`): the document opened with the rest of
   the unit cut at the cursor; the first request is "cold" and what it shows is scored against
   what was cut (exact match, edit similarity; cut to as many lines as the reference). Then the
   user types the first TYPED_CHARS characters of what was cut, asking after each: a keystroke
@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dg_lsp.eval.cases import Case, source_files
 from dg_lsp.eval.scoring import edit_similarity, exact_match
 from dg_lsp.positions import UTF16, position_at
+from engine.cases import Case, source_files
 
 TYPED_CHARS = 6  # keystrokes replayed after each cursor case's cold request
 PATHS = {"default (resident engine)": [], "in-process (--engine inproc)": ["--engine", "inproc"]}

@@ -1,12 +1,7 @@
 """dg-engine: loads diffusion code models and denoises holes in code."""
 
-from pathlib import Path
-
 from engine.config import CheckpointError, ModelConfig
 from engine.types import Draft, InfillResult, SamplerSettings
-
-# The models shipped inside the package (package data: found the same in a wheel and a checkout).
-BUNDLED_MODELS = Path(__file__).resolve().parent / "bundled"
 
 __all__ = ["CheckpointError", "Draft", "Engine", "InfillResult", "ModelConfig", "SamplerSettings"]
 

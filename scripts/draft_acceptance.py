@@ -39,10 +39,10 @@ from dataclasses import dataclass
 import torch
 
 import engine.denoise as denoise_module
-from dg_lsp.eval.cases import cut_cases
 from dg_lsp.eval.heldout import heldout_sources
 from dg_lsp.eval.scoring import edit_similarity, single_line
 from engine import Engine
+from engine.cases import cut_cases
 from engine.denoise import ContextCache, PrefixCache, live_span, logit_rows
 from engine.models.transformer import LayerKV
 from engine.samplers import propose

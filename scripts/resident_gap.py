@@ -21,11 +21,11 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from dg_lsp.eval.cases import cut_cursor_cases
 from dg_lsp.eval.heldout import heldout_sources
 from dg_lsp.languages import language_for
 from dg_lsp.pipeline import CompletionRequest, Pipeline
 from dg_lsp.settings import Settings
+from engine.cases import cut_cursor_cases
 
 
 def main(count: int) -> None:

@@ -20,11 +20,11 @@ import statistics
 import threading
 import time
 
-from dg_lsp.eval.cases import cut_cursor_cases
 from dg_lsp.eval.heldout import heldout_sources
 from dg_lsp.languages import language_for
 from dg_lsp.pipeline import CompletionRequest, Pipeline
 from dg_lsp.settings import Settings
+from engine.cases import cut_cursor_cases
 from engine.serve.remote import RemoteEngine
 
 

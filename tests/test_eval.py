@@ -12,7 +12,6 @@ import pytest
 
 from dg_lsp.eval import cli as eval_cli
 from dg_lsp.eval.baselines import predict_copy_prev_line, predict_empty
-from dg_lsp.eval.cases import CURSOR_CLASSES, KINDS, cursor_spans, cut_cases, cut_cursor_cases
 from dg_lsp.eval.humaneval import SUITES, load_suite
 from dg_lsp.eval.runner import Predictor, evaluate
 from dg_lsp.eval.sandbox import check_completion, run_program
@@ -23,6 +22,7 @@ from dg_lsp.eval.scoring import (
     normalize_whitespace,
     single_line,
 )
+from engine.cases import CURSOR_CLASSES, KINDS, cursor_spans, cut_cases, cut_cursor_cases
 from engine.stats import percentile
 
 # ---------------------------------------------------------------- scoring

@@ -7,7 +7,6 @@ import json
 import sys
 from pathlib import Path
 
-from dg_lsp.eval.cases import KINDS, Case, cut_cases
 from dg_lsp.eval.humaneval import SUITES, load_suite
 from dg_lsp.eval.runner import (
     BUNDLED,
@@ -18,6 +17,7 @@ from dg_lsp.eval.runner import (
     evaluate,
     load_predictor,
 )
+from engine.cases import KINDS, Case, cut_cases
 from engine.types import CANVAS_LENGTH, SAMPLERS, SamplerSettings
 
 DEFAULT_MODELS = ["empty", "copy-prev-line", BUNDLED]

@@ -14,7 +14,7 @@ import os
 import random
 from pathlib import Path
 
-from dg_lsp.eval.cases import Case
+from engine.cases import Case
 
 # suite name -> (file, hole kind)
 SUITES = {

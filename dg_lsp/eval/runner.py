@@ -27,9 +27,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dg_lsp.eval.baselines import BASELINES
-from dg_lsp.eval.cases import Case
 from dg_lsp.eval.sandbox import check_completion
 from dg_lsp.eval.scoring import edit_similarity, exact_match, single_line
+from engine.cases import Case
 from engine.stats import percentile
 from engine.types import CANVAS_LENGTH
 

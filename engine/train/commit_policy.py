@@ -78,8 +78,8 @@ def collect(count: int, seed: int, cache_refresh: int = 4,
 
     `on_policy`: record the steps of the learned sampler at this cutoff instead (the states
     the policy itself visits), still labelled by the k=1 run's tokens."""
-    from dg_lsp.eval.cases import cut_cases
     from engine import Engine
+    from engine.cases import cut_cases
 
     cases = []
     archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, *SOURCES],
