@@ -33,14 +33,19 @@ if TYPE_CHECKING:
 
 # workspace/executeCommand arguments: [{"textDocument": {"uri", "version"}, "range",
 # "instruction"?, "strength"?}]; applies the rewrite with workspace/applyEdit and returns the
-# WorkspaceEdit. The "Rewrite selection with instruction…" code action carries this command
-# without an instruction: editors prompt for one (clients that cannot just rewrite).
+# WorkspaceEdit once the client says it applied it, else null (the user is told why). The
+# "Rewrite selection with instruction…" code action carries this command without an
+# instruction: editors prompt for one (clients that cannot just rewrite).
 REWRITE_COMMAND = "dg-lsp.rewriteWithInstruction"
 ACTION_KINDS = {FIX_SYNTAX: types.CodeActionKind.QuickFix}  # the others: refactor.rewrite
 CODE_ACTION_OPTIONS = types.CodeActionOptions(
     code_action_kinds=[types.CodeActionKind.RefactorRewrite, types.CodeActionKind.QuickFix],
     resolve_provider=True)
 REQUEST_FAILED = -32803  # LSP's RequestFailed: the request was valid, the edit is refused
+# Seconds REWRITE_COMMAND waits for the client's answer to its workspace/applyEdit. Editors
+# apply an edit and answer at once; one that never answers must not hold the command (and
+# the progress the editor shows for it) forever.
+APPLY_EDIT_TIMEOUT = 10.0
 
 
 def code_actions(server: DgLanguageServer, params: types.CodeActionParams
@@ -131,11 +136,33 @@ async def rewrite_command(server: DgLanguageServer, *args: Any) -> types.Workspa
         edit = await rewrite(server, uri, version, lsp_range, REWRITE, instruction, strength)
     except JsonRpcException:
         return None  # refused: already shown to the user
-    result = await server.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(
+    reason = await _apply(server, edit)
+    if reason is None:
+        return edit
+    server.window_show_message(types.ShowMessageParams(
+        types.MessageType.Warning, f"dg-lsp: the rewrite was not applied: {reason}"))
+    return None
+
+
+async def _apply(server: DgLanguageServer, edit: types.WorkspaceEdit) -> str | None:
+    """Has the client apply `edit`: None once it says it did, else why it did not (also when
+    it answers with an error, with no result, or not within APPLY_EDIT_TIMEOUT)."""
+    answer = server.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(
         edit, label="dg-lsp: rewrite selection"))
+    try:
+        # shield: a late answer then resolves a pending future instead of a cancelled one
+        result = await asyncio.wait_for(asyncio.shield(answer), APPLY_EDIT_TIMEOUT)
+    except asyncio.TimeoutError:  # not the builtin TimeoutError before Python 3.11
+        return (f"the editor did not answer workspace/applyEdit in {APPLY_EDIT_TIMEOUT:g} s "
+                "(it may still apply it)")
+    except JsonRpcException as exc:
+        return f"the editor answered workspace/applyEdit with an error: {exc}"
+    if not isinstance(result, types.ApplyWorkspaceEditResult):
+        return f"the editor answered workspace/applyEdit with {result!r:.60}"
     if not result.applied:
-        server.log(f"the client did not apply the rewrite: {result.failure_reason}")
-    return edit
+        return "the editor refused it" + (f": {result.failure_reason}"
+                                          if result.failure_reason else "")
+    return None
 
 
 async def rewrite(

@@ -160,6 +160,12 @@ def dispatch(protocol: JsonRPCProtocol, body: bytes, stream: Stream | None = Non
         if is_request:
             send_error(protocol, msg_id, INVALID_PARAMS,
                        f"invalid params for {method}: {_describe(exc)}")
+        elif method is None and msg_id is not None:
+            # A client's answer to one of our requests that does not convert (`null` for
+            # workspace/applyEdit): fail that request rather than leave it waiting forever.
+            log.warning("a malformed response to %s: %s", msg_id, _describe(exc))
+            protocol._handle_response(msg_id, None, ResponseError(
+                code=INVALID_PARAMS, message=f"dg-lsp: malformed response: {_describe(exc)}"))
         else:
             log.warning("dropped a malformed %s message: %s", method or "response",
                         _describe(exc))

@@ -23,7 +23,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 VSCODE = ROOT / "editors" / "vscode"
-UNIT_TESTS, E2E_TESTS = 10, 2
+UNIT_TESTS, E2E_TESTS = 13, 2
 
 
 def run(command: list[str], env: dict[str, str], timeout: float) -> str:

@@ -3,6 +3,12 @@
  * the command line that starts `dg-lsp`, and the camelCase settings object sent as
  * `initializationOptions` and in `workspace/didChangeConfiguration` (keys as in the server's
  * dg_lsp/settings.py). No `vscode` import, so the unit tests run under plain node.
+ *
+ * The settings that choose a program to run, a URL to send code to or a file to send
+ * (MACHINE_SETTINGS) are `"scope": "machine"` in package.json, so VS Code ignores them in a
+ * workspace's or folder's settings.json, and are read here from the user's own value only
+ * (`inspect(key).globalValue`), never from the merged one: a cloned repository's
+ * `.vscode/settings.json` cannot set them.
  */
 
 import * as os from 'node:os';
@@ -11,6 +17,8 @@ import * as path from 'node:path';
 export const SECTION = 'dg-lsp';
 export const DEVICES = ['auto', 'cpu', 'cuda', 'mps'] as const;
 export const ENGINES = ['resident', 'inproc'] as const;
+/** The keys only the user's settings may set (package.json gives them `"scope": "machine"`). */
+export const MACHINE_SETTINGS = ['path', 'serverArgs', 'engine', 'engineTokenFile'] as const;
 export const SAMPLERS = ['threshold', 'topk', 'entropy', 'learned'] as const;
 
 export interface ExtensionConfig {
@@ -19,6 +27,7 @@ export interface ExtensionConfig {
   model: string;
   device: string;
   engine: string;
+  engineTokenFile: string;
   sampler: { name: string; threshold: number; cutoff: number; temperature: number };
   languages: string[];
   completionMenu: boolean;
@@ -29,6 +38,7 @@ export interface ServerSettings {
   model: string | null;
   device: string;
   engine: string;
+  engineTokenFile: string | null;
   sampler: { name: string; threshold: number; cutoff: number; temperature: number };
   languages: string[] | null;
 }
@@ -39,13 +49,28 @@ export const DEFAULTS: ExtensionConfig = {
   model: '',
   device: 'auto',
   engine: 'resident',
+  engineTokenFile: '',
   sampler: { name: 'threshold', threshold: 0.9, cutoff: 0.5, temperature: 0 },
   languages: [],
   completionMenu: false,
 };
 
-/** Reads every setting through `get` (a WorkspaceConfiguration's), keeping defaults for bad values. */
-export function readConfig(get: (key: string) => unknown): ExtensionConfig {
+/** A team engine's URL (`dg-engine serve --ray`); the server checks the rest. */
+export function isEngineUrl(value: string): boolean {
+  return /^https?:\/\/\S+$/i.test(value);
+}
+
+/**
+ * Reads every setting, keeping defaults for bad values: MACHINE_SETTINGS through `userValue`
+ * (VS Code: `inspect(key)?.globalValue`, undefined when the user set none), the others through
+ * `merged` (a WorkspaceConfiguration's `get`: default < user < workspace < folder).
+ */
+export function readConfig(
+  merged: (key: string) => unknown,
+  userValue: (key: string) => unknown,
+): ExtensionConfig {
+  const machine: readonly string[] = MACHINE_SETTINGS;
+  const get = (key: string): unknown => (machine.includes(key) ? userValue(key) : merged(key));
   const str = (key: string, fallback: string): string => {
     const value = get(key);
     return typeof value === 'string' ? value.trim() : fallback;
@@ -67,7 +92,8 @@ export function readConfig(get: (key: string) => unknown): ExtensionConfig {
     serverArgs: strings('serverArgs'),
     model: str('model', DEFAULTS.model),
     device: oneOf('device', DEVICES, DEFAULTS.device),
-    engine: oneOf('engine', ENGINES, DEFAULTS.engine),
+    engine: engineOf(str('engine', DEFAULTS.engine)),
+    engineTokenFile: str('engineTokenFile', DEFAULTS.engineTokenFile),
     sampler: {
       name: oneOf('sampler.name', SAMPLERS, DEFAULTS.sampler.name),
       threshold: Math.min(1, num('sampler.threshold', DEFAULTS.sampler.threshold)),
@@ -77,6 +103,10 @@ export function readConfig(get: (key: string) => unknown): ExtensionConfig {
     languages: strings('languages').map((id) => id.trim()).filter((id) => id !== ''),
     completionMenu: get('completionMenu') === true,
   };
+}
+
+function engineOf(value: string): string {
+  return (ENGINES as readonly string[]).includes(value) || isEngineUrl(value) ? value : DEFAULTS.engine;
 }
 
 /** `~/x` → `$HOME/x`; anything else unchanged. */
@@ -96,6 +126,7 @@ export function serverSettings(config: ExtensionConfig, home: string = os.homedi
     model: config.model === '' ? null : expandHome(config.model, home),
     device: config.device,
     engine: config.engine,
+    engineTokenFile: config.engineTokenFile === '' ? null : expandHome(config.engineTokenFile, home),
     sampler: { ...config.sampler },
     languages: config.languages.length === 0 ? null : [...config.languages],
   };

@@ -45,7 +45,11 @@ export async function deactivate(): Promise<void> {
 
 function currentConfig(): ExtensionConfig {
   const settings = vscode.workspace.getConfiguration(SECTION);
-  return readConfig((key) => settings.get(key));
+  // The program, the engine URL and the token file: the user's value only (config.ts).
+  return readConfig(
+    (key) => settings.get(key),
+    (key) => settings.inspect(key)?.globalValue,
+  );
 }
 
 async function askInstruction(): Promise<string | undefined> {

@@ -1,7 +1,16 @@
 import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
 import { test } from 'node:test';
 
-import { DEFAULTS, needsRestart, readConfig, serverCommand, serverSettings } from '../src/config';
+import {
+  DEFAULTS,
+  MACHINE_SETTINGS,
+  needsRestart,
+  readConfig,
+  serverCommand,
+  serverSettings,
+} from '../src/config';
 
 const HOME = '/home/ada';
 
@@ -9,13 +18,19 @@ function from(values: Record<string, unknown>): (key: string) => unknown {
   return (key) => values[key];
 }
 
+/** The settings as VS Code holds them: the user's, and a workspace's on top of them. */
+function settings(user: Record<string, unknown>, workspace: Record<string, unknown> = {}) {
+  return readConfig(from({ ...user, ...workspace }), from(user));
+}
+
 test('no settings: the defaults, and the server gets its own defaults', () => {
-  const config = readConfig(from({}));
+  const config = settings({});
   assert.deepEqual(config, DEFAULTS);
   assert.deepEqual(serverSettings(config, HOME), {
     model: null,
     device: 'auto',
     engine: 'resident',
+    engineTokenFile: null,
     sampler: { name: 'threshold', threshold: 0.9, cutoff: 0.5, temperature: 0 },
     languages: null,
   });
@@ -23,7 +38,7 @@ test('no settings: the defaults, and the server gets its own defaults', () => {
 });
 
 test('every setting maps to the server key of dg_lsp/settings.py', () => {
-  const config = readConfig(from({
+  const config = settings({
     path: '~/venv/bin/dg-lsp',
     serverArgs: ['--tcp', 'ignored:0'],
     model: '~/models/Dream-Coder-7B',
@@ -35,11 +50,12 @@ test('every setting maps to the server key of dg_lsp/settings.py', () => {
     'sampler.temperature': 0.2,
     languages: ['python', ' rust '],
     completionMenu: true,
-  }));
+  });
   assert.deepEqual(serverSettings(config, HOME), {
     model: '/home/ada/models/Dream-Coder-7B',
     device: 'cuda',
     engine: 'inproc',
+    engineTokenFile: null,
     sampler: { name: 'learned', threshold: 0.75, cutoff: 0.4, temperature: 0.2 },
     languages: ['python', 'rust'],
   });
@@ -51,7 +67,7 @@ test('every setting maps to the server key of dg_lsp/settings.py', () => {
 });
 
 test('values of the wrong type or out of range fall back to the defaults', () => {
-  const config = readConfig(from({
+  const config = settings({
     path: '   ',
     serverArgs: 'serve',
     model: 7,
@@ -62,7 +78,7 @@ test('values of the wrong type or out of range fall back to the defaults', () =>
     'sampler.temperature': -1,
     languages: ['python', 3, ''],
     completionMenu: 'yes',
-  }));
+  });
   assert.deepEqual(config, {
     ...DEFAULTS,
     sampler: { name: 'threshold', threshold: 1, cutoff: 0.5, temperature: 0 },
@@ -71,9 +87,49 @@ test('values of the wrong type or out of range fall back to the defaults', () =>
 });
 
 test('only the executable and its arguments need a new server process', () => {
-  const base = readConfig(from({}));
+  const base = settings({});
   assert.equal(needsRestart(base, { ...base, path: '/opt/dg-lsp' }), true);
   assert.equal(needsRestart(base, { ...base, serverArgs: ['--engine', 'inproc'] }), true);
   assert.equal(needsRestart({ ...base, serverArgs: ['a'] }, { ...base, serverArgs: ['b'] }), true);
   assert.equal(needsRestart(base, { ...base, model: '/m', device: 'cpu', languages: ['go'] }), false);
+});
+
+test('a workspace cannot choose the program, the engine URL or the token file', () => {
+  // what a cloned repository's .vscode/settings.json could hold
+  const workspace = {
+    path: '/tmp/repo/bin/evil',
+    serverArgs: ['--engine', 'http://198.51.100.7:8000'],
+    engine: 'https://198.51.100.7:8000',
+    engineTokenFile: '~/.ssh/id_ed25519',
+    model: '/tmp/repo/model',
+    'sampler.temperature': 0.3,
+  };
+  const config = settings({}, workspace);
+  assert.deepEqual(serverCommand(config, HOME), { command: 'dg-lsp', args: ['serve'] });
+  const server = serverSettings(config, HOME);
+  assert.equal(server.engine, 'resident');
+  assert.equal(server.engineTokenFile, null);
+  // the others are a workspace's to choose: what runs where the user said, and how
+  assert.equal(server.model, '/tmp/repo/model');
+  assert.equal(server.sampler.temperature, 0.3);
+  // the user's own values stand, whatever the workspace says
+  const mine = settings({ path: '~/venv/bin/dg-lsp', engine: 'inproc' }, workspace);
+  assert.equal(serverCommand(mine, HOME).command, '/home/ada/venv/bin/dg-lsp');
+  assert.equal(serverSettings(mine, HOME).engine, 'inproc');
+});
+
+test("the user's team engine: its URL and token file reach the server", () => {
+  const config = settings({ engine: 'https://head:8000', engineTokenFile: '~/.dg-team-token' });
+  const server = serverSettings(config, HOME);
+  assert.equal(server.engine, 'https://head:8000');
+  assert.equal(server.engineTokenFile, '/home/ada/.dg-team-token');
+  assert.equal(settings({ engine: 'ftp://head' }).engine, 'resident');
+});
+
+test('package.json makes exactly MACHINE_SETTINGS machine-scoped', () => {
+  // out/test/ → the extension's folder
+  const manifest = JSON.parse(fs.readFileSync(path.join(__dirname, '..', '..', 'package.json'), 'utf8'));
+  const properties: Record<string, { scope?: string }> = manifest.contributes.configuration.properties;
+  const machine = Object.keys(properties).filter((key) => properties[key].scope === 'machine');
+  assert.deepEqual(machine.sort(), MACHINE_SETTINGS.map((key) => `dg-lsp.${key}`).sort());
 });

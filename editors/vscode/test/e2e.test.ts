@@ -122,7 +122,7 @@ describe('dg-lsp over vscode-languageserver-protocol', () => {
     // What the extension sends when the user sets these (settings override the flags:
     // the default engine, "resident", would start a shared background engine).
     const user: Record<string, string> = { model: MODEL, device: 'cpu', engine: 'inproc' };
-    const settings = serverSettings(readConfig((key) => user[key]));
+    const settings = serverSettings(readConfig((key) => user[key], (key) => user[key]));
     const init = await race(connection.sendRequest(InitializeRequest.type, {
       processId: process.pid,
       rootUri: pathToFileURL(REPO).toString(),

@@ -516,9 +516,7 @@ local function on_engine_state(_, result)
     return
   end
   M.engine = { state = result.state, message = result.message or "" }
-  if result.state == "unavailable" then
-    notify(M.engine.message, vim.log.levels.WARN)
-  end
+  -- No vim.notify here: the server shows an outage itself (window/showMessage), once.
   done("DgLspEngineState")
 end
 
