@@ -24,6 +24,7 @@ from dg_lsp.actions import COMPLETE_BODY, DOCSTRING, FIX_SYNTAX, Document, Targe
 from dg_lsp.context import char_budget, windows
 from dg_lsp.settings import Settings
 from engine.backend import Backend
+from engine.bounds import STRENGTH_RANGE
 
 # Keep the half of a selection the model is surest of and write the rest again.
 DEFAULT_STRENGTH = 0.5
@@ -59,8 +60,8 @@ def compute_edit(
     if "\x00" in doc.text:
         raise RewriteError("the document is binary")
     strength = DEFAULT_STRENGTH if strength is None else strength
-    if not 0.0 <= strength <= 1.0:
-        raise RewriteError(f"strength must be between 0 and 1, got {strength}")
+    if problem := STRENGTH_RANGE.problem("strength", strength):
+        raise RewriteError(problem)
     before = error_count(doc)
     steps = 0
     for attempt in _strengths(target, strength):

@@ -19,7 +19,8 @@ from dg_lsp.complete import cursor_offset
 from dg_lsp.files import SourceError, diff_label, read_source, unified_diff, write_atomic
 from dg_lsp.languages import language_for
 from dg_lsp.rewrite import DEFAULT_STRENGTH, RewriteError, compute_edit
-from dg_lsp.settings import add_model_arguments, settings_from_arguments
+from dg_lsp.settings import add_model_arguments, bounded_argument, settings_from_arguments
+from engine.bounds import STRENGTH_RANGE
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="1-based start and end (end exclusive), columns in characters")
     parser.add_argument("--action", choices=ACTIONS, default=REWRITE)
     parser.add_argument("--instruction", default=None, help="what to change, in words")
-    parser.add_argument("--strength", type=float, default=None,
+    parser.add_argument("--strength", type=bounded_argument(STRENGTH_RANGE), default=None,
                         help=f"share of the selection written again (default {DEFAULT_STRENGTH};"
                              " 1.0: from scratch)")
     out = parser.add_mutually_exclusive_group()
@@ -62,9 +63,6 @@ def run(args: argparse.Namespace) -> int:
         start, end = parse_range(text, args.range)
     except (SourceError, ValueError) as exc:
         print(f"dg-lsp rewrite: {exc}", file=sys.stderr)
-        return 2
-    if args.strength is not None and not 0.0 <= args.strength <= 1.0:
-        print("dg-lsp rewrite: --strength must be between 0 and 1", file=sys.stderr)
         return 2
     doc = Document(text, language_for(None, str(args.file)))
     target = next((t for t in targets_at(doc, start, end) if t.action == args.action), None)

@@ -1,19 +1,33 @@
 """Server settings from `initializationOptions` and `workspace/didChangeConfiguration`.
 
 Keys are camelCase, as editors' JSON settings are; they may sit under a `dg-lsp` section.
-Every value is checked here, against its range (BOUNDS), and nowhere else. A wrong value is
-reported by name and keeps its previous value; it never stops the server.
+Each value is structured by cattrs into its field's type, then checked against the field's
+metadata: its range (engine.bounds, the one table the engine's wire parser reads too) or its
+choices. A wrong value is reported by name and keeps its previous value; it never stops the
+server.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
+import dataclasses
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dg_lsp.context import BLOCK, BRACKETS, COMMENT, HOLE_KINDS, REST_OF_LINE
-from engine.types import SAMPLERS, SUFFIX_FRACTION, SamplerSettings
+import cattrs
+
+from dg_lsp.context import BLOCK, BRACKETS, COMMENT, REST_OF_LINE
+from engine.bounds import (
+    CANVAS_LENGTH_RANGE,
+    HOLE_SIZE_RANGE,
+    SUFFIX_FRACTION_RANGE,
+    Bounds,
+    bounded,
+    bounds_of,
+)
+from engine.types import CANVAS_LENGTH, SAMPLERS, SUFFIX_FRACTION, SamplerSettings
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "int8", "float32", "bfloat16", "float16", "float64")  # engine.Engine.load
@@ -24,88 +38,10 @@ DTYPES = ("auto", "int8", "float32", "bfloat16", "float16", "float64")  # engine
 ENGINE_MODES = ("resident", "inproc")
 
 
-@dataclass
-class Settings:
-    model: str | None = None  # checkpoint folder or hub id; None: the bundled model
-    device: str = "auto"
-    dtype: str = "auto"  # see engine.Engine.load
-    engine: str = "resident"
-    engine_token_file: str | None = None  # None: engine.serve.remote.default_token_file()
-    canvas_length: int = 256  # tokens: context + hole
-    hole_size: dict[str, int] = field(default_factory=lambda: {
-        REST_OF_LINE: 24, BRACKETS: 24, COMMENT: 24, BLOCK: 96})
-    # The suffix's share of the canvas's context; the engine's token cut applies it.
-    suffix_fraction: float = SUFFIX_FRACTION
-    sampler: SamplerSettings = field(default_factory=SamplerSettings)
-    debounce_ms: int = 0
-    languages: list[str] | None = None  # LSP language ids served; None: all
-    extra_context: bool = True  # snippets from other open documents
-
-    def enabled(self, language_id: str) -> bool:
-        return self.languages is None or language_id in self.languages
-
-
-# Every number a client can set, with its range. The ranges are what the engine and the
-# pipeline can run: a NaN or infinite temperature reaches the sampler as NaN probabilities,
-# a seed of 2**64 overflows the generator, an eosPenalty of 1e308 silences every completion.
-@dataclass(frozen=True)
-class Bounds:
-    low: float
-    high: float
-    integer: bool = False
-    nullable: bool = False  # null is allowed (it means "no limit")
-
-    def admits(self, value: Any) -> bool:
-        if value is None:
-            return self.nullable
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return False
-        if self.integer and not isinstance(value, int):
-            return False
-        return math.isfinite(value) and self.low <= value <= self.high
-
-    def __str__(self) -> str:
-        if self.integer:
-            text = f"an integer in {self.low}..{self.high}"
-        else:
-            text = f"a finite number in {self.low}..{self.high}"
-        return text + " or null" if self.nullable else text
-
-
-MAX_SEED = 2**63 - 1
-# A hole needs context around it: at least this many tokens of the canvas stay for it.
-MIN_CONTEXT_TOKENS = 32
-BOUNDS = {
-    "canvasLength": Bounds(64, 8192, integer=True),
-    "suffixFraction": Bounds(0, 0.95),
-    "debounceMs": Bounds(0, 5000, integer=True),
-    "holeSize": Bounds(1, 1024, integer=True),
-    "sampler.k": Bounds(1, 1024, integer=True),
-    "sampler.threshold": Bounds(0, 1),
-    "sampler.cutoff": Bounds(0, 1),
-    "sampler.gamma": Bounds(0, 100),
-    "sampler.temperature": Bounds(0, 10),
-    "sampler.eosPenalty": Bounds(0, 100),
-    "sampler.seed": Bounds(0, MAX_SEED, integer=True),
-    "sampler.maxSteps": Bounds(1, 8192, integer=True, nullable=True),
-    "sampler.cacheRefresh": Bounds(1, 1024, integer=True),
-    "sampler.refreshWindow": Bounds(0, 8192, integer=True, nullable=True),
-}
-
-_HOLE_KEYS = {"restOfLine": REST_OF_LINE, "brackets": BRACKETS, "comment": COMMENT,
-              "block": BLOCK}
-_SAMPLER_KEYS = {"k": "k", "threshold": "threshold", "cutoff": "cutoff", "gamma": "gamma",
-                 "temperature": "temperature", "eosPenalty": "eos_penalty", "seed": "seed",
-                 "maxSteps": "max_steps", "cacheRefresh": "cache_refresh",
-                 "refreshWindow": "refresh_window"}
-
-
-def _engine_url(value: Any) -> bool:
+def _engine_url(value: str) -> bool:
     """Whether `value` is a team engine's URL (engine.serve.remote.EngineURL)."""
     from engine.serve.remote import EngineURL
 
-    if not isinstance(value, str):
-        return False
     try:
         EngineURL.parse(value)
     except ValueError:
@@ -113,10 +49,92 @@ def _engine_url(value: Any) -> bool:
     return True
 
 
-def check_number(key: str, value: Any) -> str | None:
-    """Why `value` is not a valid `key` (a BOUNDS key; hole sizes as holeSize.<kind>)."""
-    bounds = BOUNDS[key.split(".")[0] if key.startswith("holeSize.") else key]
-    return None if bounds.admits(value) else f"{key}: expected {bounds}, got {value!r}"
+def checked(default: Any, expected: str, ok: Callable[[Any], bool], **kwargs: Any) -> Any:
+    """A field whose values `ok` admits, described to the user as `expected`."""
+    return field(default=default, metadata={"expected": expected, "ok": ok}, **kwargs)
+
+
+@dataclass
+class Settings:
+    # checkpoint folder or hub id; None: the bundled model
+    model: str | None = checked(None, "a path or id", lambda v: v is None or v != "")
+    device: str = checked("auto", "auto|cpu|cuda",
+                          lambda v: v in DEVICES or v.startswith("cuda:"))
+    dtype: str = checked("auto", "|".join(DTYPES), lambda v: v in DTYPES)  # engine.Engine.load
+    engine: str = checked("resident", " or ".join(ENGINE_MODES) + " or an http(s):// URL",
+                          lambda v: v in ENGINE_MODES or _engine_url(v))
+    # None: engine.serve.remote.default_token_file()
+    engine_token_file: str | None = checked(None, "a path", lambda v: v is None or v != "")
+    canvas_length: int = bounded(CANVAS_LENGTH, CANVAS_LENGTH_RANGE)  # tokens: context + hole
+    hole_size: dict[str, int] = field(default_factory=lambda: {
+        REST_OF_LINE: 24, BRACKETS: 24, COMMENT: 24, BLOCK: 96})
+    # The suffix's share of the canvas's context; the engine's token cut applies it.
+    suffix_fraction: float = bounded(SUFFIX_FRACTION, SUFFIX_FRACTION_RANGE)
+    sampler: SamplerSettings = field(default_factory=SamplerSettings)
+    debounce_ms: int = bounded(0, Bounds(0, 5000, integer=True))
+    languages: list[str] | None = checked(None, "a list of language ids",
+                                          lambda v: v is None or isinstance(v, list))
+    extra_context: bool = checked(True, "true or false", lambda v: True)  # other open documents
+
+    def enabled(self, language_id: str) -> bool:
+        return self.languages is None or language_id in self.languages
+
+
+# A hole needs context around it: at least this many tokens of the canvas stay for it.
+MIN_CONTEXT_TOKENS = 32
+
+_HOLE_KEYS = {"restOfLine": REST_OF_LINE, "brackets": BRACKETS, "comment": COMMENT,
+              "block": BLOCK}
+_HOLE_NAMES = {kind: key for key, kind in _HOLE_KEYS.items()}
+
+
+def camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _strict(kind: type) -> Callable[[Any, type], Any]:
+    """cattrs' own hooks convert ("5" -> 5, 2.7 -> 2, "ab" -> ["a", "b"]): a setting of the
+    wrong JSON type is refused instead."""
+    def structure(value: Any, _: type) -> Any:
+        if isinstance(value, bool) is not (kind is bool) or not isinstance(
+                value, (int, float) if kind is float else kind):
+            raise TypeError(f"expected {kind.__name__}")
+        return value
+    return structure
+
+
+_converter = cattrs.Converter()
+for _kind in (bool, int, float, str):
+    _converter.register_structure_hook(_kind, _strict(_kind))
+_converter.register_structure_hook_func(
+    lambda kind: kind == list[str],
+    lambda v, _: [_converter.structure(x, str) for x in _strict(list)(v, list)])
+
+
+def _apply(obj: Any, raw: dict[str, Any], where: str, errors: list[str]) -> Any:
+    """A copy of dataclass `obj` with the camelCase keys of `raw` that pass their field's
+    type and checks; a message in `errors` for each one that does not."""
+    fields = {camel(f.name): f for f in dataclasses.fields(obj)}
+    hints = typing.get_type_hints(type(obj))
+    changes: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = f"{where}{key}"
+        f = fields.get(key)
+        if f is None or f.name in ("hole_size", "sampler"):
+            errors.append(f"{name}: unknown {'sampler ' if where else ''}setting")
+            continue
+        bounds, expected = f.metadata.get("bounds"), f.metadata.get("expected")
+        try:
+            value = _converter.structure(value, hints[f.name])
+            ok = bounds.admits(value) if bounds else f.metadata["ok"](value)
+        except Exception:
+            ok = False
+        if ok:
+            changes[f.name] = value
+        else:
+            errors.append(f"{name}: expected {bounds or expected}, got {raw[key]!r}")
+    return replace(obj, **changes)
 
 
 def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, list[str]]:
@@ -135,58 +153,13 @@ def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, li
             raw = raw[section]
             break
 
-    def check(key: str, ok: bool, expected: str) -> bool:
-        if not ok:
-            errors.append(f"{key}: expected {expected}, got {raw[key]!r}")
-        return ok
-
-    def number(key: str, value: Any) -> bool:
-        problem = check_number(key, value)
-        if problem:
-            errors.append(problem)
-        return problem is None
-
     for key, value in raw.items():
-        if key == "model":
-            if check(key, value is None or (isinstance(value, str) and value), "a path or id"):
-                settings.model = value
-        elif key == "device":
-            if check(key, value in DEVICES or (isinstance(value, str)
-                                              and value.startswith("cuda:")), "auto|cpu|cuda"):
-                settings.device = value
-        elif key == "dtype":
-            if check(key, value in DTYPES, "|".join(DTYPES)):
-                settings.dtype = value
-        elif key == "engine":
-            if check(key, value in ENGINE_MODES or _engine_url(value),
-                     " or ".join(ENGINE_MODES) + " or an http(s):// URL"):
-                settings.engine = value
-        elif key == "engineTokenFile":
-            if check(key, value is None or (isinstance(value, str) and value), "a path"):
-                settings.engine_token_file = value
-        elif key == "canvasLength":
-            if number(key, value):
-                settings.canvas_length = value
-        elif key == "suffixFraction":
-            if number(key, value):
-                settings.suffix_fraction = float(value)
-        elif key == "debounceMs":
-            if number(key, value):
-                settings.debounce_ms = value
-        elif key == "languages":
-            if check(key, value is None or (isinstance(value, list)
-                                           and all(isinstance(v, str) for v in value)),
-                     "a list of language ids"):
-                settings.languages = value
-        elif key == "extraContext":
-            if check(key, isinstance(value, bool), "true or false"):
-                settings.extra_context = value
-        elif key == "holeSize":
+        if key == "holeSize":
             settings.hole_size = _parse_hole_size(value, settings.hole_size, errors)
         elif key == "sampler":
             settings.sampler = _parse_sampler(value, settings.sampler, errors)
         else:
-            errors.append(f"{key}: unknown setting")
+            settings = _apply(settings, {key: value}, "", errors)
 
     room = settings.canvas_length - MIN_CONTEXT_TOKENS
     too_big = {kind: size for kind, size in settings.hole_size.items() if size > room}
@@ -199,19 +172,16 @@ def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, li
     return settings, errors
 
 
-_HOLE_NAMES = {kind: key for key, kind in _HOLE_KEYS.items()}
-
-
 def _parse_hole_size(value: Any, current: dict[str, int], errors: list[str]) -> dict[str, int]:
     sizes = dict(current)
     if not isinstance(value, dict):
         errors.append(f"holeSize: expected an object with {', '.join(_HOLE_KEYS)}")
         return sizes
     for key, size in value.items():
-        kind = _HOLE_KEYS.get(key, key if key in HOLE_KINDS else None)
+        kind = _HOLE_KEYS.get(key, key if key in _HOLE_NAMES else None)
         if kind is None:
             errors.append(f"holeSize.{key}: unknown hole kind")
-        elif (problem := check_number(f"holeSize.{key}", size)) is not None:
+        elif (problem := HOLE_SIZE_RANGE.problem(f"holeSize.{key}", size)) is not None:
             errors.append(problem)
         else:
             sizes[kind] = size
@@ -224,20 +194,20 @@ def _parse_sampler(value: Any, current: SamplerSettings, errors: list[str]) -> S
     if not isinstance(value, dict):
         errors.append(f"sampler: expected an object or one of {', '.join(SAMPLERS)}")
         return current
-    sampler = replace(current)
-    for key, v in value.items():
-        if key == "name":
-            if v in SAMPLERS:
-                sampler.sampler = v
-            else:
-                errors.append(f"sampler.name: expected one of {', '.join(SAMPLERS)}, got {v!r}")
-        elif key not in _SAMPLER_KEYS:
-            errors.append(f"sampler.{key}: unknown sampler setting")
-        elif (problem := check_number(f"sampler.{key}", v)) is not None:
-            errors.append(problem)
+    value = dict(value)
+    sampler = current
+    if "name" in value:
+        name = value.pop("name")
+        if name in SAMPLERS:
+            sampler = replace(sampler, sampler=name)
         else:
-            setattr(sampler, _SAMPLER_KEYS[key], v)
-    return sampler
+            errors.append(f"sampler.name: expected one of {', '.join(SAMPLERS)}, got {name!r}")
+    # Fields the engine sets per request, not the user.
+    internal = {camel(n) for n in ("sampler", "share_prefix", "min_tokens", "stop_run")}
+    for key in internal & set(value):
+        errors.append(f"sampler.{key}: unknown sampler setting")
+        del value[key]
+    return _apply(sampler, value, "sampler.", errors)
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -251,16 +221,26 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=_seed, default=0, help="sampler seed (default 0)")
 
 
-def _seed(text: str) -> int:
-    """--seed, held to the same range as the sampler.seed setting."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    problem = check_number("sampler.seed", value)
-    if problem:
-        raise argparse.ArgumentTypeError(problem.removeprefix("sampler.seed: "))
-    return value
+def bounded_argument(bounds: Bounds) -> Callable[[str], int | float]:
+    """An argparse `type` held to the same range as the setting `bounds` belongs to."""
+    def parse(text: str) -> int | float:
+        try:
+            value: int | float = int(text) if bounds.integer else float(text)
+        except ValueError:
+            kind = "an integer" if bounds.integer else "a number"
+            raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
+        if not bounds.admits(value):
+            raise argparse.ArgumentTypeError(f"expected {bounds}, got {text}")
+        return value
+    return parse
+
+
+def sampler_argument(name: str) -> Callable[[str], int | float]:
+    """An argparse `type` for SamplerSettings field `name`, held to its range."""
+    return bounded_argument(bounds_of(SamplerSettings)[name])
+
+
+_seed = sampler_argument("seed")
 
 
 def settings_from_arguments(args: argparse.Namespace, **fields: Any) -> Settings:

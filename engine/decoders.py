@@ -26,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from engine.ar import FIM_TOKENS, decode_ar
+from engine.bounds import STRENGTH_RANGE
 from engine.canvas import Canvas, VocabText, completion_text, layout, to_lf
 from engine.config import ModelConfig
 from engine.denoise import MaskedDenoiser, PrefixCache, denoise
@@ -98,8 +99,8 @@ class Decoder:
                 suffix_fraction: float = SUFFIX_FRACTION) -> Iterator[Draft]:
         """Drafts of `original` (the text between prefix and suffix) rewritten at `strength`
         (share of its tokens generated again; 1.0: a fresh infill)."""
-        if not 0.0 <= strength <= 1.0:
-            raise ValueError(f"strength must be in [0, 1], got {strength}")
+        if problem := STRENGTH_RANGE.problem("strength", strength):
+            raise ValueError(problem)
         original_ids = self.tokenizer.encode(to_lf(original))
         n = len(original_ids)
         hole_len = max(max_tokens or default_max_tokens(n), n)

@@ -33,8 +33,8 @@ import torch
 from torch import nn
 
 from engine.config import ModelConfig, config_from_hf
+from engine.types import CANVAS_LENGTH as CANVAS
 
-CANVAS = 256
 BATCHES = (1, 8)
 USABLE_SHARE = 0.9
 GB = 1e9

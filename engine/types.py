@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.bounds import MAX_SEED, Bounds, bounded
+
 # Tokens in a canvas (context and hole) when the caller names no other length: the editor's
 # default, and what the engine's requests, benchmarks and evaluation assume.
 CANVAS_LENGTH = 256
@@ -21,30 +23,38 @@ SAMPLERS = ("topk", "threshold", "entropy", "learned")
 
 @dataclass
 class SamplerSettings:
-    """How a hole is denoised. Defaults are the interactive ones."""
+    """How a hole is denoised. Defaults are the interactive ones; each number's range is in
+    its field's metadata (engine.bounds), the one place every parser reads it from."""
 
     # "topk" (LLaDA baseline), "threshold" (Fast-dLLM), "entropy" (EB), "learned" (Learn2PD)
     sampler: str = "threshold"
-    k: int = 1  # topk: positions committed per step
-    threshold: float = 0.9  # threshold: commit every position with confidence >= this
-    gamma: float = 0.1  # entropy: commit lowest-entropy positions while sum - max <= gamma
-    cutoff: float = 0.5  # learned: commit every position the commit policy gives >= this
-    temperature: float = 0.0  # 0 = greedy
-    eos_penalty: float = 0.0  # subtracted from EOS/pad logits (fights EOS flooding)
-    seed: int = 0
-    max_steps: int | None = None  # None: at most one step per hole token
+    # topk: positions committed per step
+    k: int = bounded(1, Bounds(1, 1024, integer=True))
+    # threshold: commit every position with confidence >= this
+    threshold: float = bounded(0.9, Bounds(0, 1))
+    # entropy: commit lowest-entropy positions while sum - max <= gamma
+    gamma: float = bounded(0.1, Bounds(0, 100))
+    # learned: commit every position the commit policy gives >= this
+    cutoff: float = bounded(0.5, Bounds(0, 1))
+    temperature: float = bounded(0.0, Bounds(0, 10))  # 0 = greedy
+    # subtracted from EOS/pad logits (fights EOS flooding)
+    eos_penalty: float = bounded(0.0, Bounds(0, 100))
+    seed: int = bounded(0, Bounds(0, MAX_SEED, integer=True))
+    # None: at most one step per hole token
+    max_steps: int | None = bounded(None, Bounds(1, 8192, integer=True, nullable=True))
     # Recompute context keys/values every R steps (1 = exact, no reuse). 4 is the default
     # because it measures best on held-out code for every hole kind: positions committed
     # since the last refresh still read as masks, which lets the model write whole lines.
-    cache_refresh: int = 4
+    cache_refresh: int = bounded(4, Bounds(1, 1024, integer=True))
     # A refresh recomputes the hole and this many tokens on each side (None: the whole canvas).
-    refresh_window: int | None = 16
+    refresh_window: int | None = bounded(16, Bounds(0, 8192, integer=True, nullable=True))
     # With cache_refresh > 1, start from the keys/values an earlier request computed for the
     # same leading tokens (a keystroke's prefix). They were computed beside another hole, so
     # the result depends on what the engine served before: off where an edit must be
     # reproducible (code actions, batch).
     share_prefix: bool = True
-    min_tokens: int = 0  # no stop token in the hole's first N positions (a body is not empty)
+    # no stop token in the hole's first N positions (a body is not empty)
+    min_tokens: int = bounded(0, Bounds(0, 8192, integer=True))
     # Once a stop token is committed, commit with it the hole's trailing run of positions
     # whose proposal is a stop token: the end of the hole is settled in one step instead of
     # one padding position per step (masked family).

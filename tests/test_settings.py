@@ -95,3 +95,33 @@ def test_a_setting_that_names_another_engine_drops_the_loaded_one(change):
     assert server.engine._backend is loaded
     server.apply_settings(change)
     assert server.engine._backend is None
+
+
+def test_one_range_per_setting_for_the_editor_the_wire_and_the_command_line(capsys):
+    """The language server, the engine's wire parser and the CLIs refuse the same value with
+    the same words, read from the field's metadata (engine.bounds)."""
+    from engine.serve.protocol import ProtocolError, settings_from_wire
+
+    _, errors = parse_settings({"sampler": {"temperature": 11}})
+    assert errors == ["sampler.temperature: expected a finite number in 0..10, got 11"]
+    with pytest.raises(ProtocolError) as refused:
+        settings_from_wire({"temperature": 11})
+    assert str(refused.value) == "settings.temperature: expected a finite number in 0..10, got 11"
+    parser = argparse.ArgumentParser(prog="dg-lsp eval")
+    from dg_lsp.settings import sampler_argument
+
+    parser.add_argument("--temperature", type=sampler_argument("temperature"))
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--temperature", "11"])
+    assert "argument --temperature: expected a finite number in 0..10, got 11" in (
+        capsys.readouterr().err)
+
+
+def test_a_string_is_not_a_number_nor_a_list():
+    """cattrs alone would structure "5" as 5 and "py" as ["p", "y"]."""
+    settings, errors = parse_settings({"debounceMs": "5", "languages": "py",
+                                       "extraContext": 1})
+    assert errors == ["debounceMs: expected an integer in 0..5000, got '5'",
+                      "languages: expected a list of language ids, got 'py'",
+                      "extraContext: expected true or false, got 1"]
+    assert settings == Settings()

@@ -41,7 +41,13 @@ from dg_lsp.batch.job import (
 from dg_lsp.discover import SourceFile, discover
 from dg_lsp.files import SourceError, read_source, unified_diff, write_atomic
 from dg_lsp.languages import LANGUAGES, LanguageSpec, language_for
-from dg_lsp.settings import ENGINE_MODES, add_model_arguments, settings_from_arguments
+from dg_lsp.settings import (
+    ENGINE_MODES,
+    add_model_arguments,
+    bounded_argument,
+    settings_from_arguments,
+)
+from engine.bounds import STRENGTH_RANGE
 
 RESIDENT_WORKERS = 8  # concurrent targets sent to the resident engine (its default batch size)
 BUSY_RETRIES = (1.0, 2.0, 4.0, 8.0, 0.0)  # seconds to wait after "busy" before trying again
@@ -64,7 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "rewrites; for docstrings / complete-bodies it replaces the "
                              "built-in query (@function / @class, @body, @name)")
     parser.add_argument("--instruction", default=None, help="what to change, in words")
-    parser.add_argument("--strength", type=float, default=None,
+    parser.add_argument("--strength", type=bounded_argument(STRENGTH_RANGE), default=None,
                         help="share of a rewrite's tokens written again (0..1)")
     parser.add_argument("--include", action="append", default=None, metavar="GLOB",
                         help="only files whose path or name matches (repeatable)")
@@ -141,8 +147,6 @@ Plan = tuple[SourceFile, Document, list[Target]]  # the file, its document, its 
 def prepare(args: argparse.Namespace) -> tuple[BatchJob, dict[str, Plan], list[tuple[str, str]]]:
     """The job, the files with work in them (by label) and the files skipped, with why."""
     action = ACTION_NAMES[args.action]
-    if args.strength is not None and not 0.0 <= args.strength <= 1.0:
-        raise BadInput("--strength must be between 0 and 1")
     if args.workers is not None and args.workers < 1:
         raise BadInput("--workers must be at least 1")
     if action == REWRITE and args.query is None:

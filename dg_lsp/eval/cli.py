@@ -17,6 +17,8 @@ from dg_lsp.eval.runner import (
     evaluate,
     load_predictor,
 )
+from dg_lsp.settings import bounded_argument, sampler_argument
+from engine.bounds import CANVAS_LENGTH_RANGE
 from engine.cases import KINDS, Case, cut_cases
 from engine.types import CANVAS_LENGTH, SAMPLERS, SamplerSettings
 
@@ -50,12 +52,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="HumanEval-Infilling folder (default: $DG_EVAL_DATA or "
                         "../shared/eval/human-eval-infilling)")
     p.add_argument("--sampler", default="threshold", choices=list(SAMPLERS))
-    p.add_argument("--threshold", type=float, default=SamplerSettings.threshold)
-    p.add_argument("--cutoff", type=float, default=SamplerSettings.cutoff,
+    p.add_argument("--threshold", type=sampler_argument("threshold"),
+                   default=SamplerSettings.threshold)
+    p.add_argument("--cutoff", type=sampler_argument("cutoff"), default=SamplerSettings.cutoff,
                    help="learned sampler: commit positions the commit policy gives at least "
                    "this probability (default: %(default)s)")
-    p.add_argument("--eos-penalty", type=float, default=0.0)
-    p.add_argument("--cache-refresh", type=int, default=SamplerSettings.cache_refresh,
+    p.add_argument("--eos-penalty", type=sampler_argument("eos_penalty"), default=0.0)
+    p.add_argument("--cache-refresh", type=sampler_argument("cache_refresh"),
+                   default=SamplerSettings.cache_refresh,
                    metavar="R", help="recompute the context's keys/values every R steps "
                    "(1: exact; default: %(default)s)")
     p.add_argument("--refresh-window", type=int, default=SamplerSettings.refresh_window,
@@ -63,7 +67,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "(-1: the whole canvas)")
     p.add_argument("--no-stop-run", action="store_true",
                    help="commit padding one position per step (the plain sampler)")
-    p.add_argument("--canvas-length", type=int, default=CANVAS_LENGTH,
+    p.add_argument("--canvas-length", type=bounded_argument(CANVAS_LENGTH_RANGE),
+                   default=CANVAS_LENGTH,
                    help="tokens of context + hole the model sees (default: %(default)s)")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto",

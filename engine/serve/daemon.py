@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.bounds import CANVAS_LENGTH_RANGE, STRENGTH_RANGE, SUFFIX_FRACTION_RANGE
 from engine.serve import protocol
 from engine.serve.endpoint import Endpoint, UnsafeRuntimeDir, endpoint_for, peer_credentials
 from engine.serve.protocol import ProtocolError
@@ -291,8 +292,10 @@ def parse_request(message: dict[str, Any], op: str, limits: Limits, decoder: Dec
     prefix, suffix = text("prefix"), text("suffix")
     max_tokens = field("max_tokens", int, 32)
     canvas_length = field("canvas_length", int, CANVAS_LENGTH)
-    if not 8 <= canvas_length <= limits.max_canvas:
-        raise ProtocolError("bad-request", f"canvas_length must be in [8, {limits.max_canvas}] "
+    low = int(CANVAS_LENGTH_RANGE.low)
+    high = min(int(CANVAS_LENGTH_RANGE.high), limits.max_canvas)
+    if not low <= canvas_length <= high:
+        raise ProtocolError("bad-request", f"canvas_length must be in [{low}, {high}] "
                             f"(this model's positions), not {canvas_length}")
     if not 1 <= max_tokens < canvas_length:
         raise ProtocolError("bad-request", f"max_tokens must be in [1, canvas_length - 1 = "
@@ -304,9 +307,9 @@ def parse_request(message: dict[str, Any], op: str, limits: Limits, decoder: Dec
                             f"{max_tokens} needs about {need >> 20} MiB, over this engine's "
                             f"{limits.max_request_bytes >> 20} MiB per request "
                             f"(--max-request-mb)")
-    suffix_fraction = float(field("suffix_fraction", (int, float), SUFFIX_FRACTION))
-    if not 0.0 <= suffix_fraction <= 1.0:
-        raise ProtocolError("bad-request", "suffix_fraction must be in [0, 1]")
+    suffix_fraction = field("suffix_fraction", (int, float), SUFFIX_FRACTION)
+    if problem := SUFFIX_FRACTION_RANGE.problem("suffix_fraction", suffix_fraction):
+        raise ProtocolError("bad-request", problem)
     priority = field("priority", str, "interactive")
     if priority not in PRIORITIES:
         raise ProtocolError("bad-request", f"priority must be one of {PRIORITIES}")
@@ -318,12 +321,12 @@ def parse_request(message: dict[str, Any], op: str, limits: Limits, decoder: Dec
         if len(original) > keep:
             raise ProtocolError("bad-request", f"original: {len(original)} characters do not "
                                 f"fit a canvas of {canvas_length} tokens")
-        strength = float(field("strength", (int, float), 1.0))
-        if not 0.0 <= strength <= 1.0:
-            raise ProtocolError("bad-request", "strength must be in [0, 1]")
+        strength = field("strength", (int, float), 1.0)
+        if problem := STRENGTH_RANGE.problem("strength", strength):
+            raise ProtocolError("bad-request", problem)
     until = protocol.unit_from_wire(message.get("until"))
     job = Request(prefix[-keep:], suffix[:keep], max_tokens, settings, canvas_length, priority,
-                  original, strength, suffix_fraction, until)
+                  original, float(strength), float(suffix_fraction), until)
     job.deadline = time.monotonic() + limits.request_timeout
     return job
 

@@ -62,6 +62,7 @@ import socket
 import struct
 from typing import Any
 
+from engine.bounds import bounds_of
 from engine.types import SAMPLERS, SUFFIX_FRACTION, Draft, SamplerSettings
 from engine.units import UNIT_KINDS, UnitEnd
 
@@ -190,6 +191,7 @@ def _exactly(sock: socket.socket, n: int) -> bytes:
 # -- payloads ---------------------------------------------------------------------------------
 
 _SETTINGS_FIELDS = {f.name: f for f in dataclasses.fields(SamplerSettings)}
+_SETTINGS_BOUNDS = bounds_of(SamplerSettings)
 _UNIT_FIELDS = {f.name for f in dataclasses.fields(UnitEnd)}
 
 
@@ -197,25 +199,9 @@ def settings_to_wire(settings: SamplerSettings | None) -> dict[str, Any]:
     return dataclasses.asdict(settings or SamplerSettings())
 
 
-# Each setting's range: (low, high), both inclusive; None: unbounded on that side.
-_SETTINGS_RANGES: dict[str, tuple[float | None, float | None]] = {
-    "k": (1, None),
-    "threshold": (0.0, 1.0),
-    "cutoff": (0.0, 1.0),
-    "gamma": (0.0, None),
-    "temperature": (0.0, 100.0),
-    "eos_penalty": (-1e4, 1e4),
-    "seed": (0, 2**63 - 1),  # torch.Generator.manual_seed's range
-    "max_steps": (1, None),
-    "cache_refresh": (1, None),
-    "refresh_window": (0, None),
-    "min_tokens": (0, None),
-}
-
-
 def settings_from_wire(raw: Any) -> SamplerSettings:
     """SamplerSettings from a request's "settings" (None: the defaults); ProtocolError
-    naming the first field of the wrong type or out of its range."""
+    naming the first field of the wrong type or out of its range (engine.bounds)."""
     if raw is None:
         return SamplerSettings()
     if not isinstance(raw, dict):
@@ -225,22 +211,17 @@ def settings_from_wire(raw: Any) -> SamplerSettings:
         raise ProtocolError("bad-request", f"unknown sampler settings: {sorted(unknown)[:8]}")
     defaults = SamplerSettings()
     for name, value in raw.items():
-        default = getattr(defaults, name)
-        if "None" in str(_SETTINGS_FIELDS[name].type):  # max_steps, refresh_window: int | None
-            ok = value is None or (isinstance(value, int) and not isinstance(value, bool))
-        elif isinstance(default, float):
-            ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if name in _SETTINGS_BOUNDS:
+            problem = _SETTINGS_BOUNDS[name].problem(f"settings.{name}", value)
+        elif name == "sampler":
+            problem = None if value in SAMPLERS else f"settings.sampler: expected one of " \
+                f"{', '.join(SAMPLERS)}, got {value!r:.60}"
         else:
-            ok = type(value) is type(default)
-        low, high = _SETTINGS_RANGES.get(name, (None, None))
-        if ok and value is not None and not isinstance(value, str | bool):
-            ok = (low is None or value >= low) and (high is None or value <= high)
-        if ok and name == "sampler":
-            ok = value in SAMPLERS
-        if not ok:
-            raise ProtocolError("bad-request", f"settings.{name}: bad value {value!r:.60}"
-                                + (f" (range [{low}, {high}])" if name in _SETTINGS_RANGES
-                                   else ""))
+            kind = type(getattr(defaults, name))
+            problem = None if type(value) is kind else \
+                f"settings.{name}: expected {kind.__name__}, got {value!r:.60}"
+        if problem:
+            raise ProtocolError("bad-request", problem[:200])
     return SamplerSettings(**raw)
 
 

@@ -1,0 +1,66 @@
+"""The range of every number a client can set, written once.
+
+Each bounded field of a settings or request dataclass carries its `Bounds` in the field's
+metadata (`bounded(...)`); the language server's settings parser, the engine's wire parser and
+the command lines all read it from there. The ranges are what the engine and the pipeline can
+run: a NaN or infinite temperature reaches the sampler as NaN probabilities, a seed of 2**64
+overflows the generator, an eos penalty of 1e308 silences every completion.
+
+No torch here: clients and validators read it without loading the engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed's range
+
+
+@dataclass(frozen=True)
+class Bounds:
+    low: float
+    high: float
+    integer: bool = False
+    nullable: bool = False  # null is allowed (it means "no limit")
+
+    def admits(self, value: Any) -> bool:
+        if value is None:
+            return self.nullable
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        if self.integer and not isinstance(value, int):
+            return False
+        return math.isfinite(value) and self.low <= value <= self.high
+
+    def problem(self, name: str, value: Any) -> str | None:
+        """Why `value` is not a valid `name` (None when it is)."""
+        return None if self.admits(value) else f"{name}: expected {self}, got {value!r}"
+
+    def __str__(self) -> str:
+        if self.integer:
+            text = f"an integer in {self.low}..{self.high}"
+        else:
+            text = f"a finite number in {self.low}..{self.high}"
+        return text + " or null" if self.nullable else text
+
+
+def bounded(default: Any, bounds: Bounds) -> Any:
+    """A dataclass field with its range in the metadata."""
+    return dataclasses.field(default=default, metadata={"bounds": bounds})
+
+
+def bounds_of(cls: type) -> dict[str, Bounds]:
+    """The bounded fields of dataclass `cls` by name."""
+    return {f.name: f.metadata["bounds"] for f in dataclasses.fields(cls)
+            if "bounds" in f.metadata}
+
+
+# A request's shape, shared by the editor's settings and the wire (where the model's own
+# positions may cap the canvas further).
+CANVAS_LENGTH_RANGE = Bounds(64, 8192, integer=True)
+SUFFIX_FRACTION_RANGE = Bounds(0, 0.95)
+STRENGTH_RANGE = Bounds(0, 1)  # a rewrite's share of tokens written again
+HOLE_SIZE_RANGE = Bounds(1, 1024, integer=True)
