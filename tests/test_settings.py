@@ -125,3 +125,24 @@ def test_a_string_is_not_a_number_nor_a_list():
                       "languages: expected a list of language ids, got 'py'",
                       "extraContext: expected true or false, got 1"]
     assert settings == Settings()
+
+
+def test_the_vs_code_extension_offers_the_same_ranges_and_defaults():
+    """VS Code's settings UI checks what package.json declares: it must be the table's."""
+    import json
+    from pathlib import Path
+
+    from engine.bounds import bounds_of
+    from engine.types import SamplerSettings
+
+    package = json.loads((Path(__file__).resolve().parent.parent / "editors" / "vscode"
+                          / "package.json").read_text())
+    properties = package["contributes"]["configuration"]["properties"]
+    table = bounds_of(SamplerSettings)
+    declared = {key.removeprefix("dg-lsp.sampler."): spec for key, spec in properties.items()
+                if key.startswith("dg-lsp.sampler.") and "minimum" in spec}
+    assert sorted(declared) == ["cutoff", "temperature", "threshold"]
+    for name, spec in declared.items():
+        bounds = table[name]
+        assert (spec["minimum"], spec.get("maximum"), spec["default"]) == (
+            bounds.low, bounds.high, getattr(SamplerSettings(), name)), name
