@@ -7,7 +7,9 @@ the head or the body, and no cap on connections: one 100 MB header or a few thou
 sockets exhaust it before any token is looked at. `dg-engine serve --ray` therefore binds
 that proxy to 127.0.0.1 and puts this small proxy on --listen. For each connection it:
 
-1. refuses at once (503) when `max_connections` are open, or `max_per_client` from its address;
+1. refuses at once (503) when `max_per_client` are open from its address; when
+   `max_connections` are open in all, closes the oldest that has not shown the token yet to
+   make room (503 when every open one has);
 2. reads the request head, at most `max_header_bytes`, within `header_timeout` (431 / 408);
 3. checks `Authorization: Bearer <token>` against the token's digest, in constant time, before
    it reads a byte of body (401), on every path: /-/routes and /-/healthz included;
@@ -106,6 +108,8 @@ class Front:
         self.tls: ssl.SSLContext | None = None
         self.open = 0
         self.per_client: Counter[str] = Counter()
+        # Open connections that have not shown the token yet, oldest first.
+        self.unproven: dict[asyncio.StreamWriter, None] = {}
         self.refused = 0
 
     async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None
@@ -119,31 +123,41 @@ class Front:
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         client = str(peer[0]) if peer else ""
-        if (self.open >= self.limits.max_connections
-                or self.per_client[client] >= self.limits.max_per_client):
+        if self.per_client[client] >= self.limits.max_per_client or (
+                self.open >= self.limits.max_connections and not self.unproven):
             # Answered without reading: a flood costs us a descriptor for a moment only.
             await self._close(writer, answer(503, "busy", "too many connections; try again"))
             return
+        if self.open >= self.limits.max_connections:
+            # Full: the oldest connection that has not shown a token yet makes room (its
+            # handler counts it out), so sockets held open from many addresses cannot lock
+            # out a client with the token.
+            oldest = next(iter(self.unproven))
+            del self.unproven[oldest]
+            oldest.transport.abort()
         self.open += 1
         self.per_client[client] += 1
+        self.unproven[writer] = None
         try:
             if self.tls is not None:
                 await writer.start_tls(self.tls,
                                        ssl_handshake_timeout=self.limits.header_timeout)
-            head, body = await self._request(reader)
+            head, body = await self._request(reader, writer)
             await self._relay(head, body, reader, writer)
         except Refused as exc:
             await self._close(writer, answer(exc.status, exc.code, str(exc)))
         except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, TimeoutError):
             pass  # the client went away, or never finished its TLS handshake
         finally:
+            self.unproven.pop(writer, None)
             self.open -= 1
             self.per_client[client] -= 1
             if not self.per_client[client]:
                 del self.per_client[client]
             await self._close(writer)
 
-    async def _request(self, reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    async def _request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+                       ) -> tuple[bytes, bytes]:
         """The request's head, rewritten for the upstream, and its body."""
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"),
@@ -161,6 +175,7 @@ class Front:
                 self.on_refused()
             raise Refused(401, "unauthorized", "this engine needs the team's token "
                           "(Authorization: Bearer)")
+        self.unproven.pop(writer, None)  # no longer evicted to make room
         if "chunked" in headers.get("transfer-encoding", "").lower():
             raise Refused(411, "bad-request", "send the body with a Content-Length")
         length_text = headers.get("content-length", "0")

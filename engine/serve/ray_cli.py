@@ -1,10 +1,13 @@
 """`dg-engine serve --ray [ADDRESS]` and `dg-engine status URL`.
 
 `serve --ray` deploys engine.serve.ray_app on a Ray cluster (ADDRESS, else the one RAY_ADDRESS
-or `ray start` names, else a local one started for it) behind Ray Serve's HTTP proxy on
-`--listen` (every node's proxy listens on that port), with TLS where `--tls-cert` and
-`--tls-key` are given. It prints the URL, then holds the application until interrupted
-(or, with `--detach`, leaves it running on the cluster and exits).
+or `ray start` names, else a local one started for it). It first checks that the cluster
+refuses callers without Ray's token (else anyone reaching a Ray port runs code as its user),
+and refuses to deploy on one that does not, unless told `--allow-ray-without-auth`. Ray Serve's
+proxy listens on 127.0.0.1:`--serve-port` on the head node only; engine.serve.front, run in this
+process, listens on `--listen` (with TLS where `--tls-cert` and `--tls-key` are given), bounds
+every connection and checks the token before it forwards anything. The command prints the URL
+and holds the application until SIGINT or SIGTERM.
 
 `status URL` asks a running application for its replicas, their models, queues and tokens/s.
 
