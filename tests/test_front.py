@@ -75,6 +75,10 @@ def front() -> Iterator[tuple[Front, Upstream, int]]:
         await box["stop"].wait()
         server.close()
         up.close()
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in others:  # connections a test left open
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
 
     thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
     thread.start()
