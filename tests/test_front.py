@@ -8,8 +8,12 @@ paths that must not answer without the token. Limits are small so every case end
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import shutil
 import socket
+import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -56,8 +60,9 @@ class Upstream:
             writer.close()
 
 
-@pytest.fixture
-def front() -> Iterator[tuple[Front, Upstream, int]]:
+@contextlib.contextmanager
+def running_front(tls: ssl.SSLContext | None = None) -> Iterator[tuple[Front, Upstream, int]]:
+    """A front on a loopback port in a thread of its own, before its upstream."""
     loop = asyncio.new_event_loop()
     upstream = Upstream()
     ready = threading.Event()
@@ -68,7 +73,7 @@ def front() -> Iterator[tuple[Front, Upstream, int]]:
         up_port = up.sockets[0].getsockname()[1]
         digest = hashlib.sha256(TOKEN.encode()).hexdigest()
         the_front = Front(("127.0.0.1", up_port), digest, LIMITS)
-        server = await the_front.start("127.0.0.1", 0)
+        server = await the_front.start("127.0.0.1", 0, tls)
         box.update(front=the_front, port=server.sockets[0].getsockname()[1],
                    stop=asyncio.Event())
         ready.set()
@@ -83,9 +88,17 @@ def front() -> Iterator[tuple[Front, Upstream, int]]:
     thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
     thread.start()
     assert ready.wait(10)
-    yield box["front"], upstream, box["port"]
-    loop.call_soon_threadsafe(box["stop"].set)
-    thread.join(10)
+    try:
+        yield box["front"], upstream, box["port"]
+    finally:
+        loop.call_soon_threadsafe(box["stop"].set)
+        thread.join(10)
+
+
+@pytest.fixture
+def front() -> Iterator[tuple[Front, Upstream, int]]:
+    with running_front() as running:
+        yield running
 
 
 def connect(port: int, source: str = "127.0.0.1") -> socket.socket:
@@ -151,7 +164,7 @@ def test_an_oversized_header_is_refused_after_reading_a_bounded_part_of_it(front
         reply = sock.recv(65536)
     assert status(reply) == 431 and upstream.heads == []
     assert sent < 16 * 1024 * 1024  # the socket buffers' worth, not 100 MB
-    assert the_front.open == 0
+    wait_until(lambda: the_front.open == 0)
 
 
 def test_a_slow_head_and_a_slow_body_are_cut_at_their_deadlines(front):
@@ -178,7 +191,8 @@ def test_a_slow_head_and_a_slow_body_are_cut_at_their_deadlines(front):
                 break
         reply += read_all(sock)
     assert status(reply) == 408 and b"body" in reply
-    assert upstream.heads == [] and the_front.open == 0
+    assert upstream.heads == []
+    wait_until(lambda: the_front.open == 0)
 
 
 def test_connections_are_capped_per_client_and_in_all_and_a_real_request_still_passes(front):
@@ -207,3 +221,26 @@ def test_a_client_that_goes_away_mid_answer_closes_the_upstream_connection(front
         sock.sendall(f"GET /v1/stream HTTP/1.1\r\n{AUTH}\r\n".encode())
         assert b"first" in sock.recv(65536)
     wait_until(lambda: upstream.closed == 1)  # the upstream saw it close, not 30 s later
+
+
+def test_with_a_certificate_the_front_speaks_tls_after_its_caps(tmp_path):
+    if shutil.which("openssl") is None:
+        pytest.skip("needs openssl to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True,
+                   capture_output=True)
+    server_side = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_side.load_cert_chain(cert, key)
+    client_side = ssl.create_default_context(cafile=str(cert))
+    with running_front(server_side) as (the_front, upstream, port):
+        with client_side.wrap_socket(connect(port), server_hostname="127.0.0.1") as sock:
+            sock.sendall(f"GET /v1/hello HTTP/1.1\r\n{AUTH}\r\n".encode())
+            reply = read_all(sock)
+        assert status(reply) == 200 and reply.endswith(b"echo:\n")
+        # A client that never starts its handshake is cut at the head deadline.
+        with connect(port) as sock:
+            assert read_all(sock) == b""
+        assert len(upstream.heads) == 1
+        wait_until(lambda: the_front.open == 0)

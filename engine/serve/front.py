@@ -77,11 +77,7 @@ def answer(status: int, code: str, message: str) -> bytes:
 
 def parse_head(head: bytes) -> tuple[str, dict[str, str]]:
     """The request line and the headers (names lower-cased) of a request head."""
-    try:
-        text = head.decode("latin-1")
-    except UnicodeDecodeError:  # latin-1 decodes every byte; kept for clarity of intent
-        raise Refused(400, "bad-request", "the request head is not text") from None
-    line, *fields = text.rstrip("\r\n").split("\r\n")
+    line, *fields = head.decode("latin-1").rstrip("\r\n").split("\r\n")
     if len(line.split(" ")) != 3 or not line.endswith(("HTTP/1.1", "HTTP/1.0")):
         raise Refused(400, "bad-request", "not an HTTP/1.1 request")
     headers: dict[str, str] = {}
