@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -238,6 +239,7 @@ def main() -> int:
         if serve.poll() is None:
             os.killpg(serve.pid, signal.SIGKILL)
         log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def ten(port: int) -> str:
