@@ -260,7 +260,8 @@ def test_a_wrong_or_missing_token_is_refused_and_reaches_no_model(team, header):
     with pytest.raises(EngineUnavailable) as caught:
         RemoteEngine(team, "wrong", ca_file=CA_FILE[-1]).hello()
     assert caught.value.code == "unauthorized"
-    assert client(team).status()["refused"] == refused + 4
+    # Counted on the status board, which the ingress tells without waiting for it.
+    wait_for(lambda: client(team).status()["refused"] == refused + 4, 10)
     time.sleep(2 * REPORT)
     assert replica_totals(team)["submitted"] == before["submitted"]
 
@@ -358,7 +359,7 @@ def test_killing_a_replica_mid_request_fails_that_request_alone_and_the_app_heal
 
 def test_serve_ray_options_are_checked_before_anything_is_deployed(token_file, capsys):
     from engine.cli import build_parser, main
-    from engine.serve.ray_cli import http_options, options_from_args
+    from engine.serve.ray_cli import front_address, options_from_args, tls_context
 
     def parse(*extra: str):
         return build_parser().parse_args(["serve", "--ray", "--token-file", str(token_file),
@@ -372,9 +373,15 @@ def test_serve_ray_options_are_checked_before_anything_is_deployed(token_file, c
         with pytest.raises(ValueError):
             options_from_args(parse(*bad), TOKEN, gpus=False)
     with pytest.raises(ValueError, match="together"):
-        http_options("0.0.0.0:8000", Path("cert.pem"), None)
+        tls_context(Path("cert.pem"), None)
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        front_address("0.0.0.0")
+    assert front_address(":8000") == ("127.0.0.1", 8000)
     assert main(["serve", "--ray"]) == 2  # no token file: refused before Ray starts
     assert "--token-file" in capsys.readouterr().err
+    # The front runs in the command's process: it cannot leave the application behind.
+    assert main(["serve", "--ray", "--token-file", str(token_file), "--detach"]) == 2
+    assert "service" in capsys.readouterr().err
 
 
 def test_a_replica_whose_scheduler_is_dead_or_stuck_fails_its_health_check():

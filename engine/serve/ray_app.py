@@ -13,7 +13,8 @@
   in the application's config, which Ray keeps in its control store. It routes a request by
   `routing_key`, and turns a replica lost mid-request into an "unavailable" error for that
   request alone: the client's next request goes to a live replica.
-- `StatusBoard` keeps the latest report of each replica for `dg-engine status URL`.
+- `StatusBoard` keeps the latest report of each replica for `dg-engine status URL`, and
+  counts the requests refused for their token (here and at engine.serve.front).
 
 Replica count is fixed or autoscaled by Ray Serve on ongoing requests per replica (queued and
 live in its scheduler): the queue length.
@@ -26,7 +27,6 @@ import contextlib
 import hashlib
 import hmac
 import os
-import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator
@@ -102,6 +102,13 @@ def _replica_id() -> str:
 class StatusBoard:
     def __init__(self) -> None:
         self.reports: dict[str, dict[str, Any]] = {}
+        self.refused = 0  # requests turned away without a valid token, front and ingress
+
+    def refuse(self) -> None:
+        self.refused += 1
+
+    def refusals(self) -> int:
+        return self.refused
 
     def report(self, replica: str, state: dict[str, Any]) -> None:
         self.reports[replica] = state | {"reportedAt": time.time()}
@@ -238,8 +245,6 @@ class Ingress:
         self.engines = engines
         self.board = board
         self.digest = bytes.fromhex(token_digest_hex)
-        self.refused = 0  # requests turned away without a valid token
-        self._lock = threading.Lock()
 
     def _authorized(self, header: str | None) -> bool:
         scheme, _, token = (header or "").partition(" ")
@@ -248,8 +253,7 @@ class Ingress:
 
     async def __call__(self, request: HTTPRequest) -> Response:
         if not self._authorized(request.headers.get("authorization")):
-            with self._lock:
-                self.refused += 1
+            self.board.refuse.remote()  # counted on the board, with the front's
             return JSONResponse(_error(None, "unauthorized", "this engine needs the team's "
                                        "token (Authorization: Bearer)"), status_code=401)
         path = request.url.path.rstrip("/").rsplit("/v1/", 1)[-1]
@@ -259,7 +263,7 @@ class Ingress:
             return JSONResponse(hello)
         if request.method == "GET" and path == "status":
             return JSONResponse({"type": "ok", "replicas": await self.board.snapshot.remote(),
-                                 "refused": self.refused})
+                                 "refused": await self.board.refusals.remote()})
         if request.method == "POST" and path == "stream":
             return await self._stream(request)
         return JSONResponse(_error(None, "unknown-op", f"no such path {request.url.path!r:.80}"),

@@ -1,10 +1,13 @@
 """`dg-engine serve --ray [ADDRESS]` and `dg-engine status URL`.
 
 `serve --ray` deploys engine.serve.ray_app on a Ray cluster (ADDRESS, else the one RAY_ADDRESS
-or `ray start` names, else a local one started for it) behind Ray Serve's HTTP proxy on
-`--listen` (every node's proxy listens on that port), with TLS where `--tls-cert` and
-`--tls-key` are given. It prints the URL, then holds the application until interrupted
-(or, with `--detach`, leaves it running on the cluster and exits).
+or `ray start` names, else a local one started for it). It first checks that the cluster
+refuses callers without Ray's token (else anyone reaching a Ray port runs code as its user),
+and refuses to deploy on one that does not, unless told `--allow-ray-without-auth`. Ray Serve's
+proxy listens on 127.0.0.1:`--serve-port` on the head node only; engine.serve.front, run in this
+process, listens on `--listen` (with TLS where `--tls-cert` and `--tls-key` are given), bounds
+every connection and checks the token before it forwards anything. The command prints the URL
+and holds the application until SIGINT or SIGTERM.
 
 `status URL` asks a running application for its replicas, their models, queues and tokens/s.
 
@@ -14,14 +17,20 @@ Ray is imported only here and only to deploy: `dg-engine --help` stays fast.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import signal
+import ssl
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engine.serve.front import MAX_PER_CLIENT, Front, FrontLimits
+
 DEFAULT_LISTEN = "127.0.0.1:8000"
+DEFAULT_SERVE_PORT = 8001  # Ray Serve's proxy, on 127.0.0.1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,8 +49,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="CPUs each replica reserves when the cluster has no GPU")
     group.add_argument("--tls-cert", type=Path, help="serve HTTPS with this certificate")
     group.add_argument("--tls-key", type=Path, help="the certificate's private key")
-    group.add_argument("--detach", action="store_true",
-                       help="leave the application running on the cluster and exit")
+    group.add_argument("--serve-port", type=int, default=DEFAULT_SERVE_PORT,
+                       help="the loopback port of Ray Serve's own proxy, behind the front "
+                       f"on --listen (default {DEFAULT_SERVE_PORT})")
+    group.add_argument("--max-per-client", type=int, default=MAX_PER_CLIENT,
+                       help="connections one address may hold open at the front "
+                       "(--max-connections caps them all)")
+    group.add_argument("--allow-ray-without-auth", action="store_true",
+                       help="deploy on a Ray cluster that runs without Ray's token "
+                       "authentication (warns; anyone reaching its ports can run code)")
+    group.add_argument("--detach", action="store_true", help=argparse.SUPPRESS)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -104,29 +121,64 @@ def options_from_args(args: argparse.Namespace, token: str, gpus: bool) -> Any:
                       cpus=args.replica_cpus, threads=args.threads)
 
 
-def http_options(listen: str, cert: Path | None, key: Path | None) -> dict[str, Any]:
+def front_address(listen: str) -> tuple[str, int]:
     host, _, port = listen.rpartition(":")
     if not port.isdigit():
         raise ValueError(f"--listen expects HOST:PORT, got {listen!r}")
-    options: dict[str, Any] = {"host": host or "127.0.0.1", "port": int(port)}
+    return host or "127.0.0.1", int(port)
+
+
+def tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
     if (cert is None) != (key is None):
         raise ValueError("--tls-cert and --tls-key go together")
-    if cert is not None and key is not None:
-        options |= {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
-    return options
+    if cert is None or key is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError(f"cannot load the certificate {cert}: {exc}") from None
+    return context
+
+
+def answers_without_token(gcs_address: str) -> bool:
+    """Whether the cluster's control store (GCS) answers a caller without Ray's token: then
+    anyone who reaches its port, or the dashboard's job API, can run code as its user."""
+    import grpc
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+    # A bare channel: none of the token metadata this process's Ray client adds.
+    with grpc.insecure_channel(gcs_address) as channel:
+        stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
+        try:
+            stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=AUTH_PROBE_TIMEOUT)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                return False
+            raise RuntimeError(f"cannot ask the cluster at {gcs_address} how it "
+                               f"authenticates: {exc.code().name}") from None
+    return True
 
 
 def serve_on_ray(args: argparse.Namespace) -> int:
-    """Deploy the application and hold it; the exit status."""
+    """Deploy the application behind its front and hold it; the exit status."""
     from engine.serve.daemon import read_token
 
     if args.token_file is None:
         print("dg-engine serve --ray: needs --token-file (every request must carry the "
               "team's token)", file=sys.stderr)
         return 2
+    if args.detach:
+        print("dg-engine serve --ray: --detach is gone: the front that bounds every "
+              "connection runs in this process; run it as a service instead (README: A "
+              "team's engine on Ray Serve)", file=sys.stderr)
+        return 2
     try:
         token = read_token(args.token_file)
-        http = http_options(args.listen or DEFAULT_LISTEN, args.tls_cert, args.tls_key)
+        host, port = front_address(args.listen or DEFAULT_LISTEN)
+        tls = tls_context(args.tls_cert, args.tls_key)
+        limits = FrontLimits(max_connections=args.max_connections,
+                             max_per_client=args.max_per_client)
     except ValueError as exc:
         print(f"dg-engine serve: {exc}", file=sys.stderr)
         return 2
@@ -136,32 +188,71 @@ def serve_on_ray(args: argparse.Namespace) -> int:
     from engine.serve.ray_app import APP_NAME, build_app
 
     ray.init(address=args.ray or None, include_dashboard=False, logging_level="warning")
+    # A cluster ray.init started here is this process's children; a `ray start` one is not.
+    own_cluster = bool(getattr(ray._private.worker._global_node, "head", False))
     try:
+        if answers_without_token(ray.get_runtime_context().gcs_address):
+            if not args.allow_ray_without_auth:
+                print(RAY_WITHOUT_AUTH + " Refusing to deploy (--allow-ray-without-auth "
+                      "overrides).", file=sys.stderr)
+                return 2
+            print("WARNING " + RAY_WITHOUT_AUTH, file=sys.stderr, flush=True)
         gpus = ray.cluster_resources().get("GPU", 0) > 0 and args.device != "cpu"
         try:
             options = options_from_args(args, token, gpus)
         except ValueError as exc:
             print(f"dg-engine serve: {exc}", file=sys.stderr)
             return 2
-        serve.start(http_options=http)
+        # Serve's own proxy on loopback, on this (the head) node only: the front is the door.
+        serve.start(proxy_location="HeadOnly",
+                    http_options={"host": "127.0.0.1", "port": args.serve_port})
         serve.run(build_app(options), name=APP_NAME, route_prefix="/")
-        scheme = "https" if "ssl_certfile" in http else "http"
-        print(f"dg-engine: serving {args.model or 'the bundled model'} at "
-              f"{scheme}://{http['host']}:{http['port']} on Ray Serve "
-              f"({'GPU' if gpus else 'CPU'} replicas)", file=sys.stderr, flush=True)
-        if args.detach:
-            return 0
-        _wait_for_signal()
-        serve.delete(APP_NAME)
-        print("dg-engine: stopped", file=sys.stderr, flush=True)
-        return 0
+        board = serve.get_deployment_handle("StatusBoard", APP_NAME)
+        front = Front(("127.0.0.1", args.serve_port), options.token_digest, limits,
+                      on_refused=lambda: board.refuse.remote())
+        scheme = "https" if tls else "http"
+        return asyncio.run(_hold(front, host, port, tls, f"dg-engine: serving "
+                                 f"{args.model or 'the bundled model'} at {scheme}://{host}:"
+                                 f"{port} on Ray Serve ({'GPU' if gpus else 'CPU'} replicas)",
+                                 lambda: _stop(serve, APP_NAME, own_cluster)))
     finally:
         ray.shutdown()
 
 
-def _wait_for_signal() -> None:
-    stop = threading.Event()
+RAY_WITHOUT_AUTH = ("dg-engine serve --ray: this Ray cluster runs without Ray's token "
+                    "authentication: anyone who reaches its ports (the GCS, the dashboard's "
+                    "job API) can run code as its user and read the team's token. Start it "
+                    "with RAY_AUTH_MODE=token (README: A team's engine on Ray Serve).")
+AUTH_PROBE_TIMEOUT = 10.0  # seconds for the cluster's GCS to answer the probe
+STOP_TIMEOUT = 10.0  # seconds to remove the application from a cluster that outlives us
+
+
+async def _hold(front: Front, host: str, port: int, tls: ssl.SSLContext | None,
+                serving: str, stop: Callable[[], None]) -> int:
+    """Serve the front until SIGTERM or SIGINT, then stop; the exit status."""
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    while not stop.wait(1.0):
-        pass
+        loop.add_signal_handler(sig, stopping.set)
+    try:
+        server = await front.start(host, port, tls)
+    except OSError as exc:
+        print(f"dg-engine serve: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
+        return 1
+    print(serving, file=sys.stderr, flush=True)
+    await stopping.wait()
+    server.close()
+    await asyncio.to_thread(stop)
+    print("dg-engine: stopped", file=sys.stderr, flush=True)
+    return 0
+
+
+def _stop(serve: Any, app: str, own_cluster: bool) -> None:
+    """Remove the application from a cluster that outlives this process. A cluster this
+    process started goes down with it (ray.shutdown), and a SIGTERM to the process group, as
+    systemd sends, has already reached its processes: waiting on them would only hang."""
+    if own_cluster:
+        return
+    remover = threading.Thread(target=serve.delete, args=(app,), daemon=True)
+    remover.start()
+    remover.join(STOP_TIMEOUT)
