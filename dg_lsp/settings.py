@@ -30,7 +30,7 @@ class Settings:
     device: str = "auto"
     dtype: str = "auto"  # see engine.Engine.load
     engine: str = "resident"
-    engine_token_file: str | None = None  # None: engine.serve.remote.default_token_file()
+    engine_token_file: str | None = None  # None: engine.serve.token.default_token_file()
     canvas_length: int = 256  # tokens: context + hole
     hole_size: dict[str, int] = field(default_factory=lambda: {
         REST_OF_LINE: 24, BRACKETS: 24, COMMENT: 24, BLOCK: 96})
@@ -137,7 +137,12 @@ def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, li
 
     def check(key: str, ok: bool, expected: str) -> bool:
         if not ok:
-            errors.append(f"{key}: expected {expected}, got {raw[key]!r}")
+            got = raw[key]
+            if key == "engine" and isinstance(got, str):  # a URL's password is not repeated
+                from engine.serve.remote import shown_url
+
+                got = shown_url(got)
+            errors.append(f"{key}: expected {expected}, got {got!r}")
         return ok
 
     def number(key: str, value: Any) -> bool:
