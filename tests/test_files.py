@@ -253,15 +253,16 @@ def users_folder() -> Iterator[Path]:
         shutil.rmtree(folder)
 
 
-def as_file_owner(folder: Path, action) -> dict:
-    """action()'s JSON result, run as the owner of `folder` and its files, who is not root:
-    NOBODY (given the folder) in a forked child when this process is root, else this user."""
+def as_file_owner(folder: Path, action, roots: tuple[Path, ...] = ()) -> dict:
+    """action()'s JSON result, run as the owner of `folder` and its files (but `roots`), who
+    is not root: NOBODY in a forked child when this process is root, else this user."""
     if os.geteuid() != 0:
         return action()
     if not _can_change_uid():
         pytest.skip("this process is root but cannot change its uid (setuid refused)")
     for path in (folder, *folder.iterdir()):
-        os.chown(path, NOBODY, NOBODY)
+        if path not in roots:
+            os.chown(path, NOBODY, NOBODY)
     return as_attacker(folder, action)
 
 
@@ -277,6 +278,16 @@ def _can_change_uid() -> bool:
     return os.waitpid(pid, 0)[1] == 0
 
 
+@pytest.fixture
+def warm(model, tmp_path) -> Docstrings:
+    """The model, after one rewrite as this process's user: the child running as NOBODY
+    imports nothing new (the Python installation may be closed to it, as /root/.pyenv is)."""
+    scratch = tmp_path / "warm.py"
+    scratch.write_bytes(CASES[0][1])
+    assert rewrite(scratch, "--apply") == 0
+    return model
+
+
 def rewrite_and_report(path: Path) -> dict:
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
@@ -284,7 +295,7 @@ def rewrite_and_report(path: Path) -> dict:
     return {"status": status, "stderr": err.getvalue()}
 
 
-def test_a_read_only_file_is_refused_for_its_owner(users_folder, model):
+def test_a_read_only_file_is_refused_for_its_owner(users_folder, warm):
     path = users_folder / "f.py"
     path.write_bytes(CASES[0][1])
     path.chmod(0o444)
@@ -295,7 +306,7 @@ def test_a_read_only_file_is_refused_for_its_owner(users_folder, model):
     assert path.stat().st_mode & 0o777 == 0o444
 
 
-def test_a_file_in_a_read_only_folder_is_refused_for_its_owner(users_folder, model):
+def test_a_file_in_a_read_only_folder_is_refused_for_its_owner(users_folder, warm):
     path = users_folder / "f.py"
     path.write_bytes(CASES[0][1])
     path.chmod(0o644)
@@ -307,7 +318,7 @@ def test_a_file_in_a_read_only_folder_is_refused_for_its_owner(users_folder, mod
     assert path.read_bytes() == CASES[0][1]
 
 
-def test_a_writable_file_is_written_for_its_owner(users_folder, model):
+def test_a_writable_file_is_written_for_its_owner(users_folder, warm):
     path = users_folder / "f.py"
     path.write_bytes(CASES[0][1])
     path.chmod(0o600)
@@ -316,3 +327,44 @@ def test_a_writable_file_is_written_for_its_owner(users_folder, model):
     assert path.read_bytes() == CASES[0][2]
     assert (path.stat().st_uid, path.stat().st_mode & 0o777) == (
         NOBODY if os.geteuid() == 0 else os.geteuid(), 0o600)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a file of another user needs root to make")
+def test_a_file_a_rename_would_take_from_its_owner_is_refused(users_folder, warm):
+    path = users_folder / "f.py"  # root's, but anyone may write it
+    path.write_bytes(CASES[0][1])
+    path.chmod(0o666)
+    result = as_file_owner(users_folder, lambda: rewrite_and_report(path), roots=(path,))
+    assert result == {"status": 1, "stderr": f"dg-lsp rewrite: {path}: writing it would "
+                                             "change its owner or group (uid 0, gid 0); the "
+                                             "file is unchanged\n"}
+    assert (path.read_bytes(), path.stat().st_uid) == (CASES[0][1], 0)
+    assert [p.name for p in users_folder.iterdir()] == ["f.py"]  # no temporary file left
+
+
+def test_a_file_nobody_may_write_is_refused_even_for_root(tmp_path, model, capsys):
+    path = tmp_path / "f.py"
+    path.write_bytes(CASES[0][1])
+    path.chmod(0o444)
+    assert rewrite(path, "--apply") == 1
+    assert capsys.readouterr().err == (f"dg-lsp rewrite: {path}: read-only (mode 0444); the "
+                                       "file is unchanged\n")
+    assert path.read_bytes() == CASES[0][1]
+
+
+def test_a_link_that_points_elsewhere_by_the_time_of_writing_is_refused(tmp_path, model,
+                                                                        capsys):
+    first, second, link = tmp_path / "first.py", tmp_path / "second.py", tmp_path / "link.py"
+    first.write_bytes(CASES[0][1])
+    second.write_bytes(CASES[0][1])
+    link.symlink_to(first)
+
+    def repoint() -> None:
+        link.unlink()
+        link.symlink_to(second)
+
+    model.during = repoint
+    assert rewrite(link, "--apply") == 1
+    assert capsys.readouterr().err == (f"dg-lsp rewrite: {link}: the link now points to "
+                                       "another file; the file is unchanged\n")
+    assert first.read_bytes() == second.read_bytes() == CASES[0][1]
