@@ -183,6 +183,17 @@ def test_a_malformed_engine_url_is_refused_in_one_line(url):
         EngineURL.parse(url)
 
 
+def test_a_token_in_an_engine_urls_query_is_not_repeated_either():
+    from dg_lsp.settings import parse_settings
+
+    url = f"http://host:8000/?token={PASSWORD}#{PASSWORD}"
+    with pytest.raises(ValueError) as caught:
+        EngineURL.parse(url)
+    _, errors = parse_settings({"engine": url})
+    assert PASSWORD not in str(caught.value) + errors[0]
+    assert errors[0].endswith("got 'http://host:8000/?…'")
+
+
 def test_status_with_a_two_line_token_file_prints_one_line_and_no_token(tmp_path, listening,
                                                                         capsys):
     from engine.cli import main

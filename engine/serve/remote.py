@@ -4,8 +4,9 @@
 
 Every request carries the team's token (`Authorization: Bearer ...`); the ingress refuses any
 request without the right one before it reaches a model. The token is read from a private
-file (mode 0600, as `dg-engine serve --token-file` requires), never taken from the URL or the
-command line, where it would end up in shell history, logs and process listings.
+file (engine.serve.token checks it), never taken from the URL or the command line, where it
+would end up in shell history, logs and process listings; no error message here holds it or a
+URL's password.
 
 HTTP paths (engine.serve.ray_app answers them):
 
@@ -56,10 +57,13 @@ def is_engine_url(value: str) -> bool:
 
 def shown_url(url: str) -> str:
     """`url` as a message may print it: what comes before its last '@' (credentials, which
-    may hold '/', '?' or '#') dropped."""
+    may hold '/', '?' or '#') and any query or fragment (where a token may be) dropped."""
     scheme, sep, rest = url.partition("://")
     if "@" in rest:
         rest = "…@" + rest.rsplit("@", 1)[1]
+    for mark in "?#":
+        if mark in rest:
+            rest = rest.split(mark, 1)[0] + mark + "…"
     return f"{scheme}{sep}{rest}"[:200]
 
 
