@@ -17,12 +17,14 @@ group a rename would change, a link that now points elsewhere.
 
 from __future__ import annotations
 
+import bisect
 import codecs
 import difflib
 import os
 import re
 import stat
 import tempfile
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -196,24 +198,57 @@ def _restore_mixed(old: str, endings: list[str], new: str, newline: str) -> str:
     """`new` with the endings of a file that mixes them: a line kept from `old` (whose i-th
     line ended with endings[i]) keeps its ending; a changed line takes the ending of the old
     line in its place, an added one the dominant `newline`."""
-    old_lines, new_lines = old.split("\n"), new.split("\n")
-    # The old line each new line takes its ending from (None: an added line). The unchanged
-    # head and tail are matched first, so the line diff only sees what the edits touched.
-    origin: list[int | None] = [None] * len(new_lines)
-    shortest = min(len(old_lines), len(new_lines))
-    head = 0
-    while head < shortest and old_lines[head] == new_lines[head]:
-        origin[head] = head
-        head += 1
-    tail = 0
-    while tail < shortest - head and old_lines[-1 - tail] == new_lines[-1 - tail]:
-        origin[-1 - tail] = len(old_lines) - 1 - tail
-        tail += 1
-    matcher = difflib.SequenceMatcher(None, old_lines[head : len(old_lines) - tail],
-                                      new_lines[head : len(new_lines) - tail], autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag in ("equal", "replace"):
-            for k in range(min(i2 - i1, j2 - j1)):
-                origin[head + j1 + k] = head + i1 + k
+    new_lines = new.split("\n")
+    origin = _line_origins(old.split("\n"), new_lines)
     ends = [endings[i] if i is not None and i < len(endings) else newline for i in origin]
     return "".join(line + end for line, end in zip(new_lines, ends[:-1] + [""], strict=True))
+
+
+def _line_origins(old: list[str], new: list[str]) -> list[int | None]:
+    """For each new line, the old line it stands for (None: added), in O(n log n) as patience
+    diff matches: lines found once in each are anchors (the longest run of them in the same
+    order); from each anchor, equal lines are matched outward; what is left between two
+    anchors was changed, and its lines pair up in order."""
+    old_count, new_count = Counter(old), Counter(new)
+    where = {line: i for i, line in enumerate(old) if old_count[line] == 1}
+    pairs = [(where[line], j) for j, line in enumerate(new)
+             if new_count[line] == 1 and line in where]
+    origin: list[int | None] = [None] * len(new)
+    i0, j0 = 0, 0  # the region after the last anchor
+    for ai, aj in [*_increasing(pairs), (len(old), len(new))]:
+        i, j = i0, j0
+        while i < ai and j < aj and old[i] == new[j]:
+            origin[j] = i
+            i, j = i + 1, j + 1
+        ei, ej = ai, aj
+        while ei > i and ej > j and old[ei - 1] == new[ej - 1]:
+            ei, ej = ei - 1, ej - 1
+            origin[ej] = ei
+        for k in range(min(ei - i, ej - j)):  # changed lines, in the places of the old ones
+            origin[j + k] = i + k
+        if aj < len(new):
+            origin[aj] = ai
+        i0, j0 = ai + 1, aj + 1
+    return origin
+
+
+def _increasing(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The longest subsequence of `pairs` (in increasing second item) whose first items
+    increase too."""
+    keys: list[int] = []  # keys[k]: the smallest first item that ends a run of length k + 1
+    ends: list[int] = []  # the index in `pairs` of that run's last pair
+    before: list[int | None] = [None] * len(pairs)
+    for n, (i, _) in enumerate(pairs):
+        k = bisect.bisect_left(keys, i)
+        before[n] = ends[k - 1] if k else None
+        if k == len(keys):
+            keys.append(i)
+            ends.append(n)
+        else:
+            keys[k], ends[k] = i, n
+    run: list[tuple[int, int]] = []
+    at = ends[-1] if ends else None
+    while at is not None:
+        run.append(pairs[at])
+        at = before[at]
+    return run[::-1]

@@ -102,6 +102,19 @@ def test_the_model_sees_newlines_and_the_file_gets_its_own_endings_back(name, ol
     assert source.restore(edited).encode() == new
 
 
+@pytest.mark.parametrize(("edit", "new"), [
+    # A changed line keeps the ending of the line in its place; an added one gets CRLF.
+    (("b = 2\n", "b = 20\nb2 = 21\n"), b"a = 1\r\nb = 20\nb2 = 21\r\n\nc = 3\r\nd = 4\r\n"),
+    (("c = 3\n", ""), b"a = 1\r\nb = 2\n\nd = 4\r\n"),
+    (("\nc = 3", "\nc = 3\n\n"), b"a = 1\r\nb = 2\n\nc = 3\r\n\r\n\r\nd = 4\r\n"),
+])
+def test_a_mixed_file_keeps_each_kept_lines_ending(tmp_path, edit, new):
+    path = tmp_path / "f.py"
+    path.write_bytes(b"a = 1\r\nb = 2\n\nc = 3\r\nd = 4\r\n")
+    source = read_source(path)
+    assert source.restore(source.text.replace(*edit)).encode() == new
+
+
 @pytest.mark.parametrize(("name", "old", "new"), CASES, ids=IDS)
 def test_rewrite_keeps_the_files_endings_and_its_diff_applies_with_git(name, old, new, tmp_path,
                                                                        model, capsys,
