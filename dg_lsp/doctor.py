@@ -200,13 +200,13 @@ def check_team_engine(report: Report, url: str, token_file: str | None) -> None:
     """A team's engine (dg-engine serve --ray): reachable with this token, and its replicas."""
     from engine.serve.client import EngineUnavailable
     from engine.serve.ray_cli import format_status
-    from engine.serve.remote import RemoteEngine
+    from engine.serve.remote import RemoteEngine, shown_url
 
     try:
         engine = RemoteEngine.connect(url, token_file)
         status = engine.status()
     except (EngineUnavailable, ValueError) as exc:
-        report.broken("engine", f"{url}: {exc}",
+        report.broken("engine", f"{shown_url(url)}: {exc}",
                       "check the URL, the token file (mode 600, the team's token) and that "
                       "`dg-engine status URL` answers on the head node")
         return

@@ -1,10 +1,13 @@
 """`dg-lsp rewrite FILE --range L:C-L:C`: the editor's code actions on the command line.
 
 Prints the new text of the range, a unified diff (`--diff`, applies with `git apply`), or
-writes the file (`--apply`, atomically). `--action` runs the other infill actions at the
-range's start (complete-body, docstring, fix-syntax). Lines and columns are 1-based,
-columns in characters. Exit status: 0 edited, 1 the model's edit was refused (the reason on
-stderr), 2 bad input; the file is never left half written.
+writes the file (`--apply`, atomically, through a symbolic link to its target). `--action`
+runs the other infill actions at the range's start (complete-body, docstring, fix-syntax).
+Lines and columns are 1-based, columns in characters. The file's line endings and BOM are
+kept in the diff and the written file (dg_lsp.files); `--json` offsets count characters of
+the text with "\n" newlines and no BOM. Exit status: 0 edited, 1 the model's edit was
+refused or the file could not be written (it changed while the model ran, it is read-only:
+the reason on stderr, the file untouched), 2 bad input; the file is never left half written.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from pathlib import Path
 
 from dg_lsp.actions import ACTIONS, REWRITE, Document, targets_at
 from dg_lsp.complete import cursor_offset
-from dg_lsp.files import SourceError, diff_label, read_source, unified_diff, write_atomic
+from dg_lsp.files import SourceError, diff_label, read_source, unified_diff, write_source
 from dg_lsp.languages import language_for
 from dg_lsp.rewrite import DEFAULT_STRENGTH, RewriteError, compute_edit
 from dg_lsp.settings import add_model_arguments, bounded_argument, settings_from_arguments
@@ -59,7 +62,8 @@ def parse_range(text: str, spec: str) -> tuple[int, int]:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        text = read_source(args.file)
+        source = read_source(args.file)
+        text = source.text
         start, end = parse_range(text, args.range)
     except (SourceError, ValueError) as exc:
         print(f"dg-lsp rewrite: {exc}", file=sys.stderr)
@@ -80,11 +84,15 @@ def run(args: argparse.Namespace) -> int:
     except RewriteError as exc:
         print(f"dg-lsp rewrite: {exc}; the file is unchanged", file=sys.stderr)
         return 1
-    new = text[: edit.start] + edit.text + text[edit.end :]
+    new = source.restore(text[: edit.start] + edit.text + text[edit.end :])
     if args.apply:
-        write_atomic(args.file, new)
+        try:
+            write_source(source, new)
+        except (SourceError, OSError) as exc:
+            print(f"dg-lsp rewrite: {exc}; the file is unchanged", file=sys.stderr)
+            return 1
     elif args.diff:
-        sys.stdout.write(unified_diff(diff_label(args.file), text, new))
+        sys.stdout.write(unified_diff(diff_label(args.file), source.original, new))
     elif args.json:
         print(json.dumps({"action": target.action, "start": edit.start, "end": edit.end,
                           "text": edit.text, "steps": edit.steps}, ensure_ascii=False))

@@ -49,9 +49,18 @@ def _engine_url(value: str) -> bool:
     return True
 
 
-def checked(default: Any, expected: str, ok: Callable[[Any], bool], **kwargs: Any) -> Any:
-    """A field whose values `ok` admits, described to the user as `expected`."""
-    return field(default=default, metadata={"expected": expected, "ok": ok}, **kwargs)
+def checked(default: Any, expected: str, ok: Callable[[Any], bool],
+            shown: Callable[[Any], Any] = lambda v: v) -> Any:
+    """A field whose values `ok` admits, described to the user as `expected`; a refused
+    value is quoted as `shown` renders it."""
+    return field(default=default, metadata={"expected": expected, "ok": ok, "shown": shown})
+
+
+def _shown_url(value: Any) -> Any:
+    """A refused engine URL without its password (engine.serve.remote.shown_url)."""
+    from engine.serve.remote import shown_url
+
+    return shown_url(value) if isinstance(value, str) else value
 
 
 @dataclass
@@ -62,8 +71,8 @@ class Settings:
                           lambda v: v in DEVICES or v.startswith("cuda:"))
     dtype: str = checked("auto", "|".join(DTYPES), lambda v: v in DTYPES)  # engine.Engine.load
     engine: str = checked("resident", " or ".join(ENGINE_MODES) + " or an http(s):// URL",
-                          lambda v: v in ENGINE_MODES or _engine_url(v))
-    # None: engine.serve.remote.default_token_file()
+                          lambda v: v in ENGINE_MODES or _engine_url(v), shown=_shown_url)
+    # None: engine.serve.token.default_token_file()
     engine_token_file: str | None = checked(None, "a path", lambda v: v is None or v != "")
     canvas_length: int = bounded(CANVAS_LENGTH, CANVAS_LENGTH_RANGE)  # tokens: context + hole
     hole_size: dict[str, int] = field(default_factory=lambda: {
@@ -133,7 +142,8 @@ def _apply(obj: Any, raw: dict[str, Any], where: str, errors: list[str]) -> Any:
         if ok:
             changes[f.name] = value
         else:
-            errors.append(f"{name}: expected {bounds or expected}, got {raw[key]!r}")
+            shown = f.metadata.get("shown", lambda v: v)(raw[key])
+            errors.append(f"{name}: expected {bounds or expected}, got {shown!r}")
     return replace(obj, **changes)
 
 

@@ -38,8 +38,8 @@ from dg_lsp.batch.job import (
     merge,
     run_target,
 )
-from dg_lsp.discover import SourceFile, discover
-from dg_lsp.files import SourceError, read_source, unified_diff, write_atomic
+from dg_lsp.discover import discover
+from dg_lsp.files import Source, SourceError, read_source, unified_diff, write_source
 from dg_lsp.languages import LANGUAGES, LanguageSpec, language_for
 from dg_lsp.settings import (
     ENGINE_MODES,
@@ -108,9 +108,12 @@ def run(args: argparse.Namespace) -> int:
     written: list[str] = []
 
     def finish(result: FileResult) -> None:
+        source = plans[result.label][0]
+        # From here on old and new are the file's text as on disk: its line endings, its BOM.
+        result.old, result.new = source.original, source.restore(result.new)
         results[result.label] = result
         if args.apply and result.new != result.old:
-            _write(plans[result.label][0].path, result, written)
+            _write(source, result, written)
 
     progress = Progress(sum(len(targets) for _, _, targets in plans.values()), len(plans))
     try:
@@ -141,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
 # -- preparing --------------------------------------------------------------------------------
 
 
-Plan = tuple[SourceFile, Document, list[Target]]  # the file, its document, its targets
+Plan = tuple[Source, Document, list[Target]]  # the file as read, its document, its targets
 
 
 def prepare(args: argparse.Namespace) -> tuple[BatchJob, dict[str, Plan], list[tuple[str, str]]]:
@@ -186,7 +189,7 @@ def prepare(args: argparse.Namespace) -> tuple[BatchJob, dict[str, Plan], list[t
             skipped.append((file.label, "unknown language"))
             continue
         try:
-            text = read_source(file.path)
+            source = read_source(file.path)
             query = queries.for_language(language)
         except SourceError as exc:
             skipped.append((file.label, str(exc).removeprefix(f"{file.path}: ")))
@@ -194,10 +197,10 @@ def prepare(args: argparse.Namespace) -> tuple[BatchJob, dict[str, Plan], list[t
         except QueryError as exc:
             skipped.append((file.label, f"the query does not fit {exc}"))
             continue
-        doc = Document(text, language)
+        doc = Document(source.text, language)
         targets = file_targets(doc, action, query)
         if targets:
-            plans[file.label] = (file, doc, targets)
+            plans[file.label] = (source, doc, targets)
     return job, plans, skipped
 
 
@@ -298,18 +301,18 @@ def _run_ray(args: argparse.Namespace, job: BatchJob, plans: dict[str, Plan],
         raise RunFailed(str(exc)) from None
 
 
-def _write(path: Path, result: FileResult, written: list[str]) -> None:
-    """Write the file whole, unless it changed on disk since it was read."""
+def _write(source: Source, result: FileResult, written: list[str]) -> None:
+    """Write the file whole, unless it changed on disk since it was read or cannot be written
+    safely (dg_lsp.files.write_source says why)."""
     try:
-        if read_source(path) != result.old:
-            raise SourceError("changed on disk while the run was computing its edits")
-        write_atomic(path, result.new)
+        write_source(source, result.new)
     except (SourceError, OSError) as exc:
+        reason = str(exc).removeprefix(f"{source.path}: ")
         result.new = result.old
         for record in result.records:
             if record.result == "edited":
-                record.result = f"error: not written: {exc}"
-        print(f"dg-lsp batch: {result.label}: not written: {exc}", file=sys.stderr)
+                record.result = f"error: not written: {reason}"
+        print(f"dg-lsp batch: {result.label}: not written: {reason}", file=sys.stderr)
         return
     written.append(result.label)
 

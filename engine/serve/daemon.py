@@ -27,7 +27,6 @@ import hmac
 import os
 import signal
 import socket
-import stat
 import sys
 import time
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from engine.bounds import CANVAS_LENGTH_RANGE, STRENGTH_RANGE, SUFFIX_FRACTION_R
 from engine.serve import protocol
 from engine.serve.endpoint import Endpoint, UnsafeRuntimeDir, endpoint_for, peer_credentials
 from engine.serve.protocol import ProtocolError
+from engine.serve.token import read_token
 from engine.types import CANVAS_LENGTH, SUFFIX_FRACTION, Draft
 
 if TYPE_CHECKING:  # they import torch: loaded only to serve, not to list the CLI's commands
@@ -392,23 +392,6 @@ def serve(args: argparse.Namespace) -> int:
     except UnsafeRuntimeDir as exc:
         print(f"dg-engine: {exc}", file=sys.stderr)
         return 1
-
-
-def read_token(path: Path) -> str:
-    """The TCP token in `path`; ValueError (one line) when the file is missing, empty, or
-    readable or writable by anyone but its owner."""
-    try:
-        with open(path) as handle:
-            mode = os.fstat(handle.fileno()).st_mode
-            token = handle.read().strip()
-    except OSError as exc:
-        raise ValueError(f"cannot read the token: {exc}") from None
-    if mode & 0o077:
-        raise ValueError(f"the token file {path} has mode {stat.S_IMODE(mode):04o}: other "
-                         f"users may read it; chmod 600 {path}")
-    if not token:
-        raise ValueError("the token file is empty")
-    return token
 
 
 def _serve_endpoint(args: argparse.Namespace, endpoint: Endpoint) -> int:

@@ -73,7 +73,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def status(args: argparse.Namespace) -> int:
     from engine.serve.client import EngineUnavailable
-    from engine.serve.remote import RemoteEngine, read_token
+    from engine.serve.remote import RemoteEngine
+    from engine.serve.token import read_token
 
     try:
         report = RemoteEngine(args.url, read_token(args.token_file)).status()
@@ -162,7 +163,7 @@ def answers_without_token(gcs_address: str) -> bool:
 
 def serve_on_ray(args: argparse.Namespace) -> int:
     """Deploy the application behind its front and hold it; the exit status."""
-    from engine.serve.daemon import read_token
+    from engine.serve.token import read_token
 
     if args.token_file is None:
         print("dg-engine serve --ray: needs --token-file (every request must carry the "

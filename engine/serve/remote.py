@@ -4,8 +4,9 @@
 
 Every request carries the team's token (`Authorization: Bearer ...`); the ingress refuses any
 request without the right one before it reaches a model. The token is read from a private
-file (mode 0600, as `dg-engine serve --token-file` requires), never taken from the URL or the
-command line, where it would end up in shell history, logs and process listings.
+file (engine.serve.token checks it), never taken from the URL or the command line, where it
+would end up in shell history, logs and process listings; no error message here holds it or a
+URL's password.
 
 HTTP paths (engine.serve.ray_app answers them):
 
@@ -27,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import http.client
 import json
-import os
 import ssl
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -43,6 +43,7 @@ from engine.serve.client import (
     WireBackend,
     raise_error,
 )
+from engine.serve.token import TOKEN_CHARACTERS, read_token
 from engine.types import Draft
 
 SCHEMES = ("http", "https")
@@ -54,18 +55,16 @@ def is_engine_url(value: str) -> bool:
     return value.split("://", 1)[0].lower() in SCHEMES and "://" in value
 
 
-def default_token_file() -> Path:
-    """Where a developer keeps the team's token when no --token-file is given."""
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "dg-engine" / "token"
-
-
-def read_token(path: Path | str | None) -> str:
-    """The token in `path` (default: `default_token_file()`); ValueError (one line, never
-    the token) when it is missing, empty, or open to other users."""
-    from engine.serve.daemon import read_token as read_private_token
-
-    return read_private_token(Path(path).expanduser() if path else default_token_file())
+def shown_url(url: str) -> str:
+    """`url` as a message may print it: what comes before its last '@' (credentials, which
+    may hold '/', '?' or '#') and any query or fragment (where a token may be) dropped."""
+    scheme, sep, rest = url.partition("://")
+    if "@" in rest:
+        rest = "…@" + rest.rsplit("@", 1)[1]
+    for mark in "?#":
+        if mark in rest:
+            rest = rest.split(mark, 1)[0] + mark + "…"
+    return f"{scheme}{sep}{rest}"[:200]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,15 +76,26 @@ class EngineURL:
 
     @classmethod
     def parse(cls, url: str) -> EngineURL:
-        """ValueError for anything but http(s)://HOST[:PORT][/PREFIX] without credentials."""
-        parts = urllib.parse.urlsplit(url.strip())
-        if parts.scheme.lower() not in SCHEMES or not parts.hostname:
-            raise ValueError(f"an engine URL is http(s)://HOST:PORT, not {url!r:.80}")
-        if parts.username or parts.password or parts.query:
+        """ValueError for anything but http(s)://HOST[:PORT][/PREFIX] without credentials.
+
+        The messages never repeat the URL: it may hold a password (urllib's own errors
+        quote the netloc, so none of them is passed on)."""
+        if "@" in url:  # user:password@ (a password may hold '/', '?', '#': urllib splits there)
             # A token there would be logged with every URL printed: keep it in the token file.
+            raise ValueError("put the token in the token file, not in the engine URL "
+                             "(user:password@ is not accepted)")
+        try:
+            parts = urllib.parse.urlsplit(url.strip())
+            port = parts.port
+        except ValueError:
+            raise ValueError("the engine URL is malformed (http(s)://HOST:PORT; a port is a "
+                             "number up to 65535)") from None
+        if parts.scheme.lower() not in SCHEMES or not parts.hostname:
+            raise ValueError("an engine URL is http(s)://HOST:PORT")
+        if parts.username or parts.password or parts.query:
             raise ValueError("put the token in the token file, not in the engine URL")
         scheme = parts.scheme.lower()
-        port = parts.port or (443 if scheme == "https" else 80)
+        port = port or (443 if scheme == "https" else 80)
         return cls(scheme, parts.hostname, port, parts.path.rstrip("/"))
 
     def __str__(self) -> str:
@@ -98,6 +108,9 @@ class RemoteEngine(WireBackend):
                  document: str | None = None) -> None:
         if not token:
             raise ValueError("a remote engine needs a token")
+        if not TOKEN_CHARACTERS.fullmatch(token):  # the message must not hold it
+            raise ValueError("the token has a space or a control character: a token is "
+                             "visible ASCII")
         self.url = EngineURL.parse(url)
         self._token = token
         self.priority = priority
@@ -171,6 +184,11 @@ class RemoteEngine(WireBackend):
         except (OSError, http.client.HTTPException) as exc:
             connection.close()
             raise EngineUnavailable(f"cannot reach the engine at {self.url}: {exc}") from None
+        except ValueError:
+            # http.client quotes a header it refuses, and the header holds the token.
+            connection.close()
+            raise EngineUnavailable(f"cannot send a request to the engine at {self.url}: a "
+                                    "header was refused") from None
         if response.status != 200:
             try:
                 reply = protocol.decode(response.read(protocol.MAX_UNAUTHENTICATED))
