@@ -1,4 +1,5 @@
-"""Session-wide fixtures: tiny random checkpoints in each layout the engine loads."""
+"""Fixtures every module may use: tiny random checkpoints in each layout the engine loads,
+the bundled model in process, the model the real-editor tests serve."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ from tests.tiny_checkpoints import (
     write_qwen2_ar_checkpoint,
 )
 
+BUNDLED = Path(__file__).resolve().parent.parent / "engine" / "bundled" / "default"
+
 
 @pytest.fixture(scope="session")
 def dream_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -44,6 +47,26 @@ def llada_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def ar_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Qwen2ForCausalLM layout: the autoregressive baseline."""
     return write_qwen2_ar_checkpoint(tmp_path_factory.mktemp("ar"))
+
+
+@pytest.fixture(scope="module")
+def bundled_engine():
+    """The bundled model in this process on the CPU, as `dg-lsp` loads it; skips where the
+    checkpoint is absent. Per module: its decoder keeps a prefix cache, so one module's requests
+    never warm another's."""
+    if not (BUNDLED / "config.json").exists():
+        pytest.skip("the bundled model is not present")
+    from engine import Engine
+
+    return Engine.load(str(BUNDLED), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def editor_model(request: pytest.FixtureRequest) -> Path:
+    """The model a real editor's server loads: the bundled one, else the tiny Dream checkpoint."""
+    if (BUNDLED / "config.json").exists():
+        return BUNDLED
+    return request.getfixturevalue("dream_ckpt")
 
 
 @pytest.fixture(scope="session", autouse=True)

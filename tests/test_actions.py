@@ -272,12 +272,8 @@ def apply_edit(text: str, edit: types.WorkspaceEdit, uri: str, version: int) -> 
 
 
 @pytest.fixture(scope="module")
-def engine():
-    if not (BUNDLED / "config.json").exists():
-        pytest.skip("the bundled model is not present")
-    from engine import Engine
-
-    return Engine.load(str(BUNDLED), device="cpu")
+def engine(bundled_engine):
+    return bundled_engine
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

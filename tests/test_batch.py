@@ -256,12 +256,8 @@ def test_a_query_replaces_the_built_in_one_and_files_it_does_not_fit_are_skipped
 
 
 @pytest.fixture(scope="module")
-def engine():
-    if not (BUNDLED / "config.json").exists():
-        pytest.skip("the bundled model is not present")
-    from engine import Engine
-
-    return Engine.load(str(BUNDLED), device="cpu")
+def engine(bundled_engine):
+    return bundled_engine
 
 
 MODEL = ["--engine", "inproc", "--device", "cpu", "--model", str(BUNDLED)]
@@ -368,6 +364,7 @@ def test_bodies_and_syntax_fixes_are_each_targets_edit_and_leave_files_parseable
         "fix-syntax": [("src/broken.py", "")]}[action]
 
 
+@pytest.mark.e2e  # a local Ray cluster
 def test_a_ray_cluster_of_two_workers_gives_the_local_patch(tmp_path, docstrings_run):
     ray = pytest.importorskip("ray", reason="Ray is optional: pip install 'dg-lsp[distributed]'")
     started = time.perf_counter()

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 GOLDEN_SOURCES = ROOT / "tests" / "golden" / "src"
 
 
+@pytest.mark.slow  # a whole `dg-lsp bench` run in another process: over a minute on 2 cores
 def test_bench_reports_both_paths_request_classes_cursor_classes_and_samplers(tmp_path: Path):
     if not (ROOT / "engine" / "bundled" / "default" / "config.json").exists():
         pytest.skip("the bundled model is not present")

@@ -143,6 +143,7 @@ def fuzzed(dream_ckpt: Path):
     server.close()
 
 
+@pytest.mark.slow  # 900 messages through a server and the model: 70-80 s on the shared 2 cores
 def test_every_request_is_answered_memory_stays_bounded_and_completion_works(fuzzed):
     server = fuzzed
     started = time.monotonic()

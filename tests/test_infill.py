@@ -246,6 +246,7 @@ def test_windowed_refresh_recomputes_the_window_and_spanning_the_canvas_is_a_ful
     assert lengths[2::2] == [r + before_it + 2 * 3 for r in ranges]
 
 
+@pytest.mark.slow  # torch.compile's inductor builds C++ kernels: a minute or more on 2 cores
 def test_compiled_engine_fills_like_the_eager_one(dream_ckpt: Path) -> None:
     from torch._dynamo.utils import counters
 

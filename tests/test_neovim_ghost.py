@@ -33,9 +33,18 @@ from typing import Any
 
 import pytest
 
-from dg_lsp.languages import language_for
-from dg_lsp.pipeline import CompletionRequest, Pipeline
-from tests.test_neovim import BUNDLED, FIB, PLUGIN, ROOT, nvim_env, nvim_or_skip
+from tests.nvim_harness import (
+    CAPTURE_LUA,
+    FIB,
+    PLUGIN,
+    ROOT,
+    expected_completion,
+    nvim_env,
+    nvim_or_skip,
+    process_tree,
+)
+
+pytestmark = pytest.mark.e2e  # a real Neovim, typed into
 
 FIB_TYPED = FIB.replace("    return\n", "    ret\n")  # "urn" is typed
 FIB_ROW = 7  # 0-based: `    return`
@@ -46,22 +55,12 @@ PICTURE = ROOT / "docs" / "img" / "neovim-ghost-text.png"
 
 # Loaded into the Neovim under test: the plugin as a user sets it up, stubs for the prompt,
 # and DgTest.state(), which the test reads through --remote-expr.
-SETUP_LUA = """
+SETUP_LUA = CAPTURE_LUA + """
 vim.cmd("filetype plugin indent on")
-local out = { prompts = {}, applied = {}, progress = {}, events = {}, notes = {}, messages = {} }
-vim.notify = function(msg) table.insert(out.notes, msg) end
+out.progress, out.events, out.messages = {}, {}, {}
 -- kept, not shown: in a terminal a shown message can wait for Enter
 vim.lsp.handlers["window/showMessage"] = function(_, result)
   table.insert(out.messages, result.message)
-end
-vim.ui.input = function(opts, on_confirm)
-  table.insert(out.prompts, opts.prompt)
-  on_confirm(vim.env.DG_INSTRUCTION)
-end
-local apply_edit = vim.lsp.handlers["workspace/applyEdit"]
-vim.lsp.handlers["workspace/applyEdit"] = function(err, result, ctx, config)
-  table.insert(out.applied, result)
-  return apply_edit(err, result, ctx, config)
 end
 vim.api.nvim_create_autocmd("LspProgress", { callback = function(event)
   local value = event.data.params.value
@@ -120,13 +119,6 @@ function DgTest.rewrite_action()
   })
 end
 """
-
-
-@pytest.fixture(scope="module")
-def model(request: pytest.FixtureRequest) -> Path:
-    if (BUNDLED / "config.json").exists():
-        return BUNDLED
-    return request.getfixturevalue("dream_ckpt")
 
 
 class Neovim:
@@ -205,18 +197,6 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=30)
 
 
-def expected_completion(model: Path, lines: list[str], row: int, col: int) -> str:
-    """The pipeline's completion, in this process, for the buffer as Neovim holds it."""
-    from engine import Engine
-
-    text = "\n".join(lines) + "\n"
-    offset = len("".join(text.splitlines(keepends=True)[:row])) + col
-    completion = Pipeline(Engine.load(str(model), device="cpu")).complete(
-        CompletionRequest(text, offset, language_for("python"), "file:///x.py"))
-    assert completion is not None and completion.end == completion.start
-    return completion.text
-
-
 def shows_ghost_at(row: int, col: int) -> Callable[[dict[str, Any]], bool]:
     return lambda s: s["ghost"] is not None and (s["ghost"]["row"], s["ghost"]["col"]) == (row, col)
 
@@ -227,7 +207,7 @@ def ghost_text(state: dict[str, Any]) -> str:
 
 
 @pytest.fixture(scope="module")
-def ghost_run(tmp_path_factory: pytest.TempPathFactory, model: Path) -> dict[str, Any]:
+def ghost_run(tmp_path_factory: pytest.TempPathFactory, editor_model: Path) -> dict[str, Any]:
     """One Neovim 0.11 session: type, see, move, leave, accept by word, by line, rewrite.
     Each step's state is kept; a step that times out ends the session (later steps missing)."""
     nvim = nvim_or_skip("wheel")
@@ -236,7 +216,8 @@ def ghost_run(tmp_path_factory: pytest.TempPathFactory, model: Path) -> dict[str
     fib.write_text(FIB_TYPED)
     stack.write_text(STACK)
     socket = tempfile.mkdtemp(prefix="dg-nvim-") + "/nvim.sock"  # short: sun_path is 108 bytes
-    proc, neovim = start_neovim(nvim, tmp, model, fib, nvim_command(nvim, socket, tmp), socket)
+    proc, neovim = start_neovim(nvim, tmp, editor_model, fib, nvim_command(nvim, socket, tmp),
+                                socket)
     run: dict[str, Any] = {"error": None}
     try:
         neovim.keys(f"{FIB_ROW + 1}GA")
@@ -295,11 +276,11 @@ def ghost_run(tmp_path_factory: pytest.TempPathFactory, model: Path) -> dict[str
 
 
 def test_typing_shows_the_pipelines_completion_as_ghost_text(ghost_run: dict[str, Any],
-                                                              model: Path):
+                                                              editor_model: Path):
     typed = ghost_run["typed"]
     assert typed["lines"] == FIB.split("\n")[:-1]  # exactly what was typed, nothing inserted
     assert typed["cursor"] == [FIB_ROW + 1, 10]
-    expected = expected_completion(model, typed["lines"], FIB_ROW, 10)
+    expected = expected_completion(editor_model, typed["lines"], FIB_ROW, 10)
     assert typed["ghost"]["pos"] == "inline" and typed["ghost"]["hl"] == "DgLspGhost"
     assert ghost_text(typed) == expected
     assert typed["marks"] == 1
@@ -309,8 +290,8 @@ def test_typing_shows_the_pipelines_completion_as_ghost_text(ghost_run: dict[str
     progress = typed["progress"]
     kinds = [p["kind"] for p in progress]
     assert kinds[0] == "begin" and kinds[-1] == "end" and set(kinds[1:-1]) <= {"report"}
-    assert progress[0]["status"] == f"dg-lsp: loading {model}"
-    assert all(p["status"].startswith(f"dg-lsp: loading {model} (") for p in progress[1:-1])
+    assert progress[0]["status"] == f"dg-lsp: loading {editor_model}"
+    assert all(p["status"].startswith(f"dg-lsp: loading {editor_model} (") for p in progress[1:-1])
     assert progress[-1]["status"] == "dg-lsp: ready on cpu"
     assert typed["engine"]["state"] == "ready"
 
@@ -344,11 +325,11 @@ def test_accept_by_word_then_tab_types_the_suggestion(ghost_run: dict[str, Any])
 
 
 def test_a_block_is_drawn_on_virtual_lines_and_accepted_line_by_line(
-        ghost_run: dict[str, Any], model: Path):
+        ghost_run: dict[str, Any], editor_model: Path):
     assert ghost_run["error"] is None, ghost_run["error"]
     block = ghost_run["block"]
     assert block["lines"] == STACK.split("\n")[:-1]
-    expected = expected_completion(model, block["lines"], STACK_ROW, 8)
+    expected = expected_completion(editor_model, block["lines"], STACK_ROW, 8)
     first, *rest = expected.split("\n")
     assert rest, f"the bundled model's completion here is one line: {expected!r}"
     assert block["ghost"]["text"] == first and block["ghost"]["lines"] == rest
@@ -430,22 +411,6 @@ def parse_screen(captured: str, columns: int = COLUMNS,
     return rows
 
 
-def process_tree(pid: int) -> list[int]:
-    """pid and its descendants, from /proc."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    tree, todo = [], [pid]
-    while todo:
-        tree.append(todo.pop())
-        todo += children.get(tree[-1], [])
-    return tree
-
-
 def tmux_or_skip() -> str:
     tmux = shutil.which("tmux")
     if tmux is None:
@@ -459,7 +424,7 @@ def screen_text(screen: list[list[tuple[str, tuple]]]) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def tmux_run(tmp_path_factory: pytest.TempPathFactory, model: Path) -> dict[str, Any]:
+def tmux_run(tmp_path_factory: pytest.TempPathFactory, editor_model: Path) -> dict[str, Any]:
     """Neovim 0.11 in an 64x8 tmux window: open a line, type a method's header, Enter; the
     screen once the ghost text is drawn."""
     nvim, tmux = nvim_or_skip("wheel"), tmux_or_skip()
@@ -474,7 +439,7 @@ def tmux_run(tmp_path_factory: pytest.TempPathFactory, model: Path) -> dict[str,
             "exec " + shlex.join(nvim_command(nvim, socket, tmp, headless=False))]
     run: dict[str, Any] = {"error": None}
     try:
-        proc, neovim = start_neovim(nvim, tmp, model, source, argv, socket,
+        proc, neovim = start_neovim(nvim, tmp, editor_model, source, argv, socket,
                                     TERM="tmux-256color", COLORTERM="truecolor")
         def tmux_keys(*keys: str) -> None:
             subprocess.run([*tmux_cmd, "send-keys", *keys], check=True, timeout=30)
@@ -520,11 +485,11 @@ def stop_tmux(tmux_cmd: list[str], folder: str) -> None:
 
 
 def test_the_terminal_shows_the_suggestion_after_the_cursor_in_its_own_colour(
-        tmux_run: dict[str, Any], model: Path):
+        tmux_run: dict[str, Any], editor_model: Path):
     assert tmux_run["error"] is None, tmux_run["error"]
     lines = tmux_run["state"]["lines"]
     assert lines == STACK.split("\n")[:-1]  # typed: the header, then Enter (indent by Python's)
-    expected = expected_completion(model, lines, STACK_ROW, 8)
+    expected = expected_completion(editor_model, lines, STACK_ROW, 8)
     assert ghost_text(tmux_run["state"]) == expected
     screen, (x, y) = tmux_run["screen"], tmux_run["cursor"]
     assert (x, y) == (8, STACK_ROW)  # no sign or number column: screen cells are buffer bytes
@@ -623,7 +588,8 @@ REWRITE_PICTURES = {"before": ROOT / "docs" / "img" / "neovim-rewrite-before.png
 
 
 @pytest.fixture(scope="module")
-def tmux_rewrite_run(tmp_path_factory: pytest.TempPathFactory, model: Path) -> dict[str, Any]:
+def tmux_rewrite_run(tmp_path_factory: pytest.TempPathFactory,
+                     editor_model: Path) -> dict[str, Any]:
     nvim, tmux = nvim_or_skip("wheel"), tmux_or_skip()
     tmp = tmp_path_factory.mktemp("nvim-tmux-rewrite")
     source = tmp / "fib.py"
@@ -650,7 +616,7 @@ def tmux_rewrite_run(tmp_path_factory: pytest.TempPathFactory, model: Path) -> d
 
     run: dict[str, Any] = {"error": None}
     try:
-        proc, neovim = start_neovim(nvim, tmp, model, source, argv, socket,
+        proc, neovim = start_neovim(nvim, tmp, editor_model, source, argv, socket,
                                     TERM="tmux-256color", COLORTERM="truecolor")
         subprocess.run([*tmux_cmd, "send-keys", "-l", "4GV8G:DgRewrite " + INSTRUCTION],
                        check=True, timeout=30)

@@ -22,6 +22,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="Ray is optional: pip install 'dg-lsp[distributed]'")
 serve = pytest.importorskip("ray.serve", reason="needs ray[serve]")
+pytestmark = pytest.mark.e2e  # a local Ray cluster
 
 from engine.serve.client import EngineUnavailable  # noqa: E402
 from engine.serve.ray_app import APP_NAME, AppOptions, build_app, routing_key, token_digest  # noqa: E402

@@ -67,6 +67,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow  # a layer at full width, loaded twice: about 30-60 s each on 2 cores
 @pytest.mark.parametrize(("name", "layers", "experts", "dtypes", "needs"), CASES,
                          ids=[c[0] for c in CASES])
 def test_real_width_loads_within_memory_and_matches_transformers(

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.e2e  # npm builds the extension; its tests drive a real server
+
 ROOT = Path(__file__).resolve().parent.parent
 VSCODE = ROOT / "editors" / "vscode"
 UNIT_TESTS, E2E_TESTS = 13, 2

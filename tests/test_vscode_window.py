@@ -36,10 +36,11 @@ from typing import Any
 
 import pytest
 
-from tests.test_neovim import BUNDLED, FIB, ROOT
-from tests.test_neovim_ghost import expected_completion, process_tree
+from tests.nvim_harness import BUNDLED, FIB, ROOT, expected_completion, process_tree
 from tests.test_progress import SLOW_LOAD
 from tests.test_vscode import VSCODE, run
+
+pytestmark = pytest.mark.e2e  # code-server in Chromium
 
 CODE_SERVER_HOME = Path(os.environ.get("DG_CODE_SERVER_HOME") or Path(
     os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dg-lsp" / "code-server")
