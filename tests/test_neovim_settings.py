@@ -18,7 +18,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.test_neovim import PLUGIN, ROOT, nvim_or_skip
+import pytest
+
+from tests.nvim_harness import PLUGIN, ROOT, nvim_or_skip
+
+pytestmark = pytest.mark.e2e  # a real Neovim
 
 SERVER = [sys.executable, "-m", "dg_lsp.cli", "serve"]
 

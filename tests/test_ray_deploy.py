@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("ray.serve", reason="Ray is optional: pip install 'dg-lsp[distributed]'")
+pytestmark = pytest.mark.e2e  # a Ray cluster, started as the README says
 
 from engine.serve.remote import RemoteEngine  # noqa: E402
 
