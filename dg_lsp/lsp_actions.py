@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +26,7 @@ from dg_lsp.positions import offset_at, position_at
 from dg_lsp.rewrite import MAX_DOCUMENT_CHARS, RewriteError, compute_edit
 from engine.backend import Backend
 from engine.serve.client import EngineUnavailable
-from engine.types import Draft
+from engine.types import Draft, InfillRequest, RewriteRequest
 
 if TYPE_CHECKING:
     from dg_lsp.server import DgLanguageServer
@@ -234,11 +234,13 @@ class _StepsOnWorker:
     def __init__(self, backend: Backend, executor: ThreadPoolExecutor) -> None:
         self.backend, self.executor = backend, executor
 
-    def infill_stream(self, *args: Any, **kwargs: Any) -> Iterator[Draft]:
-        return self._steps(self.backend.infill_stream(*args, **kwargs))
+    def infill_stream(self, request: InfillRequest, cancel: Callable[[], bool] | None = None
+                      ) -> Iterator[Draft]:
+        return self._steps(self.backend.infill_stream(request, cancel))
 
-    def rewrite_stream(self, *args: Any, **kwargs: Any) -> Iterator[Draft]:
-        return self._steps(self.backend.rewrite_stream(*args, **kwargs))
+    def rewrite_stream(self, request: RewriteRequest, cancel: Callable[[], bool] | None = None
+                       ) -> Iterator[Draft]:
+        return self._steps(self.backend.rewrite_stream(request, cancel))
 
     def _steps(self, drafts: Iterator[Draft]) -> Iterator[Draft]:
         try:
