@@ -61,14 +61,40 @@ class Counts:
     tokens: int | None = 0  # completion tokens; None once a backend could not tell
 
 
-class CountingBackend:
+class WrappedBackend:
+    """A Backend that hands every request to `backend` and passes its drafts through `_wrap`
+    (what a subclass adds: counting them, stepping them on a worker thread)."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+
+    @property
+    def engine_info(self) -> EngineInfo:
+        return self.backend.engine_info
+
+    def infill_stream(self, request: InfillRequest, cancel: Callable[[], bool] | None = None
+                      ) -> Iterator[Draft]:
+        return self._wrap(self.backend.infill_stream(request, cancel))
+
+    def rewrite_stream(self, request: RewriteRequest, cancel: Callable[[], bool] | None = None
+                       ) -> Iterator[Draft]:
+        return self._wrap(self.backend.rewrite_stream(request, cancel))
+
+    def completion_ids(self, draft: Draft) -> list[int]:
+        return self.backend.completion_ids(draft)
+
+    def _wrap(self, drafts: Iterator[Draft]) -> Iterator[Draft]:
+        return drafts
+
+
+class CountingBackend(WrappedBackend):
     """A Backend that counts what passes through it into `counts` (its own, or one shared by
     several backends: the language server's engine may be replaced, its counts go on):
     requests, drafts, forward passes and completion tokens (None where the backend cannot
     tell stop tokens apart, see EngineInfo.counts_tokens)."""
 
     def __init__(self, backend: Backend, counts: Counts | None = None) -> None:
-        self.backend = backend
+        super().__init__(backend)
         self.counts = counts if counts is not None else Counts()
         if not backend.engine_info.counts_tokens:
             self.counts.tokens = None
@@ -85,22 +111,7 @@ class CountingBackend:
     def tokens(self) -> int | None:
         return self.counts.tokens
 
-    @property
-    def engine_info(self) -> EngineInfo:
-        return self.backend.engine_info
-
-    def infill_stream(self, request: InfillRequest, cancel: Callable[[], bool] | None = None
-                      ) -> Iterator[Draft]:
-        return self._count(self.backend.infill_stream(request, cancel))
-
-    def rewrite_stream(self, request: RewriteRequest, cancel: Callable[[], bool] | None = None
-                       ) -> Iterator[Draft]:
-        return self._count(self.backend.rewrite_stream(request, cancel))
-
-    def completion_ids(self, draft: Draft) -> list[int]:
-        return self.backend.completion_ids(draft)
-
-    def _count(self, drafts: Iterator[Draft]) -> Iterator[Draft]:
+    def _wrap(self, drafts: Iterator[Draft]) -> Iterator[Draft]:
         counts = self.counts
         counts.requests += 1
         last = None

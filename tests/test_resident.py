@@ -152,6 +152,15 @@ def test_rewrites_through_the_engine_equal_in_process_ones(engine, inproc):
                                                               here.step)
 
 
+def test_a_rewrite_without_max_tokens_is_sized_from_its_original_there_as_here(engine, inproc):
+    # The engine used to size such a hole at 32 tokens, in process at the original's size and
+    # half again (engine.remask.default_max_tokens): the same request, two answers.
+    request = RewriteRequest("def f(a):\n    ", "\n", "return a + 1", strength=0.5)
+    here = list(inproc.rewrite_stream(request))[-1]
+    there = list(engine.rewrite_stream(request))[-1]
+    assert (there.token_ids, there.text, there.step) == (here.token_ids, here.text, here.step)
+
+
 def slow_request() -> dict:
     # one token per step over a long hole: it stays in denoising long enough to cancel
     # (the tiny model has 512 positions: the engine refuses a larger canvas)
@@ -458,6 +467,7 @@ def test_the_engine_stops_at_the_unit_end_and_runs_the_same_passes_as_in_process
 def test_a_malformed_unit_is_refused(engine):
     for bad in ({"kind": "paragraph"}, {"kind": "line", "indent": 4}, "line",
                 {"kind": "block", "line_prefix": 7}):
-        request = protocol.infill_request("x = ", "\n", 4, None, 64) | {"until": bad}
+        request = protocol.to_wire(InfillRequest("x = ", "\n", 4, canvas_length=64))
+        request["until"] = bad
         with pytest.raises(EngineRefused, match="until"):
             list(engine._stream(request, None))
