@@ -3,12 +3,13 @@
 from pathlib import Path
 
 from engine.config import CheckpointError, ModelConfig
-from engine.types import Draft, InfillResult, SamplerSettings
+from engine.types import Draft, InfillRequest, InfillResult, RewriteRequest, SamplerSettings
 
 # The models shipped inside the package (package data: found the same in a wheel and a checkout).
 BUNDLED_MODELS = Path(__file__).resolve().parent / "bundled"
 
-__all__ = ["CheckpointError", "Draft", "Engine", "InfillResult", "ModelConfig", "SamplerSettings"]
+__all__ = ["CheckpointError", "Draft", "Engine", "InfillRequest", "InfillResult", "ModelConfig",
+           "RewriteRequest", "SamplerSettings"]
 
 
 def __getattr__(name: str):
