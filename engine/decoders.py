@@ -106,17 +106,13 @@ class Decoder:
         n = len(original_ids)
         hole_len = max(request.max_tokens or default_max_tokens(n), n)
         if request.strength >= 1.0 or n == 0:
-            fresh = InfillRequest(request.prefix, request.suffix, hole_len, request.settings,
-                                  request.canvas_length, request.suffix_fraction)
-            return self.start(fresh, timings=timings)
+            return self.start(request.afresh(hole_len), timings=timings)
         return self.rewrite_kept(request, original_ids, hole_len)
 
     def rewrite_kept(self, request: RewriteRequest, original_ids: list[int], hole_len: int
                      ) -> Steps:
         """A rewrite that keeps part of the original; this default writes it afresh."""
-        fresh = InfillRequest(request.prefix, request.suffix, hole_len, request.settings,
-                              request.canvas_length, request.suffix_fraction)
-        return self.start(fresh)
+        return self.start(request.afresh(hole_len))
 
     def positions(self, canvas_length: int, max_tokens: int) -> int:
         """Positions a request's passes run over: the canvas holds the hole."""

@@ -142,7 +142,8 @@ class Runner:
     def step(self, lives: list[Live]) -> list[Stepped]:
         """Advance every one of `lives` by one forward pass; what each gave, in order. A step
         that raises costs its own request, not the others'."""
-        batch = [live for live in lives if live.batchable()] if self.batch else []
+        batch = ([live for live in lives if live.batchable()]
+                 if self.batch and len(lives) > 1 else [])
         done: dict[int, Stepped] = {}
         if len(batch) > 1:
             started = time.monotonic()

@@ -99,6 +99,11 @@ class RewriteRequest:
     canvas_length: int = CANVAS_LENGTH
     suffix_fraction: float = SUFFIX_FRACTION
 
+    def afresh(self, hole: int) -> InfillRequest:
+        """The infill that writes the original afresh in a hole of `hole` tokens."""
+        return InfillRequest(self.prefix, self.suffix, hole, self.settings, self.canvas_length,
+                             self.suffix_fraction)
+
 
 @dataclass
 class Draft:
