@@ -24,7 +24,7 @@ from dg_lsp.documents import short_path
 from dg_lsp.languages import language_for
 from dg_lsp.positions import offset_at, position_at
 from dg_lsp.rewrite import MAX_DOCUMENT_CHARS, RewriteError, compute_edit
-from engine.backend import Backend
+from engine.backend import Backend, WrappedBackend
 from engine.serve.client import EngineUnavailable
 from engine.types import Draft
 
@@ -254,20 +254,15 @@ def _refuse(server: DgLanguageServer, reason: str) -> JsonRpcException:
     return JsonRpcException(message, REQUEST_FAILED)
 
 
-class _StepsOnWorker:
+class _StepsOnWorker(WrappedBackend):
     """An engine whose every denoising step runs on `executor` (the engine's one worker),
     for work that runs on another thread: the steps of other requests interleave with its."""
 
     def __init__(self, backend: Backend, executor: ThreadPoolExecutor) -> None:
-        self.backend, self.executor = backend, executor
+        super().__init__(backend)
+        self.executor = executor
 
-    def infill_stream(self, *args: Any, **kwargs: Any) -> Iterator[Draft]:
-        return self._steps(self.backend.infill_stream(*args, **kwargs))
-
-    def rewrite_stream(self, *args: Any, **kwargs: Any) -> Iterator[Draft]:
-        return self._steps(self.backend.rewrite_stream(*args, **kwargs))
-
-    def _steps(self, drafts: Iterator[Draft]) -> Iterator[Draft]:
+    def _wrap(self, drafts: Iterator[Draft]) -> Iterator[Draft]:
         try:
             while (draft := self.executor.submit(next, drafts, None).result()) is not None:
                 yield draft

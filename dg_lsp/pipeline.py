@@ -25,7 +25,7 @@ from dg_lsp.languages import LanguageSpec
 from dg_lsp.postprocess import Suggestion, postprocess, unit_end
 from dg_lsp.settings import Settings
 from engine.backend import Backend
-from engine.types import Draft
+from engine.types import Draft, InfillRequest
 
 
 @dataclass
@@ -72,11 +72,11 @@ class Pipeline:
     ) -> tuple[Context, Iterator[Draft]]:
         """The context, and the engine's drafts (lazy: nothing runs until iterated)."""
         ctx = self.context(request)
-        drafts = self.backend.infill_stream(
-            ctx.prefix, ctx.suffix, self.settings.hole_size[ctx.kind],
-            settings=self.settings.sampler, canvas_length=self.settings.canvas_length,
-            suffix_fraction=self.settings.suffix_fraction, cancel=cancel, until=unit_end(ctx))
-        return ctx, drafts
+        # What the engine is asked, decided here once and carried unchanged to the decoder.
+        ask = InfillRequest(ctx.prefix, ctx.suffix, self.settings.hole_size[ctx.kind],
+                            self.settings.sampler, self.settings.canvas_length,
+                            self.settings.suffix_fraction, until=unit_end(ctx))
+        return ctx, self.backend.infill_stream(ask, cancel)
 
     def finish(
         self, request: CompletionRequest, ctx: Context, last: Draft | None

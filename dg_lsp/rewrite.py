@@ -25,6 +25,7 @@ from dg_lsp.context import char_budget, windows
 from dg_lsp.settings import Settings
 from engine.backend import Backend
 from engine.bounds import STRENGTH_RANGE
+from engine.types import InfillRequest, RewriteRequest
 
 # Keep the half of a selection the model is surest of and write the rest again.
 DEFAULT_STRENGTH = 0.5
@@ -154,14 +155,14 @@ def _generate(
     if original and strength < 1.0:
         # Remasking has no held-out measurement that favours cached passes (infill holes
         # do): it keeps the exact context keys/values.
-        drafts = backend.rewrite_stream(
-            prefix, suffix, original, strength=strength, max_tokens=target.max_tokens,
-            settings=replace(sampler, cache_refresh=1), canvas_length=settings.canvas_length,
-            cancel=cancel, suffix_fraction=settings.suffix_fraction)
+        drafts = backend.rewrite_stream(RewriteRequest(
+            prefix, suffix, original, strength, target.max_tokens,
+            replace(sampler, cache_refresh=1), settings.canvas_length,
+            settings.suffix_fraction), cancel)
     else:
-        drafts = backend.infill_stream(prefix, suffix, target.max_tokens, settings=sampler,
-                                       canvas_length=settings.canvas_length, cancel=cancel,
-                                       suffix_fraction=settings.suffix_fraction)
+        drafts = backend.infill_stream(InfillRequest(
+            prefix, suffix, target.max_tokens, sampler, settings.canvas_length,
+            settings.suffix_fraction), cancel)
     last = None
     try:
         for draft in drafts:

@@ -1,9 +1,10 @@
 """dg-engine: loads diffusion code models and denoises holes in code."""
 
 from engine.config import CheckpointError, ModelConfig
-from engine.types import Draft, InfillResult, SamplerSettings
+from engine.types import Draft, InfillRequest, InfillResult, RewriteRequest, SamplerSettings
 
-__all__ = ["CheckpointError", "Draft", "Engine", "InfillResult", "ModelConfig", "SamplerSettings"]
+__all__ = ["CheckpointError", "Draft", "Engine", "InfillRequest", "InfillResult", "ModelConfig",
+           "RewriteRequest", "SamplerSettings"]
 
 
 def __getattr__(name: str):

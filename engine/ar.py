@@ -12,12 +12,13 @@ token against the keys/values cached so far. It yields the same Drafts as the di
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import torch
 
 from engine.canvas import Canvas, VocabText, completion_text
 from engine.config import ModelConfig
+from engine.kv_cache import joined
 from engine.models.transformer import LayerKV, Transformer
 from engine.tokenizer import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, Tokenizer
 from engine.types import Draft
@@ -45,13 +46,13 @@ def decode_ar(
     *,
     stop_early: bool = True,
     vocab: VocabText | None = None,
-    cancel: Callable[[], bool] | None = None,
     timings: dict[str, float] | None = None,
 ) -> Iterator[Draft]:
     """Greedy KV-cached decoding of the middle; a Draft per token, the last with done=True.
 
     `stop_ids`: the tokens that end the middle (`Decoder.stop_ids`). With `stop_early=False`
-    they are forbidden and exactly `max_tokens` are written.
+    they are forbidden and exactly `max_tokens` are written. The runner (engine.runner)
+    takes one draft per step and stops taking them when the request is cancelled.
     """
     device = next(model.parameters()).device
     timings = {} if timings is None else timings
@@ -79,18 +80,12 @@ def decode_ar(
                      done=done, finish_reason=reason)
 
     while True:
-        if cancel is not None and cancel():
-            yield draft(True, "cancelled")
-            return
         t0 = time.perf_counter()
         with torch.inference_mode():
             past_positions = None if past is None else torch.arange(
                 positions[0, 0].item(), device=device)[None]
             logits, kv = model(next_input, positions, past, past_positions)
-            past = kv if past is None else [
-                LayerKV(torch.cat([p.k, n.k], 2), torch.cat([p.v, n.v], 2))
-                for p, n in zip(past, kv, strict=True)
-            ]
+            past = kv if past is None else joined(past, kv)
             last = logits[0, -1].float()
             last[banned] = float("-inf")
             if heal_banned is not None and not out:

@@ -1,7 +1,9 @@
 """`Backend`: what dg-lsp asks of an engine, whether it runs in this process or not.
 
-Two classes implement it: `engine.Engine` (the model loaded in this process) and
-`engine.serve.client.EngineClient` (the resident engine, over a socket). What differs
+Two kinds implement it: `engine.Engine` (the model loaded in this process) and
+`engine.serve.client.WireBackend` (`EngineClient`: the resident engine over a socket;
+`RemoteEngine`: a team's engine by URL). Both take the same request objects
+(engine.types.InfillRequest, RewriteRequest). What differs
 between them that a caller may need to know is written down in `EngineInfo`, never found
 out by probing for attributes.
 
@@ -12,10 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-from engine.types import CANVAS_LENGTH, SUFFIX_FRACTION, Draft, SamplerSettings
-from engine.units import UnitEnd
+from engine.types import Draft, InfillRequest, RewriteRequest
 
 
 @dataclass(frozen=True)
@@ -33,40 +34,17 @@ class Backend(Protocol):
     @property
     def engine_info(self) -> EngineInfo: ...
 
-    def infill_stream(
-        self,
-        prefix: str,
-        suffix: str,
-        max_tokens: int = 32,
-        *,
-        settings: SamplerSettings | None = None,
-        canvas_length: int = CANVAS_LENGTH,
-        cancel: Callable[[], bool] | None = None,
-        suffix_fraction: float = SUFFIX_FRACTION,
-        until: UnitEnd | None = None,
-    ) -> Iterator[Draft]:
-        """Drafts of the hole between `prefix` and `suffix` after every forward pass; the
-        last has done=True and a finish_reason. `suffix_fraction`: the suffix's share of the
-        canvas's context tokens (the engine's token cut is the one place that splits them).
-        `until`: the engine stops once the committed text holds the end of that unit (the
-        last draft's finish_reason is then "unit")."""
+    def infill_stream(self, request: InfillRequest, cancel: Callable[[], bool] | None = None
+                      ) -> Iterator[Draft]:
+        """Drafts of the request's hole after every forward pass; the last has done=True and
+        a finish_reason ("unit" when it ended at `request.until`). `cancel` is asked between
+        passes: once it says so, the last draft is "cancelled"."""
         ...
 
-    def rewrite_stream(
-        self,
-        prefix: str,
-        suffix: str,
-        original: str,
-        *,
-        strength: float = 1.0,
-        max_tokens: int | None = None,
-        settings: SamplerSettings | None = None,
-        canvas_length: int = CANVAS_LENGTH,
-        cancel: Callable[[], bool] | None = None,
-        suffix_fraction: float = SUFFIX_FRACTION,
-    ) -> Iterator[Draft]:
-        """Drafts of `original` (the text between prefix and suffix) rewritten at `strength`
-        (the share of its tokens generated again; 1.0: a fresh infill)."""
+    def rewrite_stream(self, request: RewriteRequest, cancel: Callable[[], bool] | None = None
+                       ) -> Iterator[Draft]:
+        """Drafts of `request.original` rewritten at `request.strength` (the share of its
+        tokens generated again; 1.0: a fresh infill)."""
         ...
 
     def completion_ids(self, draft: Draft) -> list[int]:
@@ -83,14 +61,40 @@ class Counts:
     tokens: int | None = 0  # completion tokens; None once a backend could not tell
 
 
-class CountingBackend:
+class WrappedBackend:
+    """A Backend that hands every request to `backend` and passes its drafts through `_wrap`
+    (what a subclass adds: counting them, stepping them on a worker thread)."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+
+    @property
+    def engine_info(self) -> EngineInfo:
+        return self.backend.engine_info
+
+    def infill_stream(self, request: InfillRequest, cancel: Callable[[], bool] | None = None
+                      ) -> Iterator[Draft]:
+        return self._wrap(self.backend.infill_stream(request, cancel))
+
+    def rewrite_stream(self, request: RewriteRequest, cancel: Callable[[], bool] | None = None
+                       ) -> Iterator[Draft]:
+        return self._wrap(self.backend.rewrite_stream(request, cancel))
+
+    def completion_ids(self, draft: Draft) -> list[int]:
+        return self.backend.completion_ids(draft)
+
+    def _wrap(self, drafts: Iterator[Draft]) -> Iterator[Draft]:
+        return drafts
+
+
+class CountingBackend(WrappedBackend):
     """A Backend that counts what passes through it into `counts` (its own, or one shared by
     several backends: the language server's engine may be replaced, its counts go on):
     requests, drafts, forward passes and completion tokens (None where the backend cannot
     tell stop tokens apart, see EngineInfo.counts_tokens)."""
 
     def __init__(self, backend: Backend, counts: Counts | None = None) -> None:
-        self.backend = backend
+        super().__init__(backend)
         self.counts = counts if counts is not None else Counts()
         if not backend.engine_info.counts_tokens:
             self.counts.tokens = None
@@ -107,22 +111,7 @@ class CountingBackend:
     def tokens(self) -> int | None:
         return self.counts.tokens
 
-    @property
-    def engine_info(self) -> EngineInfo:
-        return self.backend.engine_info
-
-    def infill_stream(self, prefix: str, suffix: str, max_tokens: int = 32,
-                      **kwargs: Any) -> Iterator[Draft]:
-        return self._count(self.backend.infill_stream(prefix, suffix, max_tokens, **kwargs))
-
-    def rewrite_stream(self, prefix: str, suffix: str, original: str,
-                       **kwargs: Any) -> Iterator[Draft]:
-        return self._count(self.backend.rewrite_stream(prefix, suffix, original, **kwargs))
-
-    def completion_ids(self, draft: Draft) -> list[int]:
-        return self.backend.completion_ids(draft)
-
-    def _count(self, drafts: Iterator[Draft]) -> Iterator[Draft]:
+    def _wrap(self, drafts: Iterator[Draft]) -> Iterator[Draft]:
         counts = self.counts
         counts.requests += 1
         last = None

@@ -1,11 +1,11 @@
 """One decoder per model family, chosen once when the engine loads (`decoder_for`).
 
 A decoder is everything that depends on the family: how its model is loaded, how the
-context and the hole are laid out (`canvas`), how a hole is filled pass by pass (`fill`),
-how existing text is rewritten (`rewrite`), which tokens end a completion (`stop_ids`), and
-for the masked family the denoiser the resident engine's scheduler steps in batches. The
-in-process `Engine` and the scheduler both go through it; nothing else asks which family a
-model is.
+context and the hole are laid out (`canvas`), and how a request is decoded pass by pass:
+`start` turns an InfillRequest or a RewriteRequest into the `Steps` the runner
+(engine.runner) advances, alone in process or beside other requests in the resident
+engine's scheduler. Which tokens end a completion is `stop_ids`. Nothing else asks which
+family a model is.
 
 - MaskedDecoder: a bidirectional denoiser fills a masked hole inside the canvas
   (engine.denoise); rewrites remask the least likely tokens (engine.remask).
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -29,11 +29,17 @@ from engine.ar import FIM_TOKENS, decode_ar
 from engine.bounds import STRENGTH_RANGE
 from engine.canvas import Canvas, VocabText, completion_text, layout, to_lf
 from engine.config import ModelConfig
-from engine.denoise import MaskedDenoiser, PrefixCache, denoise
+from engine.denoise import MaskedDenoiser
+from engine.kv_cache import PrefixCache
 from engine.models.transformer import Transformer, shift_logits
 from engine.remask import default_max_tokens, least_likely_kept, seeded_kept
+from engine.runner import DraftSteps, Steps
 from engine.tokenizer import EOS, Tokenizer
-from engine.types import SUFFIX_FRACTION, Draft, SamplerSettings
+from engine.types import Draft, InfillRequest, RewriteRequest, SamplerSettings
+
+# What a decoder lays out a canvas from: either request has prefix, suffix, canvas_length and
+# suffix_fraction.
+Request = InfillRequest | RewriteRequest
 
 
 class Decoder:
@@ -68,62 +74,46 @@ class Decoder:
         """The token ids that end a completion of this model (see engine.stops)."""
         return self.config.stop_token_ids
 
-    def canvas(self, prefix: str, suffix: str, max_tokens: int, canvas_length: int,
-               suffix_fraction: float = SUFFIX_FRACTION) -> Canvas:
-        """The context around a hole of `max_tokens`, cut to the family's share of
-        `canvas_length` positions, the suffix's share `suffix_fraction` of the context's."""
-        return layout(self.tokenizer, self.config, prefix, suffix, max_tokens, canvas_length,
-                      suffix_fraction, vocab=self.vocab)
+    def canvas(self, request: Request, hole: int) -> Canvas:
+        """The context around a hole of `hole` tokens, cut to the family's share of the
+        request's `canvas_length` positions, the suffix's share its `suffix_fraction` of the
+        context's."""
+        return layout(self.tokenizer, self.config, request.prefix, request.suffix, hole,
+                      request.canvas_length, request.suffix_fraction, vocab=self.vocab)
+
+    def start(self, request: Request, *, stop_early: bool = True,
+              timings: dict[str, float] | None = None) -> Steps:
+        """`request`'s Steps: its canvas laid out, no pass run yet (but a partial rewrite's
+        scoring pass). `stop_early=False`: stop tokens are forbidden and the hole is filled
+        to `max_tokens` (the evaluation's fixed-length protocol). `timings` collects seconds
+        per stage."""
+        timings = {} if timings is None else timings
+        if isinstance(request, RewriteRequest):
+            return self._rewrite(request, timings)
+        t0 = time.perf_counter()
+        canvas = self.canvas(request, request.max_tokens)
+        timings["tokenize"] = time.perf_counter() - t0
+        return self.fill(canvas, request.max_tokens, request.settings, stop_early, timings)
 
     def fill(self, canvas: Canvas, max_tokens: int, settings: SamplerSettings,
-             stop_early: bool, cancel: Callable[[], bool] | None,
-             timings: dict[str, float]) -> Iterator[Draft]:
-        """Drafts of `canvas`'s hole after every forward pass; the last has done=True."""
+             stop_early: bool, timings: dict[str, float]) -> Steps:
+        """The Steps that fill `canvas`'s hole."""
         raise NotImplementedError
 
-    def stream(self, prefix: str, suffix: str, max_tokens: int, settings: SamplerSettings, *,
-               stop_early: bool = True, canvas_length: int,
-               suffix_fraction: float = SUFFIX_FRACTION,
-               cancel: Callable[[], bool] | None = None,
-               timings: dict[str, float] | None = None) -> Iterator[Draft]:
-        """Lay out the hole between `prefix` and `suffix` and fill it."""
-        timings = {} if timings is None else timings
-        t0 = time.perf_counter()
-        canvas = self.canvas(prefix, suffix, max_tokens, canvas_length, suffix_fraction)
-        timings["tokenize"] = time.perf_counter() - t0
-        yield from self.fill(canvas, max_tokens, settings, stop_early, cancel, timings)
-
-    def rewrite(self, prefix: str, suffix: str, original: str, *, strength: float,
-                max_tokens: int | None, settings: SamplerSettings, canvas_length: int,
-                cancel: Callable[[], bool] | None,
-                suffix_fraction: float = SUFFIX_FRACTION) -> Iterator[Draft]:
-        """Drafts of `original` (the text between prefix and suffix) rewritten at `strength`
-        (share of its tokens generated again; 1.0: a fresh infill)."""
-        if problem := STRENGTH_RANGE.problem("strength", strength):
+    def _rewrite(self, request: RewriteRequest, timings: dict[str, float]) -> Steps:
+        if problem := STRENGTH_RANGE.problem("strength", request.strength):
             raise ValueError(problem)
-        original_ids = self.tokenizer.encode(to_lf(original))
+        original_ids = self.tokenizer.encode(to_lf(request.original))
         n = len(original_ids)
-        hole_len = max(max_tokens or default_max_tokens(n), n)
-        if strength >= 1.0 or n == 0:
-            return self.stream(prefix, suffix, hole_len, settings, canvas_length=canvas_length,
-                               suffix_fraction=suffix_fraction, cancel=cancel)
-        return self.rewrite_kept(prefix, suffix, original_ids, strength, hole_len, settings,
-                                 canvas_length, cancel, suffix_fraction)
+        hole_len = max(request.max_tokens or default_max_tokens(n), n)
+        if request.strength >= 1.0 or n == 0:
+            return self.start(request.afresh(hole_len), timings=timings)
+        return self.rewrite_kept(request, original_ids, hole_len)
 
-    def rewrite_kept(self, prefix: str, suffix: str, original_ids: list[int], strength: float,
-                     hole_len: int, settings: SamplerSettings, canvas_length: int,
-                     cancel: Callable[[], bool] | None,
-                     suffix_fraction: float = SUFFIX_FRACTION) -> Iterator[Draft]:
+    def rewrite_kept(self, request: RewriteRequest, original_ids: list[int], hole_len: int
+                     ) -> Steps:
         """A rewrite that keeps part of the original; this default writes it afresh."""
-        return self.stream(prefix, suffix, hole_len, settings, canvas_length=canvas_length,
-                           suffix_fraction=suffix_fraction, cancel=cancel)
-
-    def denoiser(self, prefix: str, suffix: str, max_tokens: int, canvas_length: int,
-                 settings: SamplerSettings, suffix_fraction: float = SUFFIX_FRACTION
-                 ) -> MaskedDenoiser | None:
-        """A denoiser the scheduler can batch with others' passes; None: the family's holes
-        are stepped one by one through `stream`."""
-        return None
+        return self.start(request.afresh(hole_len))
 
     def positions(self, canvas_length: int, max_tokens: int) -> int:
         """Positions a request's passes run over: the canvas holds the hole."""
@@ -161,33 +151,23 @@ class MaskedDecoder(_TransformerDecoder):
     family = "masked"
 
     def fill(self, canvas: Canvas, max_tokens: int, settings: SamplerSettings,
-             stop_early: bool, cancel: Callable[[], bool] | None,
-             timings: dict[str, float]) -> Iterator[Draft]:
-        return denoise(self.model, self.config, self.tokenizer, canvas, settings,
-                       self.stop_ids(), stop_early=stop_early, vocab=self.vocab, cancel=cancel,
-                       timings=timings, prefix_cache=self.prefix_cache)
-
-    def denoiser(self, prefix: str, suffix: str, max_tokens: int, canvas_length: int,
-                 settings: SamplerSettings, suffix_fraction: float = SUFFIX_FRACTION
-                 ) -> MaskedDenoiser:
-        canvas = self.canvas(prefix, suffix, max_tokens, canvas_length, suffix_fraction)
+             stop_early: bool, timings: dict[str, float]) -> MaskedDenoiser:
         return MaskedDenoiser(self.model, self.config, self.tokenizer, canvas, settings,
-                              self.stop_ids(), vocab=self.vocab, prefix_cache=self.prefix_cache)
+                              self.stop_ids(), stop_early=stop_early, vocab=self.vocab,
+                              timings=timings, prefix_cache=self.prefix_cache)
 
-    def rewrite_kept(self, prefix: str, suffix: str, original_ids: list[int], strength: float,
-                     hole_len: int, settings: SamplerSettings, canvas_length: int,
-                     cancel: Callable[[], bool] | None,
-                     suffix_fraction: float = SUFFIX_FRACTION) -> Iterator[Draft]:
+    def rewrite_kept(self, request: RewriteRequest, original_ids: list[int], hole_len: int
+                     ) -> MaskedDenoiser:
         # No token healing: the hole starts exactly where the original does.
-        canvas = layout(self.tokenizer, self.config, prefix, suffix, hole_len, canvas_length,
-                        suffix_fraction)
+        canvas = layout(self.tokenizer, self.config, request.prefix, request.suffix, hole_len,
+                        request.canvas_length, request.suffix_fraction)
         logits = self.forward_logits(torch.tensor([canvas.ids]))[0]
-        start = least_likely_kept(logits, canvas.hole_start, original_ids, strength, hole_len,
-                                  self.config.mask_token_id)
+        start = least_likely_kept(logits, canvas.hole_start, original_ids, request.strength,
+                                  hole_len, self.config.mask_token_id)
         # The scoring pass is a forward pass too: drafts count it.
-        for draft in denoise(self.model, self.config, self.tokenizer, canvas, settings,
-                             self.stop_ids(), vocab=self.vocab, cancel=cancel, start=start):
-            yield dataclasses.replace(draft, step=draft.step + 1)
+        return MaskedDenoiser(self.model, self.config, self.tokenizer, canvas,
+                              request.settings, self.stop_ids(), vocab=self.vocab, start=start,
+                              passes_before=1)
 
 
 class ARDecoder(_TransformerDecoder):
@@ -197,17 +177,16 @@ class ARDecoder(_TransformerDecoder):
         eos = self.tokenizer.token_id(EOS)
         return self.config.stop_token_ids | ({eos} if eos is not None else set())
 
-    def canvas(self, prefix: str, suffix: str, max_tokens: int, canvas_length: int,
-               suffix_fraction: float = SUFFIX_FRACTION) -> Canvas:
-        return layout(self.tokenizer, self.config, prefix, suffix, max_tokens,
-                      canvas_length - FIM_TOKENS, suffix_fraction, vocab=self.vocab)
+    def canvas(self, request: Request, hole: int) -> Canvas:
+        return layout(self.tokenizer, self.config, request.prefix, request.suffix, hole,
+                      request.canvas_length - FIM_TOKENS, request.suffix_fraction,
+                      vocab=self.vocab)
 
     def fill(self, canvas: Canvas, max_tokens: int, settings: SamplerSettings,
-             stop_early: bool, cancel: Callable[[], bool] | None,
-             timings: dict[str, float]) -> Iterator[Draft]:
-        return decode_ar(self.model, self.config, self.tokenizer, canvas, max_tokens,
-                         self.stop_ids(), stop_early=stop_early, vocab=self.vocab,
-                         cancel=cancel, timings=timings)
+             stop_early: bool, timings: dict[str, float]) -> Steps:
+        return DraftSteps(decode_ar(self.model, self.config, self.tokenizer, canvas, max_tokens,
+                                    self.stop_ids(), stop_early=stop_early, vocab=self.vocab,
+                                    timings=timings))
 
 
 class BlockDecoder(Decoder):
@@ -227,41 +206,37 @@ class BlockDecoder(Decoder):
             raise ValueError("dtype 'int8' and compile are for the masked and AR families")
         return load_block_model(ckpt, device, dtype), False
 
-    def canvas(self, prefix: str, suffix: str, max_tokens: int, canvas_length: int,
-               suffix_fraction: float = SUFFIX_FRACTION) -> Canvas:
+    def canvas(self, request: Request, hole: int) -> Canvas:
         # The hole is denoised in canvases after the prompt, not inside it: the context
         # gets the whole budget (the one-token hole is a placeholder). The prompt
         # template brings its own BOS, and the block sampler has no first-token
         # constraint, so the cursor's token is not healed.
-        return layout(self.tokenizer, self.config, prefix, suffix, 1, canvas_length + 1,
-                      suffix_fraction, bos=False)
+        return layout(self.tokenizer, self.config, request.prefix, request.suffix, 1,
+                      request.canvas_length + 1, request.suffix_fraction, bos=False)
 
     def positions(self, canvas_length: int, max_tokens: int) -> int:
         # The hole is denoised after the context, not inside it.
         return canvas_length + max_tokens
 
     def fill(self, canvas: Canvas, max_tokens: int, settings: SamplerSettings,
-             stop_early: bool, cancel: Callable[[], bool] | None,
-             timings: dict[str, float]) -> Iterator[Draft]:
-        return self._denoise(canvas, max_tokens, settings, cancel)
+             stop_early: bool, timings: dict[str, float]) -> Steps:
+        return DraftSteps(self._denoise(canvas, max_tokens, settings))
 
-    def rewrite_kept(self, prefix: str, suffix: str, original_ids: list[int], strength: float,
-                     hole_len: int, settings: SamplerSettings, canvas_length: int,
-                     cancel: Callable[[], bool] | None,
-                     suffix_fraction: float = SUFFIX_FRACTION) -> Iterator[Draft]:
-        canvas = self.canvas(prefix, suffix, hole_len, canvas_length, suffix_fraction)
-        pinned = seeded_kept(len(original_ids), strength, settings.seed)
-        return self._denoise(canvas, hole_len, settings, cancel, original_ids, pinned)
+    def rewrite_kept(self, request: RewriteRequest, original_ids: list[int], hole_len: int
+                     ) -> Steps:
+        canvas = self.canvas(request, hole_len)
+        pinned = seeded_kept(len(original_ids), request.strength, request.settings.seed)
+        return DraftSteps(self._denoise(canvas, hole_len, request.settings, original_ids,
+                                        pinned))
 
     def _denoise(self, canvas: Canvas, max_tokens: int, settings: SamplerSettings,
-                 cancel: Callable[[], bool] | None, start_ids: list[int] | None = None,
-                 pinned: list[bool] | None = None) -> Iterator[Draft]:
+                 start_ids: list[int] | None = None, pinned: list[bool] | None = None
+                 ) -> Iterator[Draft]:
         from engine.models.block import denoise_block
 
         prefix_ids, suffix_ids = canvas.context_ids
         for draft in denoise_block(self.model, self.checkpoint, prefix_ids, suffix_ids,
-                                   max_tokens, settings, cancel, start_ids=start_ids,
-                                   pinned=pinned):
+                                   max_tokens, settings, start_ids=start_ids, pinned=pinned):
             yield dataclasses.replace(draft, text=completion_text(canvas, draft.text))
 
 

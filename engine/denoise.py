@@ -1,8 +1,9 @@
-"""The masked family's denoising loop: fill a canvas's hole in a few parallel steps.
+"""The masked family's denoiser: fill a canvas's hole in a few parallel steps.
 
 Each step runs the model, proposes a token for every hole position and commits the ones the
-sampler picks (engine.samplers); committed tokens never change. The loop yields a `Draft`
-after every step; the last one has `done=True` and a `finish_reason`.
+sampler picks (engine.samplers); committed tokens never change. A `MaskedDenoiser` returns a
+`Draft` after every step; the last one has `done=True` and a `finish_reason`. The runner
+(engine.runner) steps it, alone or with other holes' full passes in one batch.
 
 Variable length. A stop token (EOS/pad) committed inside the hole ends the completion there:
 every position after it becomes pad at once, so it costs no further steps. With
@@ -29,24 +30,24 @@ single-line holes that is also what lets the bundled model write whole lines ins
 stopping after a token or two (README, "Performance").
 
 Across requests (R > 1 only). Typing changes the canvas near the cursor; the prefix before it
-is mostly the same tokens as a moment ago. A `PrefixCache` keeps recent canvases' prefix
-keys/values keyed by token ids; a new request's first pass then runs only from the first
-token that differs and attends to the cached rest. For a bidirectional model those keys were
-computed beside an older hole and suffix, so this is the same approximation as R > 1 and the
-next refresh (full pass) corrects it.
+is mostly the same tokens as a moment ago. A `PrefixCache` (engine.kv_cache) keeps recent
+canvases' prefix keys/values keyed by token ids; a new request's first pass then runs only
+from the first token that differs and attends to the cached rest. For a bidirectional model
+those keys were computed beside an older hole and suffix, so this is the same approximation
+as R > 1 and the next refresh (full pass) corrects it.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
 
 import torch
 from torch import Tensor
 
 from engine.canvas import Canvas, VocabText, completion_text
 from engine.config import ModelConfig
+from engine.kv_cache import ContextCache, PrefixCache, first_positions, joined
 from engine.models.transformer import LayerKV, Transformer
 from engine.samplers import adjust_logits, step
 from engine.stops import completion_ids
@@ -57,83 +58,6 @@ from engine.types import Draft, SamplerSettings
 # just before the stop run stay masked and are denoised as usual (without the margin the
 # stop run cut completions short; README, "Performance").
 STOP_RUN_MARGIN = 2
-
-
-class ContextCache:
-    """Every canvas position's keys/values from the last full pass; a cached pass attends to
-    those outside its live span."""
-
-    def __init__(self, kv: list[LayerKV], length: int) -> None:
-        self.kv, self.length = kv, length
-        self._span: tuple[int, int] | None = None
-        self.past: list[LayerKV] = []
-        self.positions = torch.empty(0)
-
-    def refreshed(self, span: tuple[int, int], kv: list[LayerKV]) -> ContextCache:
-        """This cache with positions [a, b) replaced by `kv` (a window's new keys/values)."""
-        a, b = span
-        layers = []
-        for old, new in zip(self.kv, kv, strict=True):
-            k, v = old.k.clone(), old.v.clone()
-            k[:, :, a:b], v[:, :, a:b] = new.k, new.v
-            layers.append(LayerKV(k, v))
-        return ContextCache(layers, self.length)
-
-    def outside(self, span: tuple[int, int]) -> tuple[list[LayerKV], Tensor]:
-        """Keys/values and positions of the positions outside `span` (kept while it stays)."""
-        if span != self._span:
-            a, b = span
-            device = self.kv[0].k.device
-            ctx = torch.cat([torch.arange(0, a, device=device),
-                             torch.arange(b, self.length, device=device)])
-            self.past = [LayerKV(layer.k[:, :, ctx], layer.v[:, :, ctx]) for layer in self.kv]
-            self.positions, self._span = ctx[None], span
-        return self.past, self.positions
-
-
-class PrefixCache:
-    """Recent canvases' prefix keys/values by token ids: least recently used go first."""
-
-    MIN_REUSE = 16  # shorter shared prefixes are not worth a separate pass
-
-    def __init__(self, max_entries: int = 32, max_bytes: int = 256 << 20) -> None:
-        self.max_entries, self.max_bytes = max_entries, max_bytes
-        self.entries: list[tuple[list[int], list[LayerKV]]] = []  # most recent last
-        self.hits = self.misses = 0
-
-    def lookup(self, ids: list[int]) -> tuple[int, list[LayerKV] | None]:
-        """The longest cached prefix shared with `ids`: its length and its keys/values."""
-        best, best_i = 0, -1
-        for i, (cached, _) in enumerate(self.entries):
-            n = _common_prefix(cached, ids)
-            if n > best:
-                best, best_i = n, i
-        if best < self.MIN_REUSE:
-            self.misses += 1
-            return 0, None
-        self.hits += 1
-        entry = self.entries.pop(best_i)
-        self.entries.append(entry)
-        return best, [LayerKV(kv.k[:, :, :best], kv.v[:, :, :best]) for kv in entry[1]]
-
-    def store(self, ids: list[int], kv: list[LayerKV]) -> None:
-        self.entries = [e for e in self.entries if e[0] != ids]
-        self.entries.append((ids, kv))
-        while self.entries and (len(self.entries) > self.max_entries
-                                or self.nbytes() > self.max_bytes):
-            self.entries.pop(0)
-
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for _, kv in self.entries for layer in kv
-                   for t in (layer.k, layer.v))
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
 
 
 def logit_rows(p0: int, p1: int, shifted: bool) -> tuple[int, int]:
@@ -225,8 +149,9 @@ class _Hole:
 class MaskedDenoiser:
     """One hole being denoised, advanced one forward pass at a time.
 
-    `denoise` drives it alone; the resident engine's scheduler drives many at once and runs
-    their full passes as one padded batch (`step_input` / `hole_from_full` / `advance`).
+    `step` runs its next pass alone; the runner (engine.runner) runs the full passes of
+    several holes as one padded batch instead (`full_pass_input` / `hole_from_full` /
+    `advance`).
     """
 
     def __init__(
@@ -243,10 +168,12 @@ class MaskedDenoiser:
         timings: dict[str, float] | None = None,
         prefix_cache: PrefixCache | None = None,
         start: tuple[list[int], list[bool]] | None = None,
+        passes_before: int = 0,
     ) -> None:
         """`stop_ids`: the tokens that end the completion (`Decoder.stop_ids`). `start`
         (tokens, committed flags) replaces the all-mask hole: a rewrite keeps the committed
-        tokens and denoises the rest."""
+        tokens and denoises the rest. `passes_before`: forward passes already run for this
+        hole (a rewrite's scoring pass), counted in its drafts' steps."""
         if config.mask_token_id is None:
             raise ValueError("the model has no mask token")
         self.model, self.config, self.tokenizer, self.canvas = model, config, tokenizer, canvas
@@ -283,6 +210,7 @@ class MaskedDenoiser:
         self.stale = True  # the cache no longer matches the canvas layout
         self.stopped = False
         self.steps = 0
+        self.passes_before = passes_before
         self._masked_range: tuple[int, int] | None = None  # this step's; advance() clears it
 
     @property
@@ -295,12 +223,34 @@ class MaskedDenoiser:
         settled = next((i for i, c in enumerate(committed) if not c), len(committed))
         ids = completion_ids(tokens[:settled], self.stop_ids)
         text = completion_text(self.canvas, self.tokenizer.decode(ids))
-        return Draft(step=self.steps, token_ids=tokens, committed=sum(committed), text=text,
-                     done=done, finish_reason=reason)
+        return Draft(step=self.steps + self.passes_before, token_ids=tokens,
+                     committed=sum(committed), text=text, done=done, finish_reason=reason)
 
     def final(self, reason: str | None = None) -> Draft:
         """The last Draft: `reason` given (cancelled), or how the hole ended."""
         return self.draft(True, reason or ("stop" if self.stopped else "length"))
+
+    def step(self) -> Draft:
+        """Run this hole's next forward pass alone and commit from it; the new Draft."""
+        if self.done:
+            return self.final()
+        t0 = time.perf_counter()
+        logits = self.forward()
+        _sync(self.device)
+        self.timings["forward"] += time.perf_counter() - t0
+        return self.advance(logits)
+
+    def close(self) -> None:
+        """Nothing to release: its tensors go with it."""
+
+    def batchable(self) -> bool:
+        """Whether its next pass may run in a batch with other holes' (a plain full pass)."""
+        return not self.done and self.full_pass_next() and not self.reuses_prefix()
+
+    def full_pass_input(self) -> tuple[Tensor, tuple[int, int]]:
+        """What a batched full pass needs of this hole: its canvas ids [S] and the canvas
+        rows it reads logits of (`hole_from_full` then takes its own)."""
+        return self.hole.x, self.logit_rows()
 
     def full_pass_next(self) -> bool:
         """Whether the next step runs the whole canvas (else the live span, cached)."""
@@ -380,17 +330,14 @@ class MaskedDenoiser:
             reuse = 0
             raw, kv = model(hole.x[None], logit_rows=(r0, r1))
         else:
-            past = [LayerKV(layer.k[:, :, :reuse], layer.v[:, :, :reuse]) for layer in past]
+            past = first_positions(past, reuse)
             device = hole.x.device
             positions = torch.arange(reuse, hole.x.shape[0], device=device)[None]
             raw, new = model(hole.x[None, reuse:], positions, past,
                              torch.arange(reuse, device=device)[None],
                              logit_rows=(r0 - reuse, r1 - reuse))
-            kv = [LayerKV(torch.cat([p.k, n.k], 2), torch.cat([p.v, n.v], 2))
-                  for p, n in zip(past, new, strict=True)]
-        self.prefix_cache.store(ids, [LayerKV(layer.k[:, :, : hole.start].clone(),
-                                              layer.v[:, :, : hole.start].clone())
-                                      for layer in kv])
+            kv = joined(past, new)
+        self.prefix_cache.store(ids, first_positions(kv, hole.start, copy=True))
         return self.hole_from_full(raw, kv, offset=r0)
 
     def advance(self, logits: Tensor) -> Draft:
@@ -438,47 +385,6 @@ class MaskedDenoiser:
         self.timings["sample"] += time.perf_counter() - t1
         done = self.done
         return self.draft(done, ("stop" if self.stopped else "length") if done else "")
-
-
-def denoise(
-    model: Transformer,
-    config: ModelConfig,
-    tokenizer: Tokenizer,
-    canvas: Canvas,
-    settings: SamplerSettings,
-    stop_ids: set[int],
-    *,
-    stop_early: bool = True,
-    vocab: VocabText | None = None,
-    cancel: Callable[[], bool] | None = None,
-    timings: dict[str, float] | None = None,
-    prefix_cache: PrefixCache | None = None,
-    start: tuple[list[int], list[bool]] | None = None,
-) -> Iterator[Draft]:
-    """Denoise `canvas`'s hole, yielding a Draft after every forward pass.
-
-    `vocab` is needed when the canvas was healed (`canvas.heal_text`); `timings` collects
-    seconds spent in "forward" and "sample"; `prefix_cache` is used when cache_refresh > 1;
-    `start` as for MaskedDenoiser.
-    """
-    d = MaskedDenoiser(model, config, tokenizer, canvas, settings, stop_ids,
-                       stop_early=stop_early, vocab=vocab, timings=timings,
-                       prefix_cache=prefix_cache, start=start)
-    while True:
-        if d.done:
-            yield d.final()
-            return
-        if cancel is not None and cancel():
-            yield d.final("cancelled")
-            return
-        t0 = time.perf_counter()
-        logits = d.forward()
-        _sync(d.device)
-        d.timings["forward"] += time.perf_counter() - t0
-        draft = d.advance(logits)
-        yield draft
-        if draft.done:
-            return
 
 
 def _stop_run(region: Tensor, committed: Tensor, commit: Tensor, proposed: Tensor,

@@ -3,11 +3,13 @@
     from engine import Engine
     eng = Engine.load("path/or/hub-id", device="cpu")
     res = eng.infill(prefix, suffix, max_tokens=32, sampler="threshold", seed=0)
-    for draft in eng.infill_stream(prefix, suffix): ...
+    for draft in eng.infill_stream(InfillRequest(prefix, suffix, 32)): ...
 
 The family decides how the hole is filled; its decoder (engine.decoders), chosen once at
-load, lays out the canvas and fills or rewrites the hole. All three families yield the same
-Drafts. Engine implements engine.backend.Backend, as the resident engine's client does.
+load, turns a request into the Steps the runner (engine.runner) advances pass by pass: here
+alone, as a batch of one; in the resident engine beside other requests. All three families
+yield the same Drafts. Engine implements engine.backend.Backend, as the resident engine's
+client does.
 
 Threads: an Engine holds no lock. Use it from one thread at a time (the resident server
 gives each engine a single worker thread); two concurrent calls would interleave forward
@@ -28,10 +30,18 @@ from engine.backend import EngineInfo
 from engine.canvas import VocabText
 from engine.config import ModelConfig
 from engine.decoders import Decoder, decoder_for
+from engine.runner import Live, Runner
 from engine.stops import completion_ids
 from engine.tokenizer import Tokenizer
-from engine.types import CANVAS_LENGTH, SUFFIX_FRACTION, Draft, InfillResult, SamplerSettings
-from engine.units import UnitEnd, until_unit_ends
+from engine.types import (
+    CANVAS_LENGTH,
+    SUFFIX_FRACTION,
+    Draft,
+    InfillRequest,
+    InfillResult,
+    RewriteRequest,
+    SamplerSettings,
+)
 
 
 class Engine:
@@ -54,6 +64,8 @@ class Engine:
         # Everything that depends on the model's family, decided here once.
         self.decoder: Decoder = decoder_for(self.config.family)(
             self.model, tokenizer, self.config, checkpoint)
+        # Every forward pass of a request runs through it (int8 models never batch).
+        self.runner = Runner(self.model, batch=not quantized)
 
     @classmethod
     def load(
@@ -109,33 +121,17 @@ class Engine:
             updates["seed"] = seed
         return dataclasses.replace(settings or SamplerSettings(), **updates)
 
-    def infill_stream(
-        self,
-        prefix: str,
-        suffix: str,
-        max_tokens: int = 32,
-        sampler: str | None = None,
-        seed: int | None = None,
-        settings: SamplerSettings | None = None,
-        stop_early: bool = True,
-        canvas_length: int = CANVAS_LENGTH,
-        cancel: Callable[[], bool] | None = None,
-        suffix_fraction: float = SUFFIX_FRACTION,
-        until: UnitEnd | None = None,
-        **sampler_kwargs: Any,
-    ) -> Iterator[Draft]:
-        """The hole after every forward pass; the last Draft has done=True.
+    def infill_stream(self, request: InfillRequest, cancel: Callable[[], bool] | None = None,
+                      *, stop_early: bool = True) -> Iterator[Draft]:
+        """The hole after every forward pass; the last Draft has done=True. `cancel` is
+        asked before every pass. `stop_early=False`: stop tokens are forbidden and the hole
+        is filled to `max_tokens` (the evaluation's fixed-length protocol)."""
+        return self._stream(request, cancel, stop_early=stop_early)
 
-        `sampler` and `seed` default to `settings`' (else "threshold" and 0); other
-        SamplerSettings fields may be given as keywords (threshold=0.8, cache_refresh=4, ...).
-        `suffix_fraction`: the suffix's share of the context's tokens (engine.canvas).
-        `until`: stop once the committed text holds the end of that unit (engine.units).
-        """
-        s = self.sampler_settings(sampler, seed, settings, **sampler_kwargs)
-        return until_unit_ends(
-            self.decoder.stream(prefix, suffix, max_tokens, s, stop_early=stop_early,
-                                canvas_length=canvas_length, suffix_fraction=suffix_fraction,
-                                cancel=cancel), until)
+    def rewrite_stream(self, request: RewriteRequest, cancel: Callable[[], bool] | None = None
+                       ) -> Iterator[Draft]:
+        """Drafts of `request.original` rewritten at `request.strength` (engine.remask)."""
+        return self._stream(request, cancel)
 
     def infill(
         self,
@@ -151,17 +147,18 @@ class Engine:
         suffix_fraction: float = SUFFIX_FRACTION,
         **sampler_kwargs: Any,
     ) -> InfillResult:
-        """Fill the hole between `prefix` and `suffix` (arguments as for `infill_stream`)."""
+        """Fill the hole between `prefix` and `suffix`: the InfillRequest these arguments
+        make, run to its end. `sampler` and `seed` default to `settings`' (else "threshold"
+        and 0); other SamplerSettings fields may be given as keywords (threshold=0.8,
+        cache_refresh=4, ...)."""
         s = self.sampler_settings(sampler, seed, settings, **sampler_kwargs)
+        request = InfillRequest(prefix, suffix, max_tokens, s, canvas_length, suffix_fraction)
         start = time.perf_counter()
         timings: dict[str, float] = {}
         last: Draft | None = None
-        for draft in self.decoder.stream(prefix, suffix, max_tokens, s, stop_early=stop_early,
-                                         canvas_length=canvas_length,
-                                         suffix_fraction=suffix_fraction, cancel=cancel,
-                                         timings=timings):
+        for draft in self._stream(request, cancel, stop_early=stop_early, timings=timings):
             last = draft
-        assert last is not None  # every family yields a final Draft
+        assert last is not None  # every request ends with a final Draft
         token_ids = self.completion_ids(last)
         timings["total"] = time.perf_counter() - start
         return InfillResult(
@@ -174,25 +171,18 @@ class Engine:
             timings=timings,
         )
 
-    def rewrite_stream(
-        self,
-        prefix: str,
-        suffix: str,
-        original: str,
-        *,
-        strength: float = 1.0,
-        max_tokens: int | None = None,
-        settings: SamplerSettings | None = None,
-        canvas_length: int = CANVAS_LENGTH,
-        cancel: Callable[[], bool] | None = None,
-        suffix_fraction: float = SUFFIX_FRACTION,
-    ) -> Iterator[Draft]:
-        """Drafts of `original` (the text between prefix and suffix) rewritten at `strength`
-        (share of its tokens generated again; 1.0: fresh infill). See engine.remask."""
-        return self.decoder.rewrite(prefix, suffix, original, strength=strength,
-                                    max_tokens=max_tokens, settings=settings or SamplerSettings(),
-                                    canvas_length=canvas_length, cancel=cancel,
-                                    suffix_fraction=suffix_fraction)
+    def live(self, request: InfillRequest | RewriteRequest,
+             cancel: Callable[[], bool] | None = None, deadline: float | None = None,
+             alone: bool = False, **options: Any) -> Live:
+        """`request` being decoded, for `runner` to step (options: as `Decoder.start`)."""
+        until = request.until if isinstance(request, InfillRequest) else None
+        return Live(self.decoder.start(request, **options), until, cancel, deadline, alone)
+
+    def _stream(self, request: InfillRequest | RewriteRequest,
+                cancel: Callable[[], bool] | None, **options: Any) -> Iterator[Draft]:
+        # A generator: nothing (not even the canvas) is computed until the first draft is
+        # asked for, and a request that cannot be laid out raises there.
+        yield from self.runner.drafts(self.live(request, cancel, **options))
 
     def completion_ids(self, draft: Draft) -> list[int]:
         """The draft's tokens up to the first stop token or uncommitted position."""

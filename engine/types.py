@@ -61,6 +61,60 @@ class SamplerSettings:
     stop_run: bool = True
 
 
+@dataclass(frozen=True)
+class UnitEnd:
+    """What ends the unit the client shows (engine.units): "line" the first newline,
+    "brackets" a closer with no opener in the text, "block" a line dedented to the opener's
+    level (`base_indent`), or text on the opener's own line (`line_prefix`: the cursor's line
+    before the cursor)."""
+
+    kind: str
+    line_prefix: str = ""
+    base_indent: str = ""
+
+
+# The two requests an engine serves. Each is built once, where the caller decides what to
+# ask (dg_lsp.pipeline, dg_lsp.rewrite), and travels unchanged through the Backend, the wire
+# (engine.serve.protocol.to_wire / from_wire), the scheduler's job and the family's decoder.
+# What stops a request early (a cancel, a deadline) is not part of it: it is not data.
+
+
+@dataclass(frozen=True)
+class InfillRequest:
+    """Fill the hole between `prefix` and `suffix` with at most `max_tokens` tokens."""
+
+    prefix: str
+    suffix: str
+    max_tokens: int = 32
+    settings: SamplerSettings = field(default_factory=SamplerSettings)
+    canvas_length: int = CANVAS_LENGTH  # tokens of context and hole together
+    suffix_fraction: float = SUFFIX_FRACTION  # the suffix's share of the context's tokens
+    # The unit the client shows: the engine stops once the committed text holds its end
+    # (the last draft's finish_reason is then "unit"); None: the hole's own end.
+    until: UnitEnd | None = None
+
+
+@dataclass(frozen=True)
+class RewriteRequest:
+    """Write `original` (the text between `prefix` and `suffix`) again at `strength`: the share
+    of its tokens generated again (1.0: a fresh infill of a hole of `max_tokens`, or sized
+    from `original` when None; engine.remask)."""
+
+    prefix: str
+    suffix: str
+    original: str
+    strength: float = 1.0
+    max_tokens: int | None = None
+    settings: SamplerSettings = field(default_factory=SamplerSettings)
+    canvas_length: int = CANVAS_LENGTH
+    suffix_fraction: float = SUFFIX_FRACTION
+
+    def afresh(self, hole: int) -> InfillRequest:
+        """The infill that writes the original afresh in a hole of `hole` tokens."""
+        return InfillRequest(self.prefix, self.suffix, hole, self.settings, self.canvas_length,
+                             self.suffix_fraction)
+
+
 @dataclass
 class Draft:
     """The hole after one denoising step."""

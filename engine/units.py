@@ -15,28 +15,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from engine.stops import cut_at_special
-from engine.types import Draft
+from engine.types import Draft, UnitEnd
 
 CLOSERS = {"(": ")", "[": "]", "{": "}"}  # opening bracket -> its closer
 OPENERS = {v: k for k, v in CLOSERS.items()}
 TAB_WIDTH = 4
 
 LINE, BRACKETS, BLOCK = "line", "brackets", "block"
-UNIT_KINDS = (LINE, BRACKETS, BLOCK)
-
-
-@dataclass(frozen=True)
-class UnitEnd:
-    """What ends the unit: "line" the first newline, "brackets" a closer with no opener in
-    the text, "block" a line dedented to the opener's level (`base_indent`), or text on the
-    opener's own line (`line_prefix`: the cursor's line before the cursor)."""
-
-    kind: str
-    line_prefix: str = ""
-    base_indent: str = ""
+UNIT_KINDS = (LINE, BRACKETS, BLOCK)  # UnitEnd.kind (UnitEnd lives in engine.types)
 
 
 def unit_ended(text: str, unit: UnitEnd) -> bool:

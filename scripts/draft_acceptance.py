@@ -43,10 +43,11 @@ from dg_lsp.eval.heldout import heldout_sources
 from dg_lsp.eval.scoring import edit_similarity, single_line
 from engine import Engine
 from engine.cases import cut_cases
-from engine.denoise import ContextCache, PrefixCache, live_span, logit_rows
+from engine.denoise import live_span, logit_rows
+from engine.kv_cache import ContextCache, PrefixCache
 from engine.models.transformer import LayerKV
 from engine.samplers import propose
-from engine.types import SamplerSettings
+from engine.types import InfillRequest, SamplerSettings
 
 HOLE_TOKENS = 32
 CANVAS = 256
@@ -90,14 +91,14 @@ def trajectory(eng: Engine, prefix: str, suffix: str, settings: SamplerSettings,
         picked[int(masked.nonzero()[0])] = True
         return picked, tokens
 
-    canvas = eng.decoder.canvas(prefix, suffix, HOLE_TOKENS, CANVAS)
+    request = InfillRequest(prefix, suffix, HOLE_TOKENS, settings, CANVAS)
+    canvas = eng.decoder.canvas(request, HOLE_TOKENS)
     mask = eng.config.mask_token_id
     proposals, open_before = [], [True] * canvas.hole_len
     start = time.perf_counter()
     denoise_module.step = recording_step  # the sampler MaskedDenoiser.advance calls
     try:
-        for draft in eng.infill_stream(prefix, suffix, HOLE_TOKENS, settings=settings,
-                                       canvas_length=CANVAS):
+        for draft in eng.infill_stream(request):
             if recorded:
                 tokens, confidence, masked = recorded.pop()
                 lo = open_before.index(True)
@@ -236,7 +237,8 @@ def cost(args: argparse.Namespace) -> None:
     sizes = (1, *BATCHES)
     for dtype in ("auto", "float32"):
         eng = Engine.load(dtype=dtype)
-        canvas = eng.decoder.canvas(case.prefix, case.suffix, HOLE_TOKENS, CANVAS)
+        canvas = eng.decoder.canvas(InfillRequest(case.prefix, case.suffix, HOLE_TOKENS,
+                                                  canvas_length=CANVAS), HOLE_TOKENS)
         x = torch.tensor(canvas.ids)
         p0, p1 = canvas.hole_start + 4, canvas.hole_end  # mid-hole: 4 tokens written
         for one_row in (False, True):

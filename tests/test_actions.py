@@ -195,11 +195,11 @@ class Scripted:
         yield Draft(step=3, token_ids=[], committed=0, text=self.texts.pop(0), done=True,
                     finish_reason="stop")
 
-    def infill_stream(self, prefix, suffix, max_tokens=32, **kwargs):
-        return self._drafts(prefix, suffix)
+    def infill_stream(self, request, cancel=None):
+        return self._drafts(request.prefix, request.suffix)
 
-    def rewrite_stream(self, prefix, suffix, original, **kwargs):
-        return self._drafts(prefix, suffix)
+    def rewrite_stream(self, request, cancel=None):
+        return self._drafts(request.prefix, request.suffix)
 
 
 def test_a_body_keeps_its_longest_parseable_lines_and_a_rewrite_is_whole_or_refused():

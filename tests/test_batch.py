@@ -191,11 +191,11 @@ def test_overlapping_and_conflicting_edits_are_dropped_and_recorded():
 
 def test_a_failing_target_is_recorded_and_the_others_still_run():
     class Failing(Scripted):
-        def infill_stream(self, prefix, suffix, max_tokens=32, **kwargs):
+        def infill_stream(self, request, cancel=None):
             if len(self.calls) == 1:
-                self.calls.append((prefix, suffix))
+                self.calls.append((request.prefix, request.suffix))
                 raise ConnectionError("the engine went away")
-            return super().infill_stream(prefix, suffix, max_tokens, **kwargs)
+            return super().infill_stream(request, cancel)
 
     result = process_file(Failing("Area.", "", "Twice."), "s.py", SHAPES, BatchJob(DOCSTRING))
     assert [r.result for r in result.records] == [

@@ -29,6 +29,7 @@ from engine.models.block import (  # noqa: E402
     fim_template,
     load_block_model,
 )
+from engine.runner import DraftSteps, Live, Runner  # noqa: E402
 from engine.tokenizer import BOS, EOS, PAD, Tokenizer, save_tokenizer  # noqa: E402
 from engine.types import Draft, SamplerSettings  # noqa: E402
 from tests.tiny_checkpoints import tiny_tokenizer  # noqa: E402
@@ -206,7 +207,11 @@ def test_cancel_stops_between_steps(dg: tuple[Any, Checkpoint]):
         calls += 1
         return calls > 3
 
-    drafts = ours(model, ckpt, 0, 2 * CANVAS, cancel=cancel)
+    # The runner asks `cancel` before every step, in process and in the resident engine.
+    prefix_ids, suffix_ids = context_ids(ckpt)
+    settings = SamplerSettings(sampler="entropy", gamma=0.1, seed=0)
+    steps = DraftSteps(denoise_block(model, ckpt, prefix_ids, suffix_ids, 2 * CANVAS, settings))
+    drafts = list(Runner(model).drafts(Live(steps, cancel=cancel)))
     assert len(drafts) == 4
     assert drafts[-1].done and drafts[-1].finish_reason == "cancelled"
     assert drafts[-1].step == 3

@@ -10,7 +10,7 @@ from engine import Engine
 from engine.decoders import ARDecoder, MaskedDecoder, decoder_for
 from engine.denoise import MaskedDenoiser
 from engine.tokenizer import EOS
-from engine.types import SamplerSettings
+from engine.types import InfillRequest, SamplerSettings
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +36,9 @@ def test_only_the_masked_family_gives_the_scheduler_a_batchable_denoiser(
     engines: dict[str, Engine]
 ) -> None:
     masked, ar = engines["masked"], engines["ar"]
-    settings = SamplerSettings()
-    assert isinstance(masked.decoder.denoiser("x = ", "\n", 4, 64, settings), MaskedDenoiser)
-    assert ar.decoder.denoiser("x = ", "\n", 4, 64, settings) is None
+    request = InfillRequest("x = ", "\n", 4, SamplerSettings(), 64)
+    assert isinstance(masked.decoder.start(request), MaskedDenoiser)
+    assert not isinstance(ar.decoder.start(request), MaskedDenoiser)
 
 
 def test_stop_ids_are_the_models_and_results_end_at_them(engines: dict[str, Engine]) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from engine.serve.client import EngineClient, EngineUnavailable
 from engine.serve.endpoint import PING_TIMEOUT
-from engine.types import SamplerSettings
+from engine.types import InfillRequest, SamplerSettings
 from tests.engine_procs import gone, serving
 
 # 500 steps of one token each: still denoising when the engine is stopped.
@@ -32,7 +32,7 @@ def test_a_stopped_engine_is_unavailable_promptly_and_replaced(dream_ckpt, tmp_p
     watchdog = threading.Timer(60, lambda: gone(first) or os.kill(first, signal.SIGKILL))
     watchdog.start()
     try:
-        stream = client.infill_stream("x = ", "", 500, settings=SLOW, canvas_length=512)
+        stream = client.infill_stream(InfillRequest("x = ", "", 500, SLOW, canvas_length=512))
         assert not next(stream).done
         os.kill(first, signal.SIGSTOP)
         stopped = time.monotonic()
@@ -44,7 +44,7 @@ def test_a_stopped_engine_is_unavailable_promptly_and_replaced(dream_ckpt, tmp_p
 
         started = time.monotonic()
         with pytest.raises(EngineUnavailable) as new_request:
-            list(client.infill_stream("y = ", "\n", 4))
+            list(client.infill_stream(InfillRequest("y = ", "\n", 4)))
         assert str(new_request.value) == (f"the engine at {client.endpoint.socket} did not "
                                           f"answer a ping in {PING_TIMEOUT:g} s")
         assert time.monotonic() - started < PING_TIMEOUT + 2
@@ -54,7 +54,7 @@ def test_a_stopped_engine_is_unavailable_promptly_and_replaced(dream_ckpt, tmp_p
         replacement = EngineClient.connect_or_start(model, "cpu", dtype="float32")
         assert replacement.info["pid"] != first
         assert gone(first)
-        final = list(replacement.infill_stream("x = ", "\n", 8))[-1]
+        final = list(replacement.infill_stream(InfillRequest("x = ", "\n", 8)))[-1]
         assert final.done and final.finish_reason in ("stop", "length")
     finally:
         watchdog.cancel()
@@ -70,10 +70,10 @@ def test_a_busy_engine_is_not_taken_for_a_hung_one(dream_ckpt, tmp_path):
     timeouts; the engine answers pings meanwhile, so the stream waits and gets its result."""
     with serving(dream_ckpt, tmp_path / "e.sock", "--max-batch", "1") as (_, endpoint):
         client = EngineClient(endpoint, read_timeout=0.2)
-        long = client.infill_stream("x = ", "", 500, settings=SLOW, canvas_length=512)
+        long = client.infill_stream(InfillRequest("x = ", "", 500, SLOW, canvas_length=512))
         assert not next(long).done  # it holds the only slot
         started = time.monotonic()
-        queued = client.infill_stream("y = ", "\n", 4)
+        queued = client.infill_stream(InfillRequest("y = ", "\n", 4))
         first = next(queued)
         waited = time.monotonic() - started
         rest = list(long)  # it finished first: the queued request waited for it

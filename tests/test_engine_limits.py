@@ -19,8 +19,8 @@ import pytest
 
 from dg_lsp.bench_lsp import peak_rss_mb
 from engine.serve import protocol
-from engine.serve.scheduler import BATCH, INTERACTIVE, Request, Scheduler
-from engine.types import Draft, SamplerSettings
+from engine.serve.scheduler import BATCH, INTERACTIVE, Job, Scheduler
+from engine.types import Draft, InfillRequest, SamplerSettings
 from tests.engine_procs import rss_mb, serving
 from tests.tiny_checkpoints import write_dream_checkpoint
 
@@ -175,14 +175,15 @@ class Timeline:
         self.events: list[tuple[str, Draft]] = []
         self.lock = threading.Lock()
 
-    def job(self, name: str, canvas: int, tokens: int, priority: str = INTERACTIVE) -> Request:
+    def job(self, name: str, canvas: int, tokens: int, priority: str = INTERACTIVE) -> Job:
         def on_draft(draft: Draft) -> None:
             with self.lock:
                 self.events.append((name, draft))
 
         # One token per step and no stop token: exactly `tokens` steps.
         settings = SamplerSettings(sampler="topk", k=1, min_tokens=tokens)
-        return Request("x = ", "\n", tokens, settings, canvas, priority, on_draft=on_draft)
+        return Job(InfillRequest("x = ", "\n", tokens, settings, canvas), priority,
+                   on_draft=on_draft)
 
     def done(self, name: str) -> bool:
         with self.lock:
@@ -204,7 +205,7 @@ def wait_for(predicate, timeout: float = 120.0) -> None:
         time.sleep(0.01)
 
 
-def run_beside(engine, long: Request, short: Request, timeline: Timeline, **kwargs) -> None:
+def run_beside(engine, long: Job, short: Job, timeline: Timeline, **kwargs) -> None:
     scheduler = Scheduler(engine, **kwargs)
     scheduler.start()
     try:

@@ -22,6 +22,7 @@ import pytest
 from engine.serve import protocol
 from engine.serve.client import EngineBusy, EngineClient, EngineUnavailable
 from engine.serve.endpoint import Endpoint, UnsafeRuntimeDir, endpoint_for, runtime_dir
+from engine.types import InfillRequest
 from tests.engine_procs import NOBODY, Attacker, as_attacker, needs_root, serving
 
 pytestmark = needs_root
@@ -164,7 +165,7 @@ def test_the_client_sends_nothing_to_another_users_listener(sandbox):
         client.hello()
     assert refusal in str(refused.value)
     with pytest.raises(EngineUnavailable) as refused:
-        list(client.infill_stream('API_KEY = "victim-secret"\n', "\n", 8))
+        list(client.infill_stream(InfillRequest('API_KEY = "victim-secret"\n', "\n", 8)))
     assert refusal in str(refused.value)
     assert client.endpoint.probe() == ("absent", None)
     assert attacker.result() == {"connections": 3, "received": ""}
@@ -299,7 +300,7 @@ def test_connections_are_capped(guarded):
             assert closed(fifth)
         # A client is told "busy", not that the engine is gone (that would restart it).
         with pytest.raises(EngineBusy) as busy:
-            list(EngineClient(endpoint).infill_stream("x = ", "\n", 4))
+            list(EngineClient(endpoint).infill_stream(InfillRequest("x = ", "\n", 4)))
         assert str(busy.value) == "the engine serves at most 4 connections"
         assert endpoint.probe()[0] == "alive"
         held.pop().close()

@@ -22,10 +22,11 @@ from engine import Engine
 from engine.ar import fim_prompt
 from engine.canvas import layout
 from engine.config import ModelConfig
-from engine.denoise import ContextCache, PrefixCache, hole_logits
+from engine.denoise import hole_logits
+from engine.kv_cache import ContextCache, PrefixCache
 from engine.models.transformer import Transformer
 from engine.tokenizer import EOS, MASK, PAD, Tokenizer
-from engine.types import SamplerSettings
+from engine.types import InfillRequest, RewriteRequest, SamplerSettings
 from tests.tiny_checkpoints import EXPAND, tiny_tokenizer
 
 PREFIX = "def fib(n):"  # ends in '):', which heals to nothing (no longer token starts with it)
@@ -89,7 +90,7 @@ def _single(tok: Tokenizer, text: str) -> int:
 
 def test_stop_token_ends_the_completion_and_pads_the_rest() -> None:
     eng = bigram_engine({"):": "return", "return": " n", " n": EOS})
-    drafts = list(eng.infill_stream(PREFIX, SUFFIX, max_tokens=6))
+    drafts = list(eng.infill_stream(InfillRequest(PREFIX, SUFFIX, 6)))
     ret, n, eos = _single(eng.tokenizer, "return"), _single(eng.tokenizer, " n"), 0
     mask = eng.config.mask_token_id
     # One confident position per step, left to right; the stop token pads the rest at once.
@@ -147,8 +148,8 @@ def test_dreamon_expand_splits_a_mask_while_there_is_room() -> None:
     prefix_len = len(eng.tokenizer.encode(PREFIX))
     # Canvas: prefix + 2 masks; room for one more token, so one expansion.
     # The EOS penalty keeps the uniform ties off EOS (which would delete the slot).
-    drafts = list(eng.infill_stream(PREFIX, "", max_tokens=2, canvas_length=prefix_len + 3,
-                                    eos_penalty=1.0))
+    drafts = list(eng.infill_stream(InfillRequest(PREFIX, "", 2, SamplerSettings(eos_penalty=1.0),
+                                                  canvas_length=prefix_len + 3)))
     mask = eng.config.mask_token_id
     assert [d.token_ids for d in drafts] == [
         [ret, mask],
@@ -227,7 +228,9 @@ def test_windowed_refresh_recomputes_the_window_and_spanning_the_canvas_is_a_ful
         full_lengths, lengths[:] = list(lengths), []
         spanning = eng.infill(PREFIX, SUFFIX, refresh_window=10_000, **kwargs)
         spanning_lengths, lengths[:] = list(lengths), []
-        drafts = list(eng.infill_stream(PREFIX, SUFFIX, refresh_window=3, **kwargs))
+        settings = eng.sampler_settings("topk", k=1, cache_refresh=2, refresh_window=3)
+        drafts = list(eng.infill_stream(InfillRequest(PREFIX, SUFFIX, 6, settings),
+                                        stop_early=False))
     finally:
         hook.remove()
     canvas = len(layout(eng.tokenizer, eng.config, PREFIX, SUFFIX, 6, vocab=eng.vocab).ids)
@@ -291,8 +294,9 @@ def test_cancel_is_checked_between_steps(dream: Engine) -> None:
         calls.append(1)
         return len(calls) > 2
 
-    drafts = list(dream.infill_stream(PREFIX, SUFFIX, max_tokens=8, sampler="topk", k=1,
-                                      stop_early=False, cancel=cancel))
+    settings = SamplerSettings(sampler="topk", k=1)
+    drafts = list(dream.infill_stream(InfillRequest(PREFIX, SUFFIX, 8, settings), cancel,
+                                      stop_early=False))
     assert [d.step for d in drafts] == [1, 2, 2]
     assert drafts[-1].done and drafts[-1].finish_reason == "cancelled"
     assert drafts[-1].committed == 2
@@ -387,7 +391,7 @@ def test_rewrite_keeps_the_tokens_the_model_is_surest_of(dream: Engine) -> None:
     original = "return a + 1"
     ids = dream.tokenizer.encode(original)
     # strength 0: every original token stays where it was
-    last = list(dream.rewrite_stream(prefix, suffix, original, strength=0.0))[-1]
+    last = list(dream.rewrite_stream(RewriteRequest(prefix, suffix, original, 0.0)))[-1]
     assert last.token_ids[: len(ids)] == ids
     # strength 0.5: the most likely half (by one fully masked pass) stays
     canvas = layout(dream.tokenizer, dream.config, prefix, suffix, len(ids) + 8)
@@ -397,13 +401,13 @@ def test_rewrite_keeps_the_tokens_the_model_is_surest_of(dream: Engine) -> None:
     from engine.remask import kept_flags
 
     keep = kept_flags(scores, 0.5)
-    half = list(dream.rewrite_stream(prefix, suffix, original, strength=0.5))
+    half = list(dream.rewrite_stream(RewriteRequest(prefix, suffix, original, 0.5)))
     assert [t for t, k in zip(half[-1].token_ids, keep, strict=False) if k] == \
         [t for t, k in zip(ids, keep, strict=True) if k]
     assert half[0].step == 2  # the scoring pass counts as a forward pass
     # strength 1: a fresh infill of a hole the original's size and half again
-    fresh = list(dream.rewrite_stream(prefix, suffix, original, strength=1.0))[-1]
-    assert fresh == list(dream.infill_stream(prefix, suffix, len(ids) + 8))[-1]
+    fresh = list(dream.rewrite_stream(RewriteRequest(prefix, suffix, original, 1.0)))[-1]
+    assert fresh == list(dream.infill_stream(InfillRequest(prefix, suffix, len(ids) + 8)))[-1]
 
 
 def test_min_tokens_keeps_stop_tokens_out_of_the_first_positions(dream: Engine) -> None:

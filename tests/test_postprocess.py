@@ -120,8 +120,8 @@ class ScriptedEngine:
     def __init__(self, texts: list[str]) -> None:
         self.texts, self.taken = texts, 0
 
-    def infill_stream(self, prefix, suffix, max_tokens=32, **kwargs):
-        self.until = kwargs.get("until")
+    def infill_stream(self, request, cancel=None):
+        self.until = request.until
         return until_unit_ends(self._drafts(), self.until)
 
     def _drafts(self):

@@ -28,7 +28,7 @@ from engine.serve.client import EngineUnavailable  # noqa: E402
 from engine.serve.ray_app import APP_NAME, AppOptions, build_app, routing_key, token_digest  # noqa: E402
 from engine.serve.ray_router import rank  # noqa: E402
 from engine.serve.remote import RemoteEngine, read_token  # noqa: E402
-from engine.types import SamplerSettings  # noqa: E402
+from engine.types import InfillRequest, RewriteRequest, SamplerSettings  # noqa: E402
 
 TOKEN = "team-s3cret"
 REPORT = 0.25  # seconds between the replicas' reports to the status board
@@ -122,16 +122,16 @@ def test_a_remote_completion_equals_the_local_engine_for_the_same_seed(team, dre
         # share_prefix off: otherwise the first pass may start from keys/values a replica
         # kept from an earlier request, which depends on what it served before.
         settings = SamplerSettings(seed=seed, temperature=0.7, share_prefix=False)
-        here = list(local.infill_stream("def add(a, b):\n    ", "\n", 12, settings=settings))
-        there = list(remote.infill_stream("def add(a, b):\n    ", "\n", 12, settings=settings))
+        request = InfillRequest("def add(a, b):\n    ", "\n", 12, settings)
+        here = list(local.infill_stream(request))
+        there = list(remote.infill_stream(request))
         assert [d.token_ids for d in there] == [d.token_ids for d in here]  # every draft
         assert (there[-1].text, there[-1].finish_reason) == (here[-1].text,
                                                              here[-1].finish_reason)
         assert remote.completion_ids(there[-1]) == local.completion_ids(here[-1])
-    here = list(local.rewrite_stream("x = ", "\n", "compute(1)", strength=0.5,
-                                     max_tokens=8))[-1]
-    there = list(remote.rewrite_stream("x = ", "\n", "compute(1)", strength=0.5,
-                                       max_tokens=8))[-1]
+    rewrite = RewriteRequest("x = ", "\n", "compute(1)", strength=0.5, max_tokens=8)
+    here = list(local.rewrite_stream(rewrite))[-1]
+    there = list(remote.rewrite_stream(rewrite))[-1]
     assert (there.token_ids, there.text) == (here.token_ids, here.text)
 
 
@@ -166,9 +166,10 @@ def test_eight_clients_typing_every_request_answered_or_cancelled_and_one_replic
                 # cancelled after its first draft; the last one runs to its answer.
                 last = k + 3 > len(keystrokes)
                 seen: list = []
+                settings = SamplerSettings() if last else ONE_PER_STEP
                 drafts = engine.infill_stream(
-                    documents[i] + keystrokes[:k], "\n", 16 if last else 48,
-                    settings=None if last else ONE_PER_STEP,
+                    InfillRequest(documents[i] + keystrokes[:k], "\n", 16 if last else 48,
+                                  settings),
                     cancel=lambda last=last, seen=seen: not last and bool(seen))
                 for draft in drafts:
                     seen.append(draft)
@@ -210,8 +211,9 @@ def test_a_cancelled_request_leaves_its_replica_at_the_next_step(team):
     before = settled(team)
     engine = client(team)
     seen: list = []
-    for draft in engine.infill_stream("def slow():\n" + "    pass\n" * 30, "\n", 200,
-                                      settings=ONE_PER_STEP, cancel=lambda: len(seen) >= 2):
+    for draft in engine.infill_stream(InfillRequest("def slow():\n" + "    pass\n" * 30, "\n", 200,
+                                                    ONE_PER_STEP),
+                                      cancel=lambda: len(seen) >= 2):
         seen.append(draft)
     assert seen[-1].finish_reason == "cancelled" and len(seen) == 3
     after = settled(team)
@@ -334,8 +336,8 @@ def test_a_language_server_pointed_at_the_url_completes_and_never_logs_the_token
 
 def test_killing_a_replica_mid_request_fails_that_request_alone_and_the_app_heals(team):
     engine = client(team)
-    drafts = engine.infill_stream("def slow():\n" + "    pass\n" * 30, "\n", 120,
-                                  settings=ONE_PER_STEP)
+    drafts = engine.infill_stream(InfillRequest("def slow():\n" + "    pass\n" * 30, "\n", 120,
+                                                ONE_PER_STEP))
     next(drafts)
     victim = engine.last_replica
     ray.kill(ray.get_actor(f"SERVE_REPLICA::{APP_NAME}#EngineReplica#{victim}",
@@ -345,7 +347,8 @@ def test_killing_a_replica_mid_request_fails_that_request_alone_and_the_app_heal
             pass
     assert caught.value.code == "unavailable"
     # The client's next request goes to the replica that is left, and is answered.
-    last = list(engine.infill_stream("def slow():\n" + "    pass\n" * 30, "\n", 8))[-1]
+    slow = InfillRequest("def slow():\n" + "    pass\n" * 30, "\n", 8)
+    last = list(engine.infill_stream(slow))[-1]
     assert last.finish_reason in ("stop", "length") and engine.last_replica != victim
 
     def restored() -> bool:

@@ -33,7 +33,7 @@ from engine.backend import CountingBackend
 from engine.serve import protocol
 from engine.serve.client import EngineClient, EngineRefused
 from engine.serve.endpoint import endpoint_for, resolved_device
-from engine.types import SamplerSettings
+from engine.types import InfillRequest, RewriteRequest, SamplerSettings
 from engine.units import UnitEnd
 
 PREFIXES = [f"def f{i}(x):\n    y = x + {i}\n    return " for i in range(8)]
@@ -97,7 +97,7 @@ def test_concurrent_requests_are_batched_and_each_gets_its_own_completion(engine
 
     def run(i: int) -> None:
         barrier.wait()
-        drafts = list(engine.infill_stream(PREFIXES[i], "\n", 12, settings=exact))
+        drafts = list(engine.infill_stream(InfillRequest(PREFIXES[i], "\n", 12, settings=exact)))
         results[i] = drafts[-1].text
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(PREFIXES))]
@@ -115,15 +115,15 @@ def test_concurrent_requests_are_batched_and_each_gets_its_own_completion(engine
 
 def test_the_resident_engine_counts_completion_tokens_as_the_in_process_one(engine, inproc):
     for prefix in PREFIXES[:3]:
-        here = list(inproc.infill_stream(prefix, "\n", 12))[-1]
-        there = list(engine.infill_stream(prefix, "\n", 12))[-1]
+        here = list(inproc.infill_stream(InfillRequest(prefix, "\n", 12)))[-1]
+        there = list(engine.infill_stream(InfillRequest(prefix, "\n", 12)))[-1]
         assert there.token_ids == here.token_ids
         assert engine.completion_ids(there) == inproc.completion_ids(here)
     counted = {}
     for name, backend in (("resident", engine), ("inproc", inproc)):
         counting = CountingBackend(backend)
         for prefix in PREFIXES[:3]:
-            list(counting.infill_stream(prefix, "\n", 12))
+            list(counting.infill_stream(InfillRequest(prefix, "\n", 12)))
         counted[name] = (counting.requests, counting.steps, counting.tokens)
     assert counted["resident"] == counted["inproc"]
     assert counted["inproc"][2] > 0
@@ -134,10 +134,9 @@ def test_the_suffix_fraction_travels_to_the_resident_engine(engine, inproc):
     suffix = "\n" + "".join(f"c{i} = {i}\n" for i in range(60))
     results = {}
     for fraction in (0.1, 0.25, 0.6):
-        here = list(inproc.infill_stream(prefix, suffix, 12, canvas_length=96,
-                                         suffix_fraction=fraction))[-1]
-        there = list(engine.infill_stream(prefix, suffix, 12, canvas_length=96,
-                                          suffix_fraction=fraction))[-1]
+        request = InfillRequest(prefix, suffix, 12, canvas_length=96, suffix_fraction=fraction)
+        here = list(inproc.infill_stream(request))[-1]
+        there = list(engine.infill_stream(request))[-1]
         assert (there.token_ids, there.step) == (here.token_ids, here.step)
         results[fraction] = tuple(here.token_ids)
     assert len(set(results.values())) > 1  # the split changed what the model wrote
@@ -146,12 +145,20 @@ def test_the_suffix_fraction_travels_to_the_resident_engine(engine, inproc):
 def test_rewrites_through_the_engine_equal_in_process_ones(engine, inproc):
     prefix, original = "def f(a):\n    ", "return a + 1"
     for strength in (0.5, 1.0):
-        here = list(inproc.rewrite_stream(prefix, "\n", original, strength=strength,
-                                          max_tokens=12))[-1]
-        there = list(engine.rewrite_stream(prefix, "\n", original, strength=strength,
-                                           max_tokens=12))[-1]
+        request = RewriteRequest(prefix, "\n", original, strength=strength, max_tokens=12)
+        here = list(inproc.rewrite_stream(request))[-1]
+        there = list(engine.rewrite_stream(request))[-1]
         assert (there.token_ids, there.text, there.step) == (here.token_ids, here.text,
                                                               here.step)
+
+
+def test_a_rewrite_without_max_tokens_is_sized_from_its_original_there_as_here(engine, inproc):
+    # The engine used to size such a hole at 32 tokens, in process at the original's size and
+    # half again (engine.remask.default_max_tokens): the same request, two answers.
+    request = RewriteRequest("def f(a):\n    ", "\n", "return a + 1", strength=0.5)
+    here = list(inproc.rewrite_stream(request))[-1]
+    there = list(engine.rewrite_stream(request))[-1]
+    assert (there.token_ids, there.text, there.step) == (here.token_ids, here.text, here.step)
 
 
 def slow_request() -> dict:
@@ -175,7 +182,8 @@ def test_cancel_mid_denoise_frees_the_slot_and_others_finish(engine, inproc):
         protocol.send(sock, slow_request())
         first = protocol.receive(sock)
         assert first["type"] == "draft" and first["draft"]["step"] == 1
-        other = list(engine.infill_stream(PREFIXES[0], "\n", 12))  # runs beside the slow one
+        # runs beside the slow one
+        other = list(engine.infill_stream(InfillRequest(PREFIXES[0], "\n", 12)))
         protocol.send(sock, {"op": "cancel", "id": "c", "target": "slow"})
         replies = {}
         while "slow" not in replies or replies["slow"]["type"] == "draft":
@@ -227,7 +235,7 @@ def test_oversized_message_is_refused_and_the_engine_keeps_serving(engine):
         assert (reply["type"], reply["code"]) == ("error", "too-large")
         with pytest.raises(ConnectionError):
             protocol.receive(sock)  # the stream cannot be resynced: the engine hangs up
-    assert list(engine.infill_stream("y = ", "\n", 4))[-1].done
+    assert list(engine.infill_stream(InfillRequest("y = ", "\n", 4)))[-1].done
 
 
 @pytest.mark.skipif(resolved_device("auto") != "cpu", reason="a GPU is present: auto is cuda")
@@ -282,16 +290,16 @@ def test_tcp_listener_refuses_a_connection_without_the_token(engine, tcp):
 
 def test_a_full_queue_answers_busy(dream_ckpt):
     from engine import Engine
-    from engine.serve.scheduler import BATCH, INTERACTIVE, Request, Scheduler
+    from engine.serve.scheduler import BATCH, INTERACTIVE, Job, Scheduler
 
     scheduler = Scheduler(Engine.load(str(dream_ckpt), device="cpu"), max_batch=1, max_queue=3)
     order: list[str] = []
 
-    def job(name: str, priority: str) -> Request:
+    def job(name: str, priority: str) -> Job:
         def done(draft) -> None:
             if draft.done:
                 order.append(name)
-        return Request("x = ", "\n", 4, SamplerSettings(), priority=priority, on_draft=done)
+        return Job(InfillRequest("x = ", "\n", 4), priority, on_draft=done)
 
     # Queued before the scheduler runs: interactive work goes ahead of batch work.
     assert scheduler.submit(job("batch-1", BATCH))
@@ -443,13 +451,13 @@ def test_the_engine_stops_at_the_unit_end_and_runs_the_same_passes_as_in_process
     # ends at the first step whose settled text is not blank.
     unit = UnitEnd("block", line_prefix="if x:", base_indent="")
     prefix = PREFIXES[1]
-    full = list(inproc.infill_stream(prefix, "\n", 12))
+    full = list(inproc.infill_stream(InfillRequest(prefix, "\n", 12)))
     ends = next(d.step for d in full if d.text.strip())
     assert ends < full[-1].step  # the unit ends before the hole does
 
-    here = list(inproc.infill_stream(prefix, "\n", 12, until=unit))
+    here = list(inproc.infill_stream(InfillRequest(prefix, "\n", 12, until=unit)))
     before = engine.stats()["forwardPasses"]
-    there = list(engine.infill_stream(prefix, "\n", 12, until=unit))
+    there = list(engine.infill_stream(InfillRequest(prefix, "\n", 12, until=unit)))
     passes = engine.stats()["forwardPasses"] - before
     assert [(d.step, d.finish_reason) for d in (here[-1], there[-1])] == [(ends, "unit")] * 2
     assert there[-1].token_ids == here[-1].token_ids == full[ends - 1].token_ids
@@ -459,6 +467,7 @@ def test_the_engine_stops_at_the_unit_end_and_runs_the_same_passes_as_in_process
 def test_a_malformed_unit_is_refused(engine):
     for bad in ({"kind": "paragraph"}, {"kind": "line", "indent": 4}, "line",
                 {"kind": "block", "line_prefix": 7}):
-        request = protocol.infill_request("x = ", "\n", 4, None, 64) | {"until": bad}
+        request = protocol.to_wire(InfillRequest("x = ", "\n", 4, canvas_length=64))
+        request["until"] = bad
         with pytest.raises(EngineRefused, match="until"):
             list(engine._stream(request, None))

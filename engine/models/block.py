@@ -34,7 +34,7 @@ import ctypes
 import math
 import mmap
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -346,7 +346,6 @@ def denoise_block(
     suffix_ids: Sequence[int],
     max_tokens: int,
     settings: SamplerSettings,
-    cancel: Callable[[], bool] | None = None,
     start_ids: Sequence[int] | None = None,
     pinned: Sequence[bool] | None = None,
     template: str | None = None,
@@ -363,8 +362,8 @@ def denoise_block(
     `config.canvas_length` long and positions past `start_ids` start as noise. With `pinned`
     (one flag per start token) only pinned positions keep their start token, now and at every
     step; the others start as noise and are denoised (edit strength = share not pinned).
-    `cancel()` is checked before every step; a cancelled run ends with a done Draft whose
-    finish_reason is "cancelled".
+    The runner (engine.runner) takes one draft per step and stops taking them when the
+    request is cancelled.
     """
     tf = _transformers()
     s = block_settings(ckpt, settings)
@@ -437,9 +436,6 @@ def denoise_block(
             history: list[Tensor] = []  # the last `stability` argmax canvases
 
             for remaining in range(s.max_steps, 0, -1):
-                if cancel is not None and cancel():
-                    yield draft(done_ids + argmax[0].tolist(), len(done_ids), True, "cancelled")
-                    return
                 forwards += 1
                 logits = model(decoder_input_ids=canvas, self_conditioning_logits=self_cond,
                                decoder_attention_mask=dec_masks, past_key_values=cache,

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.stats import percentile
-from engine.types import SamplerSettings
+from engine.types import InfillRequest, SamplerSettings
 
 SOURCES = Path(__file__).resolve().parent
 
@@ -51,7 +51,7 @@ def cursor_cases_with_lines(count: int, min_prefix: int = 200) -> list[tuple[str
 
 def run_level(engine: Any, cases: list[tuple[str, str]], clients: int, max_batch: int,
               max_tokens: int, settings: SamplerSettings) -> dict[str, Any]:
-    from engine.serve.scheduler import Request, Scheduler
+    from engine.serve.scheduler import Job, Scheduler
 
     scheduler = Scheduler(engine, max_batch=max_batch, max_queue=max(64, clients))
     scheduler.start()
@@ -76,7 +76,7 @@ def run_level(engine: Any, cases: list[tuple[str, str]], clients: int, max_batch
                     done.set()
 
             start = time.perf_counter()
-            job = Request(prefix, suffix, max_tokens, settings, on_draft=on_draft,
+            job = Job(InfillRequest(prefix, suffix, max_tokens, settings), on_draft=on_draft,
                       on_error=lambda code, msg, done=done: done.set())
             while not scheduler.submit(job):
                 time.sleep(0.001)
@@ -115,7 +115,7 @@ def cache_levels(engine: Any, count: int, max_tokens: int) -> list[dict[str, Any
     """Context cache: full pass every step (R=1) vs refresh every R steps (of a window around
     the hole, and at R=4 also of the whole canvas) vs, at R=4, keys reused from the previous
     keystroke's request. Agreement = same completion as R=1."""
-    from engine.denoise import PrefixCache
+    from engine.kv_cache import PrefixCache
     from engine.types import SamplerSettings
 
     window = SamplerSettings().refresh_window

@@ -40,8 +40,7 @@ from engine.serve.endpoint import (
     open_private,
 )
 from engine.stops import completion_ids
-from engine.types import CANVAS_LENGTH, SUFFIX_FRACTION, Draft, SamplerSettings
-from engine.units import UnitEnd
+from engine.types import Draft, InfillRequest, RewriteRequest
 
 START_TIMEOUT = 600.0  # seconds to wait for a starting engine to load a model
 IDLE_EXIT = 1800.0  # an engine started by a client exits after this long without clients
@@ -76,8 +75,9 @@ class EngineRefused(ValueError):
 
 class WireBackend:
     """The Backend methods every client of an engine over a wire shares (the local engine's
-    socket, a team's URL): requests built by protocol.py, completions ended by the ids the
-    engine's hello names. Subclasses say hello into `info` and implement `_stream`."""
+    socket, a team's URL): requests sent as protocol.to_wire writes them, completions ended
+    by the ids the engine's hello names. Subclasses say hello into `info` and implement
+    `_stream`."""
 
     info: dict[str, Any]
 
@@ -85,39 +85,14 @@ class WireBackend:
                 ) -> Iterator[Draft]:
         raise NotImplementedError
 
-    def infill_stream(
-        self,
-        prefix: str,
-        suffix: str,
-        max_tokens: int = 32,
-        *,
-        settings: SamplerSettings | None = None,
-        canvas_length: int = CANVAS_LENGTH,
-        cancel: Callable[[], bool] | None = None,
-        suffix_fraction: float = SUFFIX_FRACTION,
-        until: UnitEnd | None = None,
-    ) -> Iterator[Draft]:
+    def infill_stream(self, request: InfillRequest, cancel: Callable[[], bool] | None = None
+                      ) -> Iterator[Draft]:
         """Drafts as the engine denoises (the last has done=True)."""
-        request = protocol.infill_request(prefix, suffix, max_tokens, settings, canvas_length,
-                                          suffix_fraction, until)
-        return self._stream(request, cancel)
+        return self._stream(protocol.to_wire(request), cancel)
 
-    def rewrite_stream(
-        self,
-        prefix: str,
-        suffix: str,
-        original: str,
-        *,
-        strength: float = 1.0,
-        max_tokens: int | None = None,
-        settings: SamplerSettings | None = None,
-        canvas_length: int = CANVAS_LENGTH,
-        cancel: Callable[[], bool] | None = None,
-        suffix_fraction: float = SUFFIX_FRACTION,
-    ) -> Iterator[Draft]:
-        request = protocol.rewrite_request(prefix, suffix, original, strength, max_tokens,
-                                           settings, canvas_length, suffix_fraction)
-        return self._stream(request, cancel)
+    def rewrite_stream(self, request: RewriteRequest, cancel: Callable[[], bool] | None = None
+                       ) -> Iterator[Draft]:
+        return self._stream(protocol.to_wire(request), cancel)
 
     def completion_ids(self, draft: Draft) -> list[int]:
         ends = protocol.completion_ends(self.info)

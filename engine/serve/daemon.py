@@ -29,20 +29,20 @@ import signal
 import socket
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.bounds import CANVAS_LENGTH_RANGE, STRENGTH_RANGE, SUFFIX_FRACTION_RANGE
+from engine.bounds import CANVAS_LENGTH_RANGE
 from engine.serve import protocol
 from engine.serve.endpoint import Endpoint, UnsafeRuntimeDir, endpoint_for, peer_credentials
 from engine.serve.protocol import ProtocolError
 from engine.serve.token import read_token
-from engine.types import CANVAS_LENGTH, SUFFIX_FRACTION, Draft
+from engine.types import Draft, RewriteRequest
 
 if TYPE_CHECKING:  # they import torch: loaded only to serve, not to list the CLI's commands
     from engine.decoders import Decoder
-    from engine.serve.scheduler import Request
+    from engine.serve.scheduler import Job
 
 DEFAULT_IDLE_EXIT = 0  # seconds without a connection before exiting; 0 = never
 DEFAULT_MAX_CONNECTIONS = 64  # a language server holds one per request in flight
@@ -273,25 +273,15 @@ def _same_user(sock: Any) -> bool:
     return uid in (os.getuid(), 0)
 
 
-def parse_request(message: dict[str, Any], op: str, limits: Limits, decoder: Decoder) -> Request:
-    """The scheduler's Request for an infill or rewrite message; ProtocolError when the
-    message is malformed or over this engine's limits."""
-    from engine.serve.scheduler import PRIORITIES, Request, request_bytes
+def parse_request(message: dict[str, Any], op: str, limits: Limits, decoder: Decoder) -> Job:
+    """The scheduler's Job for an infill or rewrite message; ProtocolError when the message
+    is malformed (protocol.from_wire) or over this engine's limits."""
+    from engine.serve.scheduler import PRIORITIES, Job, request_bytes
 
-    def field(name: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
-        value = message.get(name, default)
-        if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-            raise ProtocolError("bad-request", f"{name}: expected {kind}, got {value!r:.60}")
-        return value
-
-    def text(name: str, default: str | None = "") -> str:
-        value = field(name, str, default)
-        protocol.check_text(name, value)
-        return value
-
-    prefix, suffix = text("prefix"), text("suffix")
-    max_tokens = field("max_tokens", int, 32)
-    canvas_length = field("canvas_length", int, CANVAS_LENGTH)
+    request = protocol.from_wire(dict(message, op=op))
+    canvas_length = request.canvas_length
+    # A rewrite without max_tokens is sized from its original: it is held to the default.
+    max_tokens = request.max_tokens if request.max_tokens is not None else 32
     low = int(CANVAS_LENGTH_RANGE.low)
     high = min(int(CANVAS_LENGTH_RANGE.high), limits.max_canvas)
     if not low <= canvas_length <= high:
@@ -307,28 +297,17 @@ def parse_request(message: dict[str, Any], op: str, limits: Limits, decoder: Dec
                             f"{max_tokens} needs about {need >> 20} MiB, over this engine's "
                             f"{limits.max_request_bytes >> 20} MiB per request "
                             f"(--max-request-mb)")
-    suffix_fraction = field("suffix_fraction", (int, float), SUFFIX_FRACTION)
-    if problem := SUFFIX_FRACTION_RANGE.problem("suffix_fraction", suffix_fraction):
-        raise ProtocolError("bad-request", problem)
-    priority = field("priority", str, "interactive")
+    priority = message.get("priority", "interactive")
+    if not isinstance(priority, str):
+        raise ProtocolError("bad-request", f"priority: expected {str}, got {priority!r:.60}")
     if priority not in PRIORITIES:
         raise ProtocolError("bad-request", f"priority must be one of {PRIORITIES}")
-    settings = protocol.settings_from_wire(message.get("settings"))
-    original, strength = None, 1.0
     keep = canvas_length * CHARS_PER_TOKEN
-    if op == "rewrite":
-        original = text("original", None)
-        if len(original) > keep:
-            raise ProtocolError("bad-request", f"original: {len(original)} characters do not "
-                                f"fit a canvas of {canvas_length} tokens")
-        strength = field("strength", (int, float), 1.0)
-        if problem := STRENGTH_RANGE.problem("strength", strength):
-            raise ProtocolError("bad-request", problem)
-    until = protocol.unit_from_wire(message.get("until"))
-    job = Request(prefix[-keep:], suffix[:keep], max_tokens, settings, canvas_length, priority,
-                  original, float(strength), float(suffix_fraction), until)
-    job.deadline = time.monotonic() + limits.request_timeout
-    return job
+    if isinstance(request, RewriteRequest) and len(request.original) > keep:
+        raise ProtocolError("bad-request", f"original: {len(request.original)} characters do "
+                            f"not fit a canvas of {canvas_length} tokens")
+    request = replace(request, prefix=request.prefix[-keep:], suffix=request.suffix[:keep])
+    return Job(request, priority, deadline=time.monotonic() + limits.request_timeout)
 
 
 # -- process ----------------------------------------------------------------------------------

@@ -18,6 +18,9 @@ connection):
      "canvas_length": int, "suffix_fraction": float, "settings": {SamplerSettings fields},
      "priority": "interactive"|"batch", "stream": bool}
     {"op": "rewrite", "id": 3, ...infill fields..., "original": str, "strength": float}
+
+An infill or rewrite message is one engine.types.InfillRequest or RewriteRequest, field for
+field (`to_wire`, `from_wire`); "id", "stream" and "priority" are the connection's.
     {"op": "cancel", "id": 4, "target": 2}
     {"op": "stats", "id": 5}   {"op": "ping", "id": 6}   {"op": "shutdown", "id": 7}
 
@@ -62,9 +65,18 @@ import socket
 import struct
 from typing import Any
 
-from engine.bounds import bounds_of
-from engine.types import SAMPLERS, SUFFIX_FRACTION, Draft, SamplerSettings
-from engine.units import UNIT_KINDS, UnitEnd
+from engine.bounds import STRENGTH_RANGE, SUFFIX_FRACTION_RANGE, bounds_of
+from engine.types import (
+    CANVAS_LENGTH,
+    SAMPLERS,
+    SUFFIX_FRACTION,
+    Draft,
+    InfillRequest,
+    RewriteRequest,
+    SamplerSettings,
+    UnitEnd,
+)
+from engine.units import UNIT_KINDS
 
 VERSION = 1
 MAX_MESSAGE = 8 * 1024 * 1024  # a 256-token canvas's text is a few KB; this is generous
@@ -225,18 +237,6 @@ def settings_from_wire(raw: Any) -> SamplerSettings:
     return SamplerSettings(**raw)
 
 
-def infill_request(prefix: str, suffix: str, max_tokens: int, settings: SamplerSettings | None,
-                   canvas_length: int, suffix_fraction: float = SUFFIX_FRACTION,
-                   until: UnitEnd | None = None) -> dict[str, Any]:
-    """An "infill" request (every client builds it here; the id is the client's)."""
-    request = {"op": "infill", "prefix": prefix, "suffix": suffix, "max_tokens": max_tokens,
-               "canvas_length": canvas_length, "suffix_fraction": suffix_fraction,
-               "settings": settings_to_wire(settings)}
-    if until is not None:
-        request["until"] = dataclasses.asdict(until)
-    return request
-
-
 def unit_from_wire(raw: Any) -> UnitEnd | None:
     """A request's "until" (absent: None); ProtocolError when it is not a unit."""
     if raw is None:
@@ -255,17 +255,64 @@ def unit_from_wire(raw: Any) -> UnitEnd | None:
     return UnitEnd(**raw)
 
 
-def rewrite_request(prefix: str, suffix: str, original: str, strength: float,
-                    max_tokens: int | None, settings: SamplerSettings | None,
-                    canvas_length: int, suffix_fraction: float = SUFFIX_FRACTION
-                    ) -> dict[str, Any]:
-    """A "rewrite" request; without `max_tokens` the engine sizes the hole from `original`."""
-    request = {"op": "rewrite", "prefix": prefix, "suffix": suffix, "original": original,
-               "strength": strength, "canvas_length": canvas_length,
-               "suffix_fraction": suffix_fraction, "settings": settings_to_wire(settings)}
-    if max_tokens is not None:
-        request["max_tokens"] = max_tokens
-    return request
+def to_wire(request: InfillRequest | RewriteRequest) -> dict[str, Any]:
+    """An "infill" or "rewrite" message of `request` (every client builds it here; the id,
+    "stream" and "priority" are the client's)."""
+    if isinstance(request, RewriteRequest):
+        message = {"op": "rewrite", "prefix": request.prefix, "suffix": request.suffix,
+                   "original": request.original, "strength": request.strength,
+                   "canvas_length": request.canvas_length,
+                   "suffix_fraction": request.suffix_fraction,
+                   "settings": settings_to_wire(request.settings)}
+        if request.max_tokens is not None:  # else the engine sizes the hole from original
+            message["max_tokens"] = request.max_tokens
+        return message
+    message = {"op": "infill", "prefix": request.prefix, "suffix": request.suffix,
+               "max_tokens": request.max_tokens, "canvas_length": request.canvas_length,
+               "suffix_fraction": request.suffix_fraction,
+               "settings": settings_to_wire(request.settings)}
+    if request.until is not None:
+        message["until"] = dataclasses.asdict(request.until)
+    return message
+
+
+def from_wire(message: dict[str, Any]) -> InfillRequest | RewriteRequest:
+    """The request an "infill" or "rewrite" message holds, every field typed and in its
+    range; ProtocolError ("bad-request") naming the first that is not. What this engine can
+    serve (its canvas, its memory) is the engine's to check (engine.serve.daemon)."""
+
+    def field(name: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
+        value = message.get(name, default)
+        if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+            raise ProtocolError("bad-request", f"{name}: expected {kind}, got {value!r:.60}")
+        return value
+
+    def text(name: str, default: str | None = "") -> str:
+        value = field(name, str, default)
+        check_text(name, value)
+        return value
+
+    prefix, suffix = text("prefix"), text("suffix")
+    rewrite = message.get("op") == "rewrite"
+    max_tokens = (field("max_tokens", (int, type(None))) if rewrite
+                  else field("max_tokens", int, 32))
+    canvas_length = field("canvas_length", int, CANVAS_LENGTH)
+    suffix_fraction = field("suffix_fraction", (int, float), SUFFIX_FRACTION)
+    if problem := SUFFIX_FRACTION_RANGE.problem("suffix_fraction", suffix_fraction):
+        raise ProtocolError("bad-request", problem)
+    suffix_fraction = float(suffix_fraction)
+    settings = settings_from_wire(message.get("settings"))
+    if rewrite:
+        original = text("original", None)
+        strength = field("strength", (int, float), 1.0)
+        if problem := STRENGTH_RANGE.problem("strength", strength):
+            raise ProtocolError("bad-request", problem)
+        strength = float(strength)
+        return RewriteRequest(prefix, suffix, original, strength, max_tokens, settings,
+                              canvas_length, suffix_fraction)
+    until = unit_from_wire(message.get("until"))
+    return InfillRequest(prefix, suffix, max_tokens, settings, canvas_length, suffix_fraction,
+                         until)
 
 
 def completion_ends(hello: dict[str, Any]) -> set[int] | None:

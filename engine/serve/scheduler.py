@@ -1,6 +1,8 @@
 """The resident engine's scheduler: live requests advance one step per round.
 
-One thread owns the model. Requests wait in three lanes: interactive (an editor waiting on
+One thread owns the model. The scheduler decides which requests step in each round; the
+engine's runner (engine.runner) runs their passes: the scheduler never calls the model.
+Requests wait in three lanes: interactive (an editor waiting on
 it), batch (`dg-lsp batch` and other background work) and large (any request whose canvas is
 over `large_canvas` tokens). Each lane admits up to its own number of live requests, so a
 typed completion never queues behind batch work or a huge canvas. Each round drops the
@@ -10,13 +12,12 @@ cancelled and expired requests and advances the live ones by one forward pass:
   while no interactive request is live, else once they have waited four times as long as
   their last step took: while someone types, background work gets about a fifth of the
   engine, and it still finishes;
-- masked-family holes that need a full pass run together as one padded batch (right padding,
-  padded keys masked out, so each row computes what it would alone), but a large canvas runs
-  alone: in a batch it would make every row as wide, and as slow, as itself;
-- the rest (masked steps on a cached context, the AR baseline, the block family, rewrites)
+- the runner runs masked-family holes that need a full pass together as one padded batch,
+  but a large canvas runs alone: in a batch it would make every row as wide, and as slow,
+  as itself; the rest (masked steps on a cached context, the AR baseline, the block family)
   run one after another in the same round.
 
-Every request has a deadline (`Request.deadline`): past it, it ends with the text it has and
+Every request has a deadline (`Job.deadline`): past it, it ends with the text it has and
 finish_reason "deadline", queued or live. After a large request the allocator's free memory
 is given back to the system.
 
@@ -32,19 +33,17 @@ import gc
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from engine.config import ModelConfig
-from engine.denoise import MaskedDenoiser
 from engine.engine import Engine
-from engine.models.transformer import LayerKV
-from engine.types import CANVAS_LENGTH, SUFFIX_FRACTION, Draft, SamplerSettings
-from engine.units import UnitEnd, settled
+from engine.runner import Live, empty_draft, stop_reason
+from engine.types import Draft, InfillRequest, RewriteRequest
 
 INTERACTIVE, BATCH, LARGE = "interactive", "batch", "large"
 PRIORITIES = (INTERACTIVE, BATCH)
@@ -55,19 +54,11 @@ BACKGROUND_SHARE = 4  # background work waits this many times its last step's du
 
 
 @dataclass
-class Request:
-    """One infill or rewrite request, as the scheduler sees it."""
+class Job:
+    """One request as the scheduler sees it: the request, unchanged, and the job's state."""
 
-    prefix: str
-    suffix: str
-    max_tokens: int
-    settings: SamplerSettings
-    canvas_length: int = CANVAS_LENGTH
+    request: InfillRequest | RewriteRequest
     priority: str = INTERACTIVE
-    original: str | None = None  # set for a rewrite
-    strength: float = 1.0
-    suffix_fraction: float = SUFFIX_FRACTION  # the suffix's share of the context's tokens
-    until: UnitEnd | None = None  # the unit the client shows: ends the request (engine.units)
     # Called on the scheduler thread with every Draft (the last has done=True), or with an
     # error (code, message) instead.
     on_draft: Callable[[Draft], None] = lambda draft: None
@@ -75,6 +66,10 @@ class Request:
     cancelled: threading.Event = field(default_factory=threading.Event)
     submitted: float = field(default_factory=time.perf_counter)
     deadline: float | None = None  # time.monotonic() past which it ends ("deadline")
+    lane: str = INTERACTIVE  # set by Scheduler.submit
+    live: Live | None = None  # the request being decoded, once admitted
+    step_seconds: float = 0.0  # how long its last step took
+    stepped_at: float = 0.0  # time.monotonic() when its last step ended
 
     def cancel(self) -> None:
         self.cancelled.set()
@@ -105,51 +100,6 @@ def release_memory(device: torch.device) -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-class _Live:
-    """A job being denoised: a MaskedDenoiser the scheduler batches, or a step generator."""
-
-    def __init__(self, job: Request, engine: Engine, lane: str) -> None:
-        self.job = job
-        self.lane = lane
-        self.last: Draft | None = None  # the latest Draft sent
-        self.step_seconds = 0.0  # how long its last step took
-        self.stepped_at = 0.0  # time.monotonic() when its last step ended
-        self.denoiser: MaskedDenoiser | None = None
-        self.steps: Iterator[Draft] | None = None
-        if job.original is not None:
-            self.steps = engine.rewrite_stream(
-                job.prefix, job.suffix, job.original, strength=job.strength,
-                max_tokens=job.max_tokens, settings=job.settings,
-                canvas_length=job.canvas_length, cancel=job.cancelled.is_set,
-                suffix_fraction=job.suffix_fraction)
-            return
-        # The masked family's holes are stepped here, so their full passes can be batched.
-        self.denoiser = engine.decoder.denoiser(job.prefix, job.suffix, job.max_tokens,
-                                                job.canvas_length, job.settings,
-                                                job.suffix_fraction)
-        if self.denoiser is None:
-            self.steps = engine.infill_stream(
-                job.prefix, job.suffix, job.max_tokens, settings=job.settings,
-                canvas_length=job.canvas_length, cancel=job.cancelled.is_set,
-                suffix_fraction=job.suffix_fraction)
-
-    def batchable(self) -> bool:
-        d = self.denoiser
-        return d is not None and not d.done and d.full_pass_next() and not d.reuses_prefix()
-
-    def step_alone(self) -> Draft:
-        if self.denoiser is not None:
-            if self.denoiser.done:
-                return self.denoiser.final()
-            return self.denoiser.advance(self.denoiser.forward())
-        assert self.steps is not None
-        return next(self.steps)
-
-    def close(self) -> None:
-        if self.steps is not None:
-            self.steps.close()
-
-
 class Scheduler:
     def __init__(self, engine: Engine, max_batch: int = 8, max_queue: int = 64,
                  large_canvas: int = LARGE_CANVAS) -> None:
@@ -157,8 +107,8 @@ class Scheduler:
         self.max_batch = max_batch
         self.max_queue = max_queue
         self.large_canvas = large_canvas
-        self._queues: dict[str, deque[Request]] = {lane: deque() for lane in LANES}
-        self._live: list[_Live] = []
+        self._queues: dict[str, deque[Job]] = {lane: deque() for lane in LANES}
+        self._live: list[Job] = []
         self._wake = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -206,7 +156,7 @@ class Scheduler:
         if self._thread is not None:
             self._thread.join()
 
-    def submit(self, job: Request) -> bool:
+    def submit(self, job: Job) -> bool:
         """Queue `job`; False when the queue is full (the caller answers "busy")."""
         if job.priority not in PRIORITIES:
             raise ValueError(f"priority must be one of {PRIORITIES}")
@@ -214,15 +164,16 @@ class Scheduler:
             if sum(len(q) for q in self._queues.values()) >= self.max_queue:
                 self.counters["busy"] += 1
                 return False
-            self._queues[self.lane(job)].append(job)
+            job.lane = self.lane(job)
+            self._queues[job.lane].append(job)
             self.counters["submitted"] += 1
             self._wake.notify()
         return True
 
-    def lane(self, job: Request) -> str:
-        return LARGE if job.canvas_length > self.large_canvas else job.priority
+    def lane(self, job: Job) -> str:
+        return LARGE if job.request.canvas_length > self.large_canvas else job.priority
 
-    def cancel(self, job: Request) -> None:
+    def cancel(self, job: Job) -> None:
         job.cancel()
         with self._wake:
             self._wake.notify()
@@ -251,7 +202,7 @@ class Scheduler:
                 expired = self._expire_queued()
                 admitted = self._admit()
             for job in expired:
-                job.on_draft(_empty_draft("deadline"))
+                job.on_draft(empty_draft("deadline"))
             for job in admitted:
                 self._start(job)
             self._drop_cancelled_and_expired()
@@ -259,143 +210,90 @@ class Scheduler:
                 started = time.perf_counter()
                 self._round()
                 self.counters["busySeconds"] += time.perf_counter() - started
-        for live in self._live:
-            live.close()
+        for job in self._live:
+            job.live.close()
 
-    def _expire_queued(self) -> list[Request]:
+    def _expire_queued(self) -> list[Job]:
         now = time.monotonic()
         expired = []
         for queue in self._queues.values():
-            for job in [j for j in queue if j.deadline is not None and now > j.deadline]:
+            for job in [j for j in queue if stop_reason(None, j.deadline, now) == "deadline"]:
                 queue.remove(job)
                 expired.append(job)
         self.counters["expired"] += len(expired)
         return expired
 
-    def _admit(self) -> list[Request]:
+    def _admit(self) -> list[Job]:
         jobs = []
         for lane, queue in self._queues.items():
             cap = LARGE_LIVE if lane == LARGE else self.max_batch
-            live = sum(1 for lv in self._live if lv.lane == lane)
+            live = sum(1 for job in self._live if job.lane == lane)
             while queue and live < cap:
                 jobs.append(queue.popleft())
                 live += 1
         return jobs
 
-    def _start(self, job: Request) -> None:
+    def _start(self, job: Job) -> None:
         if job.cancelled.is_set():
             self.counters["cancelled"] += 1
             return
         try:
-            live = _Live(job, self.engine, self.lane(job))
+            job.live = self.engine.live(job.request, job.cancelled.is_set, job.deadline,
+                                        alone=job.lane == LARGE)
         except Exception as exc:  # a bad request must not stop the others
             self.counters["failed"] += 1
             job.on_error("failed", str(exc))
             return
         with self._wake:
-            self._live.append(live)
+            self._live.append(job)
 
     def _drop_cancelled_and_expired(self) -> None:
         now = time.monotonic()
-        for live in list(self._live):
-            job = live.job
-            if job.cancelled.is_set():
-                reason, counter = "cancelled", "cancelled"
-            elif job.deadline is not None and now > job.deadline:
-                reason, counter = "deadline", "expired"
-            else:
+        for job in list(self._live):
+            reason = job.live.stop_reason(now)
+            if reason is None:
                 continue
-            self._finish(live)
-            self.counters[counter] += 1
-            if live.denoiser is not None:
-                job.on_draft(live.denoiser.final(reason))
-            elif live.last is not None:
-                job.on_draft(replace(live.last, done=True, finish_reason=reason))
-            else:
-                job.on_draft(_empty_draft(reason))
+            self._finish(job)
+            self.counters["cancelled" if reason == "cancelled" else "expired"] += 1
+            job.on_draft(job.live.end(reason))
 
-    def _finish(self, live: _Live) -> None:
-        live.close()
+    def _finish(self, job: Job) -> None:
+        job.live.close()
         with self._wake:
-            self._live.remove(live)
-        if live.lane == LARGE:
+            self._live.remove(job)
+        if job.lane == LARGE:
             release_memory(self.engine.device)
 
-    def _due(self) -> list[_Live]:
+    def _due(self) -> list[Job]:
         """The live jobs that step this round: interactive ones always, background ones when
         nothing interactive is live or they have waited their turn."""
-        if not any(lv.lane == INTERACTIVE for lv in self._live):
+        if not any(job.lane == INTERACTIVE for job in self._live):
             return list(self._live)
         now = time.monotonic()
-        return [lv for lv in self._live if lv.lane == INTERACTIVE
-                or now - lv.stepped_at >= BACKGROUND_SHARE * lv.step_seconds]
+        return [job for job in self._live if job.lane == INTERACTIVE
+                or now - job.stepped_at >= BACKGROUND_SHARE * job.step_seconds]
 
     def _round(self) -> None:
         self.counters["rounds"] += 1
         due = self._due()
-        # An int8 model's activations are quantized with one scale per pass: a canvas batched
-        # with others would get another completion than alone. Its canvases run one by one
-        # (on the CPU, where it runs, a batch costs what its rows cost alone anyway).
-        batch = [] if self.engine.quantized else [
-            lv for lv in due if lv.lane != LARGE and lv.batchable()]
-        drafts: dict[int, Draft] = {}
-        if len(batch) > 1:
-            started = time.monotonic()
-            for live, logits in zip(batch, self._batched_forward(batch), strict=True):
-                drafts[id(live)] = live.denoiser.advance(logits)
-            ended = time.monotonic()
-            for live in batch:
-                live.step_seconds, live.stepped_at = ended - started, ended
+        stepped = self.engine.runner.step([job.live for job in due])
+        batched = sum(1 for result in stepped if result.batched)
+        if batched:
             self.counters["forwardPasses"] += 1
             self.counters["batchedPasses"] += 1
-            self.counters["batchedRows"] += len(batch)
-        for live in due:
-            try:
-                if id(live) not in drafts:
-                    started = time.monotonic()
-                    drafts[id(live)] = live.step_alone()
-                    live.stepped_at = time.monotonic()
-                    live.step_seconds = live.stepped_at - started
-                    self.counters["forwardPasses"] += 1
-            except StopIteration:
-                drafts[id(live)] = _empty_draft("stop")
-            except Exception as exc:
-                self._finish(live)
+            self.counters["batchedRows"] += batched
+        for job, result in zip(due, stepped, strict=True):
+            job.step_seconds, job.stepped_at = result.ended - result.started, result.ended
+            if result.error is not None:
+                self._finish(job)
                 self.counters["failed"] += 1
-                live.job.on_error("failed", str(exc))
+                job.on_error("failed", str(result.error))
                 continue
-            draft = settled(drafts[id(live)], live.job.until)
-            live.last = draft
+            if not result.batched:
+                self.counters["forwardPasses"] += 1
+            draft = result.draft
             if draft.done:
-                self._finish(live)
+                self._finish(job)
                 self.counters["completed"] += 1
                 self.counters["positionsCommitted"] += draft.committed
-            live.job.on_draft(draft)
-
-    def _batched_forward(self, batch: list[_Live]) -> list[torch.Tensor]:
-        """One forward pass over every canvas in `batch`; each row's hole logits."""
-        holes = [live.denoiser.hole for live in batch]
-        lengths = [h.x.shape[0] for h in holes]
-        width = max(lengths)
-        device = holes[0].x.device
-        x = torch.zeros(len(batch), width, dtype=holes[0].x.dtype, device=device)
-        valid = torch.zeros(len(batch), width, dtype=torch.bool, device=device)
-        for i, (hole, n) in enumerate(zip(holes, lengths, strict=True)):
-            x[i, :n] = hole.x
-            valid[i, :n] = True
-        # Logits only for the rows some hole reads (the vocabulary projection is costly).
-        rows = [live.denoiser.logit_rows() for live in batch]
-        first, last = min(r[0] for r in rows), max(r[1] for r in rows)
-        with torch.inference_mode():
-            raw, kv = self.engine.model(x, key_valid=valid, logit_rows=(first, last))
-            out = []
-            for i, (live, n) in enumerate(zip(batch, lengths, strict=True)):
-                row_kv = [LayerKV(layer.k[i : i + 1, :, :n], layer.v[i : i + 1, :, :n])
-                          for layer in kv]
-                out.append(live.denoiser.hole_from_full(raw[i : i + 1], row_kv, offset=first))
-        return out
-
-
-
-def _empty_draft(reason: str) -> Draft:
-    return Draft(step=0, token_ids=[], committed=0, text="", done=True, finish_reason=reason)
+            job.on_draft(draft)

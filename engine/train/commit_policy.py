@@ -38,7 +38,7 @@ from torch import Tensor, nn
 
 from engine.policy import FEATURES, POLICY_FILE, CommitPolicy, policy_features
 from engine.train.corpus import FORBIDDEN
-from engine.types import SamplerSettings
+from engine.types import InfillRequest, SamplerSettings
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = ("engine", "dg_lsp")
@@ -105,13 +105,13 @@ def collect(count: int, seed: int, cache_refresh: int = 4,
         steps: list[dict[str, Tensor]] = []
         drafts = []
         with recording(steps):
-            for draft in engine.infill_stream(case.prefix, case.suffix, HOLE_TOKENS,
-                                              settings=rollout):
+            for draft in engine.infill_stream(InfillRequest(case.prefix, case.suffix,
+                                                            HOLE_TOKENS, rollout)):
                 drafts.append(draft)
         final = torch.tensor(drafts[-1].token_ids)
         if on_policy is not None:
-            *_, last = engine.infill_stream(case.prefix, case.suffix, HOLE_TOKENS,
-                                            settings=reference)
+            *_, last = engine.infill_stream(InfillRequest(case.prefix, case.suffix,
+                                                          HOLE_TOKENS, reference))
             final = torch.tensor(last.token_ids)
         before = [[mask_id] * HOLE_TOKENS] + [d.token_ids for d in drafts[:-1]]
         for seen, recorded in zip(before, steps, strict=True):
