@@ -56,6 +56,7 @@ class Context:
     prefix_window: str  # the prefix without other-file snippets
     previous_line: str  # the last non-blank line before the cursor line
     language: LanguageSpec | None
+    document: str  # the whole text: the names it knows (imports sit at the top, far away)
 
 
 @dataclass
@@ -134,6 +135,7 @@ def build_context(
         prefix_window=prefix_window,
         previous_line=previous_line,
         language=language,
+        document=text,
     )
 
 

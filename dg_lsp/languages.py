@@ -38,6 +38,9 @@ class LanguageSpec:
     def query(self, name: str) -> ts.Query:
         return _load_query(self, name)
 
+    def has_query(self, name: str) -> bool:
+        return _has_query(self.name, name)
+
 
 LANGUAGES = [
     LanguageSpec("python", "tree_sitter_python", "language", "#", (":",), (".py", ".pyi")),
@@ -73,6 +76,11 @@ def language_for(language_id: str | None, uri: str = "") -> LanguageSpec | None:
 @cache
 def _load_language(module: str, function: str) -> ts.Language:
     return ts.Language(getattr(importlib.import_module(module), function)())
+
+
+@cache
+def _has_query(language: str, name: str) -> bool:
+    return (GRAMMARS_DIR / language / f"{name}.scm").is_file()
 
 
 @cache

@@ -3,7 +3,8 @@
 The steps run in order: cut at special tokens written as text (engine.stops), trim to the
 hole kind's syntactic unit, cut a line the suggestion repeats, re-indent to the file's style,
 drop what repeats the suffix, reuse closing brackets already after the cursor, reject junk,
-and check that the insertion does not add parse errors.
+check that the insertion does not add parse errors, and reject a suggestion that uses a name
+the document never defines or imports (dg_lsp.names).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 
 import tree_sitter as ts
 
+from dg_lsp import names
 from dg_lsp.context import BLOCK, BRACKETS, COMMENT, Context
 from engine import units
 from engine.stops import cut_at_special
@@ -46,7 +48,8 @@ def postprocess(raw: str, ctx: Context) -> Suggestion | None:
     if _is_junk(text, ctx):
         return None
     suggestion = _reuse_closers(text, ctx.line_suffix)
-    return _check_syntax(suggestion, ctx)
+    suggestion = _check_syntax(suggestion, ctx)
+    return _check_names(suggestion, ctx)
 
 
 def unit_end(ctx: Context) -> UnitEnd:
@@ -175,6 +178,21 @@ def _check_syntax(suggestion: Suggestion, ctx: Context) -> Suggestion | None:
         if not shorter.strip():
             return None
         candidate = _reuse_closers(shorter.rstrip(), ctx.line_suffix)
+
+
+def _check_names(suggestion: Suggestion | None, ctx: Context) -> Suggestion | None:
+    """None if the suggestion uses a name the document never defines or imports."""
+    if suggestion is None or not names.checked(ctx.language):
+        return suggestion
+    # The cursor's window with the suggestion in place: the word it continues (`jn|` +
+    # `p.sum`) and the dot before it (`x.|jnp`) are read as the file has them.
+    before = ctx.prefix_window.encode()
+    inserted = suggestion.text.encode()
+    window = before + inserted + ctx.suffix[suggestion.replace:].encode()
+    tree = ctx.language.parser().parse(window)
+    unknown = names.unknown_names(ctx.language, tree, len(before), len(before) + len(inserted),
+                                  ctx.document)
+    return None if unknown else suggestion
 
 
 def count_errors(tree: ts.Tree) -> int:

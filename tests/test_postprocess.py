@@ -37,7 +37,7 @@ def run(language_id: str | None, marked: str, raw: str) -> Suggestion | None:
         # after the opener on its own line, the body starts on the next line
         ("python", "def f(x):|\n", "\n    return x + 1\n\nprint(1)", "\n    return x + 1", 0),
         # inside brackets: stop before the bracket that is already in the buffer
-        ("python", "def f(x):\n    return g(x, |)\n", "y, z)\n", "y, z", 0),
+        ("python", "def f(x, y, z):\n    return g(x, |)\n", "y, z)\n", "y, z", 0),
         ("javascript", "f(a, |);\n", "b, [1, 2]);", "b, [1, 2]", 0),
         # rest of line: one line only
         ("python", "def f(x):\n    y = x + |\n", "1\n    return y", "1", 0),
