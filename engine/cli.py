@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 SUBCOMMAND_MODULES = [
     "engine.train.corpus",
     "engine.train.trainer",
-    "engine.serve.daemon",
+    "engine.serve.command",
     "engine.serve.ray_cli",
     "engine.serve.bench",
     "engine.plan",

@@ -390,7 +390,7 @@ def test_serve_ray_options_are_checked_before_anything_is_deployed(token_file, c
 
 def test_a_replica_whose_scheduler_is_dead_or_stuck_fails_its_health_check():
     from engine.serve import ray_app
-    from engine.serve.daemon import Limits
+    from engine.serve.limits import Limits
 
     class Scheduler:
         _thread = threading.Thread(target=time.sleep, args=(30,), daemon=True)

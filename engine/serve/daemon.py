@@ -29,37 +29,18 @@ import signal
 import socket
 import sys
 import time
-from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from engine.bounds import CANVAS_LENGTH_RANGE
 from engine.serve import protocol
-from engine.serve.endpoint import Endpoint, UnsafeRuntimeDir, endpoint_for, peer_credentials
+from engine.serve.endpoint import Endpoint, peer_credentials
+from engine.serve.limits import DEFAULT_REQUEST_TIMEOUT, Limits, free_memory, parse_request
 from engine.serve.protocol import ProtocolError
 from engine.serve.token import read_token
-from engine.types import Draft, RewriteRequest
-
-if TYPE_CHECKING:  # they import torch: loaded only to serve, not to list the CLI's commands
-    from engine.decoders import Decoder
-    from engine.serve.scheduler import Job
+from engine.types import Draft
 
 DEFAULT_IDLE_EXIT = 0  # seconds without a connection before exiting; 0 = never
 DEFAULT_MAX_CONNECTIONS = 64  # a language server holds one per request in flight
-DEFAULT_REQUEST_TIMEOUT = 60.0  # seconds: an interactive completion takes well under one
 AUTH_TIMEOUT = 10.0  # seconds a TCP peer has to authenticate
-# Characters of context kept per canvas token: more than the densest code tokenizes to, so
-# trimming never changes a canvas, and an 8 MB prefix costs what its canvas costs.
-CHARS_PER_TOKEN = 32
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one request may ask of this engine."""
-
-    max_canvas: int  # the model's positions
-    max_request_bytes: int  # engine.serve.scheduler.request_bytes of one request
-    request_timeout: float  # seconds from arrival to the last draft
 
 
 class EngineServer:
@@ -273,82 +254,7 @@ def _same_user(sock: Any) -> bool:
     return uid in (os.getuid(), 0)
 
 
-def parse_request(message: dict[str, Any], op: str, limits: Limits, decoder: Decoder) -> Job:
-    """The scheduler's Job for an infill or rewrite message; ProtocolError when the message
-    is malformed (protocol.from_wire) or over this engine's limits."""
-    from engine.serve.scheduler import PRIORITIES, Job, request_bytes
-
-    request = protocol.from_wire(dict(message, op=op))
-    canvas_length = request.canvas_length
-    # A rewrite without max_tokens is sized from its original: it is held to the default.
-    max_tokens = request.max_tokens if request.max_tokens is not None else 32
-    low = int(CANVAS_LENGTH_RANGE.low)
-    high = min(int(CANVAS_LENGTH_RANGE.high), limits.max_canvas)
-    if not low <= canvas_length <= high:
-        raise ProtocolError("bad-request", f"canvas_length must be in [{low}, {high}] "
-                            f"(this model's positions), not {canvas_length}")
-    if not 1 <= max_tokens < canvas_length:
-        raise ProtocolError("bad-request", f"max_tokens must be in [1, canvas_length - 1 = "
-                            f"{canvas_length - 1}], not {max_tokens}")
-    need = request_bytes(decoder.config, decoder.positions(canvas_length, max_tokens),
-                         max_tokens)
-    if need > limits.max_request_bytes:
-        raise ProtocolError("bad-request", f"canvas_length {canvas_length} with max_tokens "
-                            f"{max_tokens} needs about {need >> 20} MiB, over this engine's "
-                            f"{limits.max_request_bytes >> 20} MiB per request "
-                            f"(--max-request-mb)")
-    priority = message.get("priority", "interactive")
-    if not isinstance(priority, str):
-        raise ProtocolError("bad-request", f"priority: expected {str}, got {priority!r:.60}")
-    if priority not in PRIORITIES:
-        raise ProtocolError("bad-request", f"priority must be one of {PRIORITIES}")
-    keep = canvas_length * CHARS_PER_TOKEN
-    if isinstance(request, RewriteRequest) and len(request.original) > keep:
-        raise ProtocolError("bad-request", f"original: {len(request.original)} characters do "
-                            f"not fit a canvas of {canvas_length} tokens")
-    request = replace(request, prefix=request.prefix[-keep:], suffix=request.suffix[:keep])
-    return Job(request, priority, deadline=time.monotonic() + limits.request_timeout)
-
-
 # -- process ----------------------------------------------------------------------------------
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("serve", help="hold a model and serve dg-lsp and CLI clients")
-    parser.add_argument("--model", default=None, help="checkpoint folder or hub id (default: "
-                        "the bundled model)")
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--dtype", default="auto",
-                        help="auto (masked models: int8 linear layers on the CPU; bfloat16 "
-                        "on a GPU), int8, float32, bfloat16, float16")
-    parser.add_argument("--compile", action="store_true",
-                        help="torch.compile the model (slow start; see the README)")
-    parser.add_argument("--socket", type=Path, default=None,
-                        help="Unix socket path (default: derived from model and device)")
-    parser.add_argument("--listen", metavar="HOST:PORT", help="also listen on TCP (needs a token)")
-    parser.add_argument("--token-file", type=Path, help="file holding the TCP token")
-    parser.add_argument("--max-batch", type=int, default=8, help="requests denoised together")
-    parser.add_argument("--max-queue", type=int, default=64, help="queued requests before busy")
-    parser.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
-                        help="connections served at once (more are refused)")
-    parser.add_argument("--request-timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT,
-                        help="seconds a request may take, queued or denoising; past it, it "
-                        "ends with what it has (finish_reason 'deadline')")
-    parser.add_argument("--max-request-mb", type=int, default=0,
-                        help="memory one request's forward pass may take (0: a quarter of "
-                        "the device's free memory at start)")
-    parser.add_argument("--large-canvas", type=int, default=None,
-                        help="canvases over this many tokens run as background work "
-                        "(default: engine.serve.scheduler.LARGE_CANVAS)")
-    parser.add_argument("--idle-exit", type=float, default=DEFAULT_IDLE_EXIT,
-                        help="exit after this many seconds with no client (0: never)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="CPU threads for the model's passes (default: torch's, every "
-                        "core or OMP_NUM_THREADS)")
-    from engine.serve.ray_cli import add_arguments
-
-    add_arguments(parser)
-    parser.set_defaults(func=serve)
 
 
 def cpu_threads(requested: int | None) -> int | None:
@@ -359,21 +265,8 @@ def cpu_threads(requested: int | None) -> int | None:
     return None if requested is None else max(1, requested)
 
 
-def serve(args: argparse.Namespace) -> int:
-    if getattr(args, "ray", None) is not None:
-        from engine.serve.ray_cli import serve_on_ray
-
-        return serve_on_ray(args)
-    try:
-        endpoint = Endpoint(args.socket) if args.socket else endpoint_for(
-            args.model, args.device, args.dtype)
-        return _serve_endpoint(args, endpoint)
-    except UnsafeRuntimeDir as exc:
-        print(f"dg-engine: {exc}", file=sys.stderr)
-        return 1
-
-
-def _serve_endpoint(args: argparse.Namespace, endpoint: Endpoint) -> int:
+def serve_endpoint(args: argparse.Namespace, endpoint: Endpoint) -> int:
+    """Hold the model and serve `endpoint` (and --listen) until idle or stopped."""
     token = None
     if args.listen:
         if args.token_file is None:
@@ -432,15 +325,6 @@ def _serve_endpoint(args: argparse.Namespace, endpoint: Endpoint) -> int:
     # tens of seconds on a busy machine, and a restart waits on our exit: skip it.
     sys.stdout.flush()
     os._exit(0)
-
-
-def free_memory(device: Any) -> int:
-    """Bytes free on `device` now: the GPU's, or the machine's available RAM."""
-    if device.type == "cuda":
-        import torch
-
-        return torch.cuda.mem_get_info(device)[0]
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 async def _serve(server: EngineServer, endpoint: Endpoint, listen: str | None) -> None:

@@ -5,7 +5,7 @@
 
 - `EngineReplica` holds one copy of the model (one GPU where the cluster has them, else CPUs)
   and its own batching scheduler (engine.serve.scheduler), exactly as `dg-engine serve` does
-  on one machine; requests are validated by the same code (engine.serve.daemon.parse_request).
+  on one machine; requests are validated by the same code (engine.serve.limits.parse_request).
   A request that is cancelled upstream (the client disconnected or cancelled) raises
   CancelledError in its generator, which cancels the job: it leaves the batch at the next step.
 - `Ingress` answers HTTP (engine.serve.remote describes the paths). It checks the token
@@ -39,7 +39,7 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from engine.serve import protocol
-from engine.serve.daemon import DEFAULT_REQUEST_TIMEOUT, Limits, parse_request
+from engine.serve.limits import DEFAULT_REQUEST_TIMEOUT, Limits, free_memory, parse_request
 from engine.serve.remote import reply_line
 from engine.types import Draft
 
@@ -129,7 +129,6 @@ class EngineReplica:
         import torch
 
         from engine import Engine
-        from engine.serve.daemon import free_memory
         from engine.serve.scheduler import Scheduler
 
         def load() -> Engine:

@@ -1,0 +1,66 @@
+"""`dg-engine serve`: its options, and the choice between the resident engine and Ray.
+
+Without `--ray` the model is held by this process for every editor and CLI of this user
+(engine.serve.daemon); with it, replicas are deployed on a Ray cluster behind one URL
+(engine.serve.ray_cli, which imports Ray only then).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from engine.serve.daemon import DEFAULT_IDLE_EXIT, DEFAULT_MAX_CONNECTIONS, serve_endpoint
+from engine.serve.endpoint import Endpoint, UnsafeRuntimeDir, endpoint_for
+from engine.serve.limits import DEFAULT_REQUEST_TIMEOUT
+from engine.serve.ray_cli import add_arguments as add_ray_arguments
+from engine.serve.ray_cli import serve_on_ray
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("serve", help="hold a model and serve dg-lsp and CLI clients")
+    parser.add_argument("--model", default=None, help="checkpoint folder or hub id (default: "
+                        "the bundled model)")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="auto",
+                        help="auto (masked models: int8 linear layers on the CPU; bfloat16 "
+                        "on a GPU), int8, float32, bfloat16, float16")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the model (slow start; see the README)")
+    parser.add_argument("--socket", type=Path, default=None,
+                        help="Unix socket path (default: derived from model and device)")
+    parser.add_argument("--listen", metavar="HOST:PORT", help="also listen on TCP (needs a token)")
+    parser.add_argument("--token-file", type=Path, help="file holding the TCP token")
+    parser.add_argument("--max-batch", type=int, default=8, help="requests denoised together")
+    parser.add_argument("--max-queue", type=int, default=64, help="queued requests before busy")
+    parser.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
+                        help="connections served at once (more are refused)")
+    parser.add_argument("--request-timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT,
+                        help="seconds a request may take, queued or denoising; past it, it "
+                        "ends with what it has (finish_reason 'deadline')")
+    parser.add_argument("--max-request-mb", type=int, default=0,
+                        help="memory one request's forward pass may take (0: a quarter of "
+                        "the device's free memory at start)")
+    parser.add_argument("--large-canvas", type=int, default=None,
+                        help="canvases over this many tokens run as background work "
+                        "(default: engine.serve.scheduler.LARGE_CANVAS)")
+    parser.add_argument("--idle-exit", type=float, default=DEFAULT_IDLE_EXIT,
+                        help="exit after this many seconds with no client (0: never)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads for the model's passes (default: torch's, every "
+                        "core or OMP_NUM_THREADS)")
+    add_ray_arguments(parser)
+    parser.set_defaults(func=serve)
+
+
+def serve(args: argparse.Namespace) -> int:
+    if getattr(args, "ray", None) is not None:
+        return serve_on_ray(args)
+    try:
+        endpoint = Endpoint(args.socket) if args.socket else endpoint_for(
+            args.model, args.device, args.dtype)
+        return serve_endpoint(args, endpoint)
+    except UnsafeRuntimeDir as exc:
+        print(f"dg-engine: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,83 @@
+"""What one request may ask of an engine, and the check that admits it.
+
+A wire message becomes a scheduler Job here, once, for the resident engine (engine.serve.daemon)
+and a team's replicas (engine.serve.ray_app) alike: typed and in range (protocol.from_wire, the
+bounds table), within this engine's canvas and memory per request, with its deadline set.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from engine.bounds import CANVAS_LENGTH_RANGE
+from engine.serve import protocol
+from engine.serve.protocol import ProtocolError
+from engine.types import RewriteRequest
+
+if TYPE_CHECKING:  # they import torch: loaded only to serve
+    from engine.decoders import Decoder
+    from engine.serve.scheduler import Job
+
+DEFAULT_REQUEST_TIMEOUT = 60.0  # seconds: an interactive completion takes well under one
+# Characters of context an engine keeps per canvas token: more than the densest code tokenizes
+# to, so trimming never changes a canvas, and an 8 MB prefix costs what its canvas costs. (Not
+# the language server's estimate of characters per token, dg_lsp.context.CHARS_PER_TOKEN.)
+MAX_CHARS_PER_TOKEN = 32
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask of this engine."""
+
+    max_canvas: int  # the model's positions
+    max_request_bytes: int  # engine.serve.scheduler.request_bytes of one request
+    request_timeout: float  # seconds from arrival to the last draft
+
+
+def parse_request(message: dict[str, Any], op: str, limits: Limits, decoder: Decoder) -> Job:
+    """The scheduler's Job for an infill or rewrite message; ProtocolError when the message
+    is malformed (protocol.from_wire) or over this engine's limits."""
+    from engine.serve.scheduler import PRIORITIES, Job, request_bytes
+
+    request = protocol.from_wire(dict(message, op=op))
+    canvas_length = request.canvas_length
+    # A rewrite without max_tokens is sized from its original: it is held to the default.
+    max_tokens = request.max_tokens if request.max_tokens is not None else 32
+    low = int(CANVAS_LENGTH_RANGE.low)
+    high = min(int(CANVAS_LENGTH_RANGE.high), limits.max_canvas)
+    if not low <= canvas_length <= high:
+        raise ProtocolError("bad-request", f"canvas_length must be in [{low}, {high}] "
+                            f"(this model's positions), not {canvas_length}")
+    if not 1 <= max_tokens < canvas_length:
+        raise ProtocolError("bad-request", f"max_tokens must be in [1, canvas_length - 1 = "
+                            f"{canvas_length - 1}], not {max_tokens}")
+    need = request_bytes(decoder.config, decoder.positions(canvas_length, max_tokens),
+                         max_tokens)
+    if need > limits.max_request_bytes:
+        raise ProtocolError("bad-request", f"canvas_length {canvas_length} with max_tokens "
+                            f"{max_tokens} needs about {need >> 20} MiB, over this engine's "
+                            f"{limits.max_request_bytes >> 20} MiB per request "
+                            f"(--max-request-mb)")
+    priority = message.get("priority", "interactive")
+    if not isinstance(priority, str):
+        raise ProtocolError("bad-request", f"priority: expected {str}, got {priority!r:.60}")
+    if priority not in PRIORITIES:
+        raise ProtocolError("bad-request", f"priority must be one of {PRIORITIES}")
+    keep = canvas_length * MAX_CHARS_PER_TOKEN
+    if isinstance(request, RewriteRequest) and len(request.original) > keep:
+        raise ProtocolError("bad-request", f"original: {len(request.original)} characters do "
+                            f"not fit a canvas of {canvas_length} tokens")
+    request = replace(request, prefix=request.prefix[-keep:], suffix=request.suffix[:keep])
+    return Job(request, priority, deadline=time.monotonic() + limits.request_timeout)
+
+
+def free_memory(device: Any) -> int:
+    """Bytes free on `device` now: the GPU's, or the machine's available RAM."""
+    if device.type == "cuda":
+        import torch
+
+        return torch.cuda.mem_get_info(device)[0]
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
