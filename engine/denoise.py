@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -144,6 +145,13 @@ class _Hole:
         self.x = torch.cat([self.x[: self.start], hole, self.x[self.end :]])
         self.n = len(tokens)
         self.committed = torch.tensor(committed, dtype=torch.bool, device=device)
+
+
+# Told of every masked-family step's sampler input, before it commits: (logits of the masked
+# range, which of its positions are masked, the settings, the stop ids, whether the context
+# was refreshed). How engine.train.commit_policy records the model's trajectories.
+StepObserver = Callable[[Tensor, Tensor, SamplerSettings, Tensor, bool], None]
+STEP_OBSERVERS: list[StepObserver] = []
 
 
 class MaskedDenoiser:
@@ -362,6 +370,8 @@ class MaskedDenoiser:
         if steps_left is not None:
             min_commit = math.ceil(int(masked.sum()) / steps_left)
         fresh = self.refresh == 1 or (self.steps - 1) % self.refresh == 0
+        for observe in STEP_OBSERVERS:
+            observe(logits, masked[lo:hi], settings, self.stop_tensor, fresh)
         picked, proposed_range = step(logits, masked[lo:hi], settings, self.generator,
                                       min_commit, stop_ids=self.stop_tensor, fresh=fresh)
         region = hole.x[hole.start : hole.end]

@@ -196,3 +196,23 @@ def test_commit_policy_training_reproduces_from_its_seed() -> None:
     assert report["val_accuracy"] > 0.85
     assert CommitPolicy.from_json(first.to_json()).probability(x).tolist() == \
         first.probability(x).tolist()
+
+
+def test_recording_observes_every_step_and_leaves_no_observer_behind(dream_ckpt) -> None:
+    """engine.train.commit_policy sees each step's sampler input through the engine's step
+    observers (no patching): at top-k k=1 the masked count falls by one per step."""
+    from engine import Engine
+    from engine.denoise import STEP_OBSERVERS
+    from engine.train.commit_policy import recording
+    from engine.types import InfillRequest
+
+    engine = Engine.load(str(dream_ckpt), device="cpu", dtype="float32")
+    settings = SamplerSettings(sampler="topk", k=1, cache_refresh=1, stop_run=False)
+    steps: list[dict[str, torch.Tensor]] = []
+    with recording(steps):
+        *_, last = engine.infill_stream(InfillRequest("x = ", "\n", 6, settings),
+                                        stop_early=False)
+    assert STEP_OBSERVERS == []
+    assert len(steps) == last.step == 6
+    assert [int(s["masked"].sum()) for s in steps] == [6, 5, 4, 3, 2, 1]
+    assert all(s["features"].shape == (s["masked"].shape[0], len(FEATURES)) for s in steps)

@@ -30,8 +30,6 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
-from unittest import mock
 
 import torch
 from torch import Tensor, nn
@@ -52,23 +50,21 @@ HELD_OUT_SHARE = 0.2
 @contextmanager
 def recording(steps: list[dict[str, Tensor]]) -> Iterator[None]:
     """While active, every denoising step appends the features of its masked range's
-    positions and their proposals to `steps` (then commits as usual)."""
-    import engine.denoise as denoise
+    positions and their proposals to `steps` (engine.denoise.STEP_OBSERVERS)."""
+    from engine.denoise import STEP_OBSERVERS
     from engine.samplers import propose
 
-    real_step = denoise.step
-
-    def step(logits: Tensor, masked: Tensor, settings: SamplerSettings, *args: Any,
-             stop_ids: Tensor | None = None, fresh: bool = False, **kwargs: Any
-             ) -> tuple[Tensor, Tensor]:
+    def observe(logits: Tensor, masked: Tensor, settings: SamplerSettings,
+                stop_ids: Tensor, fresh: bool) -> None:
         tokens, confidence, entropy = propose(logits, settings.temperature)
         features = policy_features(logits, tokens, confidence, entropy, masked, stop_ids, fresh)
         steps.append({"features": features, "tokens": tokens, "masked": masked.clone()})
-        return real_step(logits, masked, settings, *args, stop_ids=stop_ids, fresh=fresh,
-                         **kwargs)
 
-    with mock.patch.object(denoise, "step", step):
+    STEP_OBSERVERS.append(observe)
+    try:
         yield
+    finally:
+        STEP_OBSERVERS.remove(observe)
 
 
 def collect(count: int, seed: int, cache_refresh: int = 4,
