@@ -5,7 +5,7 @@
     res = eng.infill(prefix, suffix, max_tokens=32, sampler="threshold", seed=0)
     for draft in eng.infill_stream(InfillRequest(prefix, suffix, 32)): ...
 
-The family decides how the hole is filled; its decoder (engine.decoders), chosen once at
+The family decides how the hole is filled; its decoder (engine.families), chosen once at
 load, turns a request into the Steps the runner (engine.runner) advances pass by pass: here
 alone, as a batch of one; in the resident engine beside other requests. All three families
 yield the same Drafts. Engine implements engine.backend.Backend, as the resident engine's
@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from engine.backend import EngineInfo
 from engine.canvas import VocabText
 from engine.config import ModelConfig
-from engine.decoders import Decoder, decoder_for
+from engine.families import Decoder, decoder_for
 from engine.runner import Live, Runner
 from engine.stops import completion_ids
 from engine.tokenizer import Tokenizer
@@ -79,7 +79,7 @@ class Engine:
 
         `dtype`: "auto" (bfloat16 on a GPU; on the CPU float32, with the linear layers of a
         masked-family model quantized to int8, see `quantize_int8`), "int8", or a float dtype
-        ("float32" is the exact CPU path). `compile`: see `decoders.compile_model`; with "auto" on
+        ("float32" is the exact CPU path). `compile`: see `families.compile_model`; with "auto" on
         the CPU the model then stays float32.
         """
         from engine.checkpoint import read_checkpoint, resolve

@@ -1,6 +1,6 @@
 """The runner: every forward pass a request takes runs here, alone or in a batch.
 
-A request being decoded is a `Live`: its family's `Steps` (engine.decoders.Decoder.start),
+A request being decoded is a `Live`: its family's `Steps` (engine.families.Decoder.start),
 the unit its client shows (`until`, engine.units) and what stops it early (a cancel, a
 deadline). `Runner.step` advances a set of them by one forward pass each: the full passes of
 masked holes run as one padded batch (right padding, padded keys masked out, so each row

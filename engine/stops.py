@@ -1,7 +1,7 @@
 """Where a completion ends.
 
 Which token ids end a completion depends on the model's family and is decided in one place,
-`Decoder.stop_ids` (engine.decoders): the masked family stops at its config's EOS and pad, the
+`Decoder.stop_ids` (engine.families): the masked family stops at its config's EOS and pad, the
 AR baseline also at its tokenizer's EOS (the FIM template ends the middle with it), the block
 family at its generation config's EOS and pad. Every loop and result cuts the hole's tokens
 with `completion_ids`, so a draft's text and a result's token ids end at the same token.

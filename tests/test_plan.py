@@ -9,7 +9,7 @@ import pytest
 
 from engine.cli import main
 from engine.plan import plan
-from tests.real_shapes import PUBLISHED
+from tests.published_configs import PUBLISHED
 
 # A small Dream-layout config whose figures are worked out by hand below.
 DREAM = {

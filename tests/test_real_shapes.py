@@ -20,7 +20,7 @@ import pytest
 
 from engine.checkpoint import read_checkpoint
 from engine.config import config_from_hf
-from tests.real_shapes import PUBLISHED, write_real_shape
+from tests.published_configs import PUBLISHED, write_real_shape
 
 transformers = pytest.importorskip("transformers")
 

@@ -16,7 +16,7 @@ import pytest
 from engine.canvas import VocabText, completion_text, layout
 from engine.checkpoint import Checkpoint, read_checkpoint
 from engine.stops import completion_ids, cut_at_special
-from tests.real_shapes import PUBLISHED
+from tests.published_configs import PUBLISHED
 from tests.real_tokenizer import (
     DLM_PAD,
     DREAM_BOS,
