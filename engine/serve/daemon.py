@@ -6,7 +6,8 @@ can read this user's memory anyway). A second `serve` for the same model and dev
 the first one (it holds `<socket>.lock` for its whole life) and exits, telling where the
 running engine is. `--listen HOST:PORT` adds a TCP listener that requires a token on every
 connection: the token file must be private (mode 0600), a peer must send it in a small first
-message within AUTH_TIMEOUT seconds, and the token travels in clear (see the README for TLS).
+message within AUTH_TIMEOUT seconds, and the token travels in clear (docs/security.md, "The TCP
+listener", says how to add TLS).
 The wire format is engine.serve.protocol.
 
 No request holds the engine hostage: its canvas must fit the model's positions and the
@@ -322,7 +323,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="auto (masked models: int8 linear layers on the CPU; bfloat16 "
                         "on a GPU), int8, float32, bfloat16, float16")
     parser.add_argument("--compile", action="store_true",
-                        help="torch.compile the model (slow start; see the README)")
+                        help="torch.compile the model (slow start; see docs/performance.md)")
     parser.add_argument("--socket", type=Path, default=None,
                         help="Unix socket path (default: derived from model and device)")
     parser.add_argument("--listen", metavar="HOST:PORT", help="also listen on TCP (needs a token)")
@@ -354,8 +355,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def cpu_threads(requested: int | None) -> int | None:
     """The engine's intra-op threads on the CPU: as asked, else None (torch's own choice:
     OMP_NUM_THREADS, or every core). A language server waits on the engine while it computes,
-    so a core left to it bought nothing once the model ran on one thread (README,
-    "Performance")."""
+    so a core left to it bought nothing once the model ran on one thread (docs/performance.md)."""
     return None if requested is None else max(1, requested)
 
 
