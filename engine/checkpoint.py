@@ -148,7 +148,7 @@ def quantized_on(dtype: str | torch.dtype, device: torch.device | str, family: s
     default ("auto") for the masked family on the CPU, where a pass mostly streams weights.
 
     Not the AR family by default: in int8 the AR baseline loses much of its edit similarity
-    at no gain in speed, its passes being one token each (README, "The bundled model")."""
+    at no gain in speed, its passes being one token each (docs/models.md, "The bundled model")."""
     if dtype == "int8" and torch.device(device).type != "cpu":
         raise ValueError("dtype 'int8' (dynamic quantization) runs on the CPU only")
     if dtype == "auto":
@@ -159,7 +159,7 @@ def quantized_on(dtype: str | torch.dtype, device: torch.device | str, family: s
 def quantize_int8(model: nn.Module) -> nn.Module:
     """The model with every `nn.Linear` dynamically quantized: int8 weights (a scale per
     output channel), activations quantized per call: on the CPU a pass mostly streams
-    weights, so it is faster at the same held-out edit similarity (README, "Performance").
+    weights, so it is faster at the same held-out edit similarity (docs/performance.md).
 
     torch marks these quantized tensors deprecated; where a torch no longer has them the
     model stays in float32 (slower, otherwise the same)."""

@@ -23,11 +23,11 @@ position, which went stale when the hole changed; every `cache_refresh` steps (R
 pass recomputes the hole and `refresh_window` tokens on each side of it (None: the whole
 canvas, a full pass). R=1 is a full pass every step: exactly the uncached computation.
 What goes stale is mostly the hole itself: a window of a few tokens keeps the edit
-similarity of whole-canvas refreshes at a lower latency (README, "Performance").
+similarity of whole-canvas refreshes at a lower latency (docs/performance.md).
 Positions committed since the last refresh, such as the run of pads that ends a
 single-line hole, are seen as the masks they were until the next refresh; on held-out
 single-line holes that is also what lets the bundled model write whole lines instead of
-stopping after a token or two (README, "Performance").
+stopping after a token or two (docs/performance.md).
 
 Across requests (R > 1 only). Typing changes the canvas near the cursor; the prefix before it
 is mostly the same tokens as a moment ago. A `PrefixCache` (engine.kv_cache) keeps recent
@@ -57,7 +57,7 @@ from engine.types import Draft, SamplerSettings
 
 # The model's first guess at where a hole ends is often a token or two short: the positions
 # just before the stop run stay masked and are denoised as usual (without the margin the
-# stop run cut completions short; README, "Performance").
+# stop run cut completions short; docs/performance.md).
 STOP_RUN_MARGIN = 2
 
 

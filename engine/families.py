@@ -256,7 +256,7 @@ def compile_model(model: Transformer) -> Transformer:
     since canvas, live span and cached lengths change from pass to pass).
 
     A switch for GPUs, never the default: compiling takes seconds to a minute on the first
-    pass of each kind of shape, and on the CPU it does not pay (README, "Performance"); the
+    pass of each kind of shape, and on the CPU it does not pay (docs/performance.md); the
     default int8 eager model is faster there, and int8 layers do not compile. Where inductor
     cannot compile (no C++ compiler, an unsupported op) the model runs eagerly rather than
     failing the request.

@@ -59,7 +59,7 @@ PUBLISHED: dict[str, dict[str, Any]] = {
     # layers, 14/2 heads, intermediate 4864, vocab 151936, tied embeddings), in the Dream
     # layout /work/shared/REFERENCE.md describes for Open-dCoder, with Dream's mask id.
     # Public scripts load it with veomni's Qwen2ForCausalLM, so the published file may say
-    # "qwen2" instead: see README "Real shapes".
+    # "qwen2" instead: see docs/models.md, "Real models at real scale".
     "open-dcoder-0.5b": {
         **_DREAM_COMMON,
         "bos_token_id": 151643,

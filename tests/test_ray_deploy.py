@@ -1,4 +1,4 @@
-"""The team deployment as the README writes it (issue #33): Ray's control plane, the front,
+"""The team deployment as docs/team.md writes it (issue #33): Ray's control plane, the front,
 SIGTERM. Each test starts real Ray processes in their own session and temp dir on loopback,
 waits for them within a bound and kills their process group after.
 
@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("ray.serve", reason="Ray is optional: pip install 'dg-lsp[distributed]'")
-pytestmark = pytest.mark.e2e  # a Ray cluster, started as the README says
+pytestmark = pytest.mark.e2e  # a Ray cluster, started as docs/team.md says
 
 from engine.serve.remote import RemoteEngine  # noqa: E402
 
@@ -51,9 +51,9 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def readme_head_recipe() -> tuple[dict[str, str], list[str]]:
-    """The README's head-node recipe: its `export` lines and its `ray start --head` line."""
-    text = (ROOT / "README.md").read_text()
+def documented_head_recipe() -> tuple[dict[str, str], list[str]]:
+    """docs/team.md's head-node recipe: its `export` lines and its `ray start --head` line."""
+    text = (ROOT / "docs" / "team.md").read_text()
     block = text.split("\n# head node", 1)[1].split("```", 1)[0]
     env = dict(re.findall(r"^export (\w+)=(\S+)", block, re.M))
     line = next(x for x in block.splitlines() if x.startswith("ray start --head"))
@@ -158,7 +158,7 @@ def wait_serving(process: subprocess.Popen, tmp: Path) -> None:
 
 def test_the_documented_head_node_refuses_unauthenticated_jobs_and_the_team_engine_sits_behind_its_front(  # noqa: E501
         tmp_path, dream_ckpt):
-    recipe_env, command = readme_head_recipe()
+    recipe_env, command = documented_head_recipe()
     assert recipe_env.get("RAY_AUTH_MODE") == "token"
     ray_token = tmp_path / "ray-token"
     ray_token.write_text("r" * 64)

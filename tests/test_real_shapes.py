@@ -5,7 +5,7 @@ experts): `Engine.load` must match transformers on the same weights within the d
 tolerance (tests/real_shapes.logit_tolerance says why that much) and add at most 1.2x the
 weights' bytes to the process while loading. Loads run in a fresh process
 (scripts/real_shapes.py's worker) so the peak is the load's own. The full table, with more
-layers, is `python scripts/real_shapes.py` (README "Real shapes").
+layers, is `python scripts/real_shapes.py` (docs/models.md, "Real models at real scale").
 """
 
 from __future__ import annotations

@@ -196,7 +196,7 @@ class Transformer(nn.Module):
 
         A small model's cached pass is mostly per-call overhead, and an int8 layer also
         quantizes its input on every call; fused, a layer makes 4 linear calls instead of 7
-        (the gain is in the README, "Performance").
+        (the gain is in docs/performance.md).
         The outputs are the same; the state_dict no longer has the checkpoint's names, so a
         model to train or save stays unfused.
         """

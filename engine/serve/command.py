@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="auto (masked models: int8 linear layers on the CPU; bfloat16 "
                         "on a GPU), int8, float32, bfloat16, float16")
     parser.add_argument("--compile", action="store_true",
-                        help="torch.compile the model (slow start; see the README)")
+                        help="torch.compile the model (slow start; see docs/performance.md)")
     parser.add_argument("--socket", type=Path, default=None,
                         help="Unix socket path (default: derived from model and device)")
     parser.add_argument("--listen", metavar="HOST:PORT", help="also listen on TCP (needs a token)")

@@ -6,7 +6,8 @@ can read this user's memory anyway). A second `serve` for the same model and dev
 the first one (it holds `<socket>.lock` for its whole life) and exits, telling where the
 running engine is. `--listen HOST:PORT` adds a TCP listener that requires a token on every
 connection: the token file must be private (mode 0600), a peer must send it in a small first
-message within AUTH_TIMEOUT seconds, and the token travels in clear (see the README for TLS).
+message within AUTH_TIMEOUT seconds, and the token travels in clear (docs/security.md, "The TCP
+listener", says how to add TLS).
 The wire format is engine.serve.protocol.
 
 No request holds the engine hostage: its canvas must fit the model's positions and the
@@ -260,8 +261,7 @@ def _same_user(sock: Any) -> bool:
 def cpu_threads(requested: int | None) -> int | None:
     """The engine's intra-op threads on the CPU: as asked, else None (torch's own choice:
     OMP_NUM_THREADS, or every core). A language server waits on the engine while it computes,
-    so a core left to it bought nothing once the model ran on one thread (README,
-    "Performance")."""
+    so a core left to it bought nothing once the model ran on one thread (docs/performance.md)."""
     return None if requested is None else max(1, requested)
 
 

@@ -171,8 +171,8 @@ def serve_on_ray(args: argparse.Namespace) -> int:
         return 2
     if args.detach:
         print("dg-engine serve --ray: --detach is gone: the front that bounds every "
-              "connection runs in this process; run it as a service instead (README: A "
-              "team's engine on Ray Serve)", file=sys.stderr)
+              "connection runs in this process; run it as a service instead (docs/team.md "
+              "in the dg-lsp repository)", file=sys.stderr)
         return 2
     try:
         token = read_token(args.token_file)
@@ -223,7 +223,7 @@ def serve_on_ray(args: argparse.Namespace) -> int:
 RAY_WITHOUT_AUTH = ("dg-engine serve --ray: this Ray cluster runs without Ray's token "
                     "authentication: anyone who reaches its ports (the GCS, the dashboard's "
                     "job API) can run code as its user and read the team's token. Start it "
-                    "with RAY_AUTH_MODE=token (README: A team's engine on Ray Serve).")
+                    "with RAY_AUTH_MODE=token (docs/team.md in the dg-lsp repository).")
 AUTH_PROBE_TIMEOUT = 10.0  # seconds for the cluster's GCS to answer the probe
 STOP_TIMEOUT = 10.0  # seconds to remove the application from a cluster that outlives us
 

@@ -126,7 +126,7 @@ class Scheduler:
         on that one thread: libgomp keeps a pool of worker threads for each thread that
         starts parallel work, and on a small CPU a second pool (the model loaded on the main
         thread) throttles the spinning of the first, so each operator waits for its workers
-        to wake (README, "Performance").
+        to wake (docs/performance.md).
         """
         ready: Future[Scheduler] = Future()
 
