@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engine.serve.remote import RemoteEngine  # noqa: E402
+from engine.types import InfillRequest  # noqa: E402
 
 TOKEN = "probe-tok3n"
 ROLES = {"front": "engine.cli serve", "proxy": "ray::ProxyActor",
@@ -108,7 +109,8 @@ def real_request(port: int) -> str:
     start = time.monotonic()
     try:
         engine = RemoteEngine(f"http://127.0.0.1:{port}", TOKEN, read_timeout=60)
-        last = list(engine.infill_stream("def add(a, b):\n    return ", "\n", 4))[-1]
+        request = InfillRequest("def add(a, b):\n    return ", "\n", 4)
+        last = list(engine.infill_stream(request))[-1]
         return f"served ({last.finish_reason}, {time.monotonic() - start:.1f} s)"
     except Exception as exc:  # noqa: BLE001 - reported in the table
         return f"FAILED: {exc}"

@@ -174,7 +174,9 @@ def test_a_dying_local_engine_is_told_once_per_outage_and_again_after_it_came_ba
 # The server with a short applyEdit bound, so the test that never answers waits 2 s, not 10.
 SHORT_BOUND = ("import sys; import dg_lsp.lsp_actions as a; a.APPLY_EDIT_TIMEOUT = 2.0; "
                "from dg_lsp.cli import main; sys.exit(main())")
-PY = "import json\n\n\ndef load_config(path):\n    with open(path) as f:\n" \
+# `os` imported: the bundled model's rewrite of the line uses it, and a rewrite naming what the
+# file never imports is refused before any edit is sent (dg_lsp.names).
+PY = "import json\nimport os\n\n\ndef load_config(path):\n    with open(path) as f:\n" \
      "        return json.load(f)\n"
 
 

@@ -29,6 +29,7 @@ pytest.importorskip("ray.serve", reason="Ray is optional: pip install 'dg-lsp[di
 pytestmark = pytest.mark.e2e  # a Ray cluster, started as docs/team.md says
 
 from engine.serve.remote import RemoteEngine  # noqa: E402
+from engine.types import InfillRequest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -180,7 +181,8 @@ def test_the_documented_head_node_refuses_unauthenticated_jobs_and_the_team_engi
                 assert status == 401 and '"unauthorized"' in text
             engine = RemoteEngine(f"http://127.0.0.1:{listen}", TEAM_TOKEN)
             assert engine.hello()["family"] == "masked"
-            drafts = list(engine.infill_stream("def add(a, b):\n    return ", "\n", 4))
+            drafts = list(engine.infill_stream(
+                InfillRequest("def add(a, b):\n    return ", "\n", 4)))
             assert drafts[-1].done and drafts[-1].finish_reason in ("stop", "length")
             # Ray Serve's own proxy is on loopback, and its port is not the front's.
             assert fetch("GET", serve_port, "/-/healthz")[0] == 200
