@@ -2,10 +2,11 @@
 
 One layer per family at full width, full vocabulary and real head counts (the MoE cut to 4
 experts): `Engine.load` must match transformers on the same weights within the dtype's
-tolerance (tests/real_shapes.logit_tolerance says why that much) and add at most 1.2x the
-weights' bytes to the process while loading. Loads run in a fresh process
-(scripts/real_shapes.py's worker) so the peak is the load's own. The full table, with more
-layers, is `python scripts/real_shapes.py` (docs/models.md, "Real models at real scale").
+tolerance (tests/published_configs.logit_tolerance says why that much) and add at most 1.2x
+the weights' bytes to the process while loading. Loads run in a fresh process
+(scripts/experiments/real_shapes.py's worker) so the peak is the load's own. The full table,
+with more layers, is `python scripts/experiments/real_shapes.py` (docs/models.md, "Real
+models at real scale").
 """
 
 from __future__ import annotations

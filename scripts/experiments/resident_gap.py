@@ -1,8 +1,8 @@
 """What the resident engine costs over the in-process one, without the LSP transport.
 
-    python scripts/resident_gap.py [CASES]      (default 32)
-    python scripts/resident_gap.py pools        (one int8 linear layer: why the model runs
-                                                 on one thread)
+    python scripts/experiments/resident_gap.py [CASES]    (default 32)
+    python scripts/experiments/resident_gap.py pools      (one int8 linear layer: why the
+                                                          model runs on one thread)
 
 Completes the same held-out cursor cases (dg_lsp/eval/heldout.py, the `dg-lsp bench` ones)
 through `Pipeline.complete`, first with the model in this process, then through a resident

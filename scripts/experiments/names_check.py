@@ -1,6 +1,6 @@
 """What the unknown-names check (dg_lsp/names.py) refuses on held-out code, and what it costs.
 
-    python scripts/names_check.py [--limit 80] [--seed 0] [--device cpu]
+    python scripts/experiments/names_check.py [--limit 80] [--seed 0] [--device cpu]
 
 The cursors are `dg-lsp bench --section lsp`'s (engine/cases.py `cut_cursor_cases`, the
 held-out package, the same seed), but each document is the whole file the cursor is in: the

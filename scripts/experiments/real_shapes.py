@@ -12,9 +12,9 @@ Every load and every reference runs in a fresh subprocess: peak RSS (ru_maxrss) 
 load's own, and one model's memory never adds to the next's. The engine's logits are computed
 and its model freed before the reference is built, so a worker holds one model at a time.
 
-    python scripts/real_shapes.py                       # all models, float32 and bfloat16
-    python scripts/real_shapes.py --models llada-8b --dtypes bfloat16
-    python scripts/real_shapes.py --layers 1 --experts 4  # a quick rehearsal
+    python scripts/experiments/real_shapes.py             # all models, float32 and bfloat16
+    python scripts/experiments/real_shapes.py --models llada-8b --dtypes bfloat16
+    python scripts/experiments/real_shapes.py --layers 1 --experts 4  # a quick rehearsal
 
 Exit status 1 when a row misses its tolerance or the memory bound.
 """
@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 RSS_BOUND = 1.2  # peak RSS added by a load, as a multiple of the weights' bytes

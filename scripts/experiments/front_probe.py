@@ -1,6 +1,6 @@
 """Issue #33's probe cases against a real team engine: `dg-engine serve --ray` with its front.
 
-    PYTHONPATH=. python scripts/front_probe.py [--model DIR]
+    PYTHONPATH=. python scripts/experiments/front_probe.py [--model DIR]
 
 Deploys the model (default: a tiny random Dream checkpoint) on one CPU replica of a local Ray
 cluster behind the front on 127.0.0.1, then, on loopback only, with bounded counts and time:
@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from engine.serve.remote import RemoteEngine  # noqa: E402

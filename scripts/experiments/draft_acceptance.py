@@ -1,7 +1,8 @@
 """Would draft verification pay on held-out code? Acceptance per drafter, and its cost.
 
-    OMP_NUM_THREADS=1 PYTHONPATH=. python scripts/draft_acceptance.py acceptance [--limit 200]
-    OMP_NUM_THREADS=1 PYTHONPATH=. python scripts/draft_acceptance.py cost [--runs 60]
+    OMP_NUM_THREADS=1 PYTHONPATH=. python scripts/experiments/draft_acceptance.py acceptance \
+        [--limit 200]
+    OMP_NUM_THREADS=1 PYTHONPATH=. python scripts/experiments/draft_acceptance.py cost [--runs 60]
 
 `acceptance` cuts the held-out single-line holes `dg-lsp eval --suite cases --kinds
 single-line --protocol fixed --limit 200 --seed 1` cuts (more-itertools, 32-token hole, R=4 and

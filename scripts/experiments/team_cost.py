@@ -1,6 +1,7 @@
 """What a developer costs a team's engine (engine.serve.ray_app), in replica-seconds.
 
-    python scripts/team_cost.py [--developers 8] [--replicas 2] [--seconds 60] [--pause 1.0]
+    python scripts/experiments/team_cost.py [--developers 8] [--replicas 2] [--seconds 60] \
+        [--pause 1.0]
 
 Deploys the bundled model as a Ray Serve application on a local Ray cluster (CPU replicas:
 this measures replica-seconds on CPUs; on a GPU cluster the same run gives GPU-seconds), then
