@@ -99,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
               f"is shown); the rule picks {report['gate']['chosen']}", report["gate"]["pooled"])
         for kind, rows in report["gate"]["perClass"].items():
             _show(args, f"confidence gate, cursor class '{kind}'", rows)
+        _show(args, "what the score adds to a completion (96-token hole, 24 passes)",
+              [{"scoreCostMs": report["gate"]["scoreCostMs"]}])
     engine = None
     if {"samplers", "cache", "concurrency"} & set(sections):
         from engine import Engine

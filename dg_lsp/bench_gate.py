@@ -89,12 +89,40 @@ def choose(points: list[dict]) -> float:
     return best["minConfidence"]
 
 
+def score_cost_ms(hole: int, passes: int, repeats: int = 2000) -> float:
+    """The median time the score adds to a completion of `passes` passes in a hole of
+    `hole` tokens: what MaskedDenoiser.advance and .draft do for it each pass (keep the
+    committed positions' confidences; read the completion's and take their min and mean).
+    Timed alone: on a shared CPU the whole completion's time varies by far more than this."""
+    import math
+
+    import torch
+
+    from engine.types import score_of
+
+    kept = torch.full((hole,), math.nan)
+    confidence = torch.rand(hole)
+    commit = torch.rand(hole) > 0.5
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        proposed = kept.clone()
+        proposed[:] = confidence
+        kept[commit] = proposed[commit]
+        sampled = [c for c in kept[: hole // 2].tolist() if not math.isnan(c)]
+        score_of(sampled, passes)
+        seconds.append(time.perf_counter() - start)
+    return round(1000 * passes * statistics.median(seconds), 4)
+
+
 def gate_section(cases: list[Case], model: str | None, device: str) -> dict[str, Any]:
-    """The curve per cursor class and pooled, and the threshold the rule picks (pooled)."""
+    """The curve per cursor class and pooled, the threshold the rule picks (pooled), and the
+    score's cost per completion at the largest hole (a block, 96 tokens) and 24 passes."""
     start = time.perf_counter()
     rows = run_cursors(cases, model, device)
     classes = sorted({r.kind for r in rows})
     per_class = {kind: curve([r for r in rows if r.kind == kind]) for kind in classes}
     pooled = curve(rows)
     return {"pooled": pooled, "perClass": per_class, "chosen": choose(pooled),
+            "scoreCostMs": score_cost_ms(96, 24),
             "seconds": round(time.perf_counter() - start, 1)}

@@ -225,3 +225,20 @@ def test_over_lsp_a_code_action_the_model_is_unsure_of_is_refused_with_its_messa
             "dg-lsp: the model is not confident in this edit (0.31 < 0.45)")
     finally:
         wire.close()
+
+
+# -- the bench's curve and rule ---------------------------------------------------------------
+
+
+def test_the_curve_and_the_rule_that_picks_the_default():
+    from dg_lsp.bench_gate import Shown, choose, curve
+
+    rows = [Shown("after =", 0.9, True, 1.0), Shown("after =", 0.6, False, 0.5),
+            Shown("new line", 0.5, True, 1.0), Shown("new line", 0.2, False, 0.0),
+            Shown("new line", 0.1, False, 0.2), Shown("new line", None, False, 0.0)]
+    points = curve(rows, (0.0, 0.3, 0.55, 0.8))
+    assert [(p["shown"], p["exactMatch"], p["editSimilarity"], p["rightPerWrong"])
+            for p in points] == [(5, 0.4, 0.54, 0.667), (3, 0.667, 0.833, 2.0),
+                                 (2, 0.5, 0.75, 1.0), (1, 1.0, 1.0, None)]
+    # 0.8 is the most precise but shows 1 of 6 cursors (under a third): 0.3 shows half
+    assert choose(points) == 0.3
