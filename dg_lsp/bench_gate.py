@@ -12,6 +12,7 @@ among the thresholds that still show a suggestion at at least a third of the cur
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from dataclasses import dataclass
@@ -20,7 +21,8 @@ from typing import Any
 from dg_lsp.eval.scoring import edit_similarity, exact_match
 from engine.cases import Case
 
-THRESHOLDS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9)
+# Denser where the bundled model's curve crosses a third of the cursors shown.
+THRESHOLDS = (0.0, 0.05, 0.1, 0.12, 0.14, 0.16, 0.18, 0.2, 0.22, 0.25, 0.3, 0.4, 0.5, 0.6, 0.8)
 MIN_SHOWN = 1 / 3  # the rule's floor: at least this share of cursors still gets a suggestion
 
 
@@ -28,10 +30,13 @@ MIN_SHOWN = 1 / 3  # the rule's floor: at least this share of cursors still gets
 class Shown:
     """One cursor's suggestion with the gate off: its class, its Score and how it scores."""
 
+    id: str
     kind: str
     lowest: float | None  # engine.types.Score.lowest; None: no suggestion (or no score)
     exact: bool
     similarity: float
+    mean: float | None = None  # engine.types.Score.mean (compared in the README, not gated)
+    shown: str = ""
 
 
 def run_cursors(cases: list[Case], model: str | None, device: str) -> list[Shown]:
@@ -51,11 +56,12 @@ def run_cursors(cases: list[Case], model: str | None, device: str) -> list[Shown
         last = _last_draft(drafts)
         completion = pipeline.finish(request, ctx, last)
         if completion is None or last is None or last.score is None:
-            rows.append(Shown(case.kind, None, False, 0.0))
+            rows.append(Shown(case.id, case.kind, None, False, 0.0))
             continue
         seen = "\n".join(completion.text.split("\n")[: case.middle.count("\n") + 1])
-        rows.append(Shown(case.kind, last.score.lowest, exact_match(seen, case.middle),
-                          edit_similarity(seen, case.middle)))
+        rows.append(Shown(case.id, case.kind, last.score.lowest, exact_match(seen, case.middle),
+                          round(edit_similarity(seen, case.middle), 3),
+                          round(last.score.mean, 4), seen))
     return rows
 
 
@@ -125,4 +131,5 @@ def gate_section(cases: list[Case], model: str | None, device: str) -> dict[str,
     pooled = curve(rows)
     return {"pooled": pooled, "perClass": per_class, "chosen": choose(pooled),
             "scoreCostMs": score_cost_ms(96, 24),
+            "cursors": [dataclasses.asdict(r) for r in rows],
             "seconds": round(time.perf_counter() - start, 1)}

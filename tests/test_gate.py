@@ -196,11 +196,21 @@ def inline_texts(wire: WireServer, uri: str, text: str) -> list[str]:
     return [item["insertText"] for item in items]
 
 
+def list_texts(wire: WireServer, uri: str, text: str) -> list[str]:
+    wire.open(uri, text)
+    result = wire.call("textDocument/completion", {
+        "textDocument": {"uri": uri}, "position": {"line": 1, "character": 11}})["result"]
+    return [item["textEdit"]["newText"] for item in result["items"]]
+
+
 def test_over_lsp_the_gate_hides_a_low_score_and_shows_a_high_one():
-    wire = scored_server([("x + 1", 0.3), ("x + 2", 0.6)], 0.45)
+    wire = scored_server([("x + 1", 0.3), ("x + 2", 0.6), ("x + 3", 0.3), ("x + 4", 0.6)],
+                         0.45)
     try:
         assert inline_texts(wire, "file:///tmp/low.py", SOURCE) == []
         assert inline_texts(wire, "file:///tmp/high.py", SOURCE) == ["x + 2"]
+        assert list_texts(wire, "file:///tmp/low2.py", SOURCE) == []
+        assert list_texts(wire, "file:///tmp/high2.py", SOURCE) == ["x + 4"]
     finally:
         wire.close()
     wire = scored_server([("x + 1", 0.3)], 0.0)
@@ -233,9 +243,9 @@ def test_over_lsp_a_code_action_the_model_is_unsure_of_is_refused_with_its_messa
 def test_the_curve_and_the_rule_that_picks_the_default():
     from dg_lsp.bench_gate import Shown, choose, curve
 
-    rows = [Shown("after =", 0.9, True, 1.0), Shown("after =", 0.6, False, 0.5),
-            Shown("new line", 0.5, True, 1.0), Shown("new line", 0.2, False, 0.0),
-            Shown("new line", 0.1, False, 0.2), Shown("new line", None, False, 0.0)]
+    rows = [Shown("c", "after =", 0.9, True, 1.0), Shown("c", "after =", 0.6, False, 0.5),
+            Shown("c", "new line", 0.5, True, 1.0), Shown("c", "new line", 0.2, False, 0.0),
+            Shown("c", "new line", 0.1, False, 0.2), Shown("c", "new line", None, False, 0.0)]
     points = curve(rows, (0.0, 0.3, 0.55, 0.8))
     assert [(p["shown"], p["exactMatch"], p["editSimilarity"], p["rightPerWrong"])
             for p in points] == [(5, 0.4, 0.54, 0.667), (3, 0.667, 0.833, 2.0),
