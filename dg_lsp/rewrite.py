@@ -16,7 +16,7 @@ The one edit path for code actions, `dg-lsp rewrite` and batch mode:
    never defines or imports (dg_lsp.names; a name the instruction mentions counts as known),
    or renames a definition in the selection or drops or renames its parameters when the
    instruction does not ask for it (dg_lsp.signature).
-   An edit the model wrote with a token it was less sure of than `minConfidence` is refused
+   An edit the model wrote with a token it was less sure of than `minEditConfidence` is refused
    before any of this (dg_lsp.gate: "the model is not confident in this edit (0.31 < 0.45)").
    A refused edit raises RewriteError with the reason; nothing is ever half applied.
 """
@@ -80,7 +80,7 @@ def compute_edit(
         steps += used
         if generated is None:
             raise RewriteError("cancelled")
-        if (reason := gate.refusal(score, settings.min_confidence)) is not None:
+        if (reason := gate.refusal(score, settings.min_edit_confidence)) is not None:
             unsure = reason
             continue
         text = shape(target, generated, doc)

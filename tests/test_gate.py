@@ -163,10 +163,11 @@ def test_an_edit_the_model_is_unsure_of_is_refused_with_the_scores():
     d = doc(WORDS)
     target = target_of(d, 0, len(WORDS))
     with pytest.raises(RewriteError) as refused:
-        compute_edit(Scored((NEW, 0.31)), d, target, Settings(min_confidence=0.45), None, 1.0)
+        compute_edit(Scored((NEW, 0.31)), d, target, Settings(min_edit_confidence=0.45), None,
+                     1.0)
     assert str(refused.value) == "the model is not confident in this edit (0.31 < 0.45)"
-    edit = compute_edit(Scored((NEW, 0.31)), d, target, Settings(min_confidence=0.0), None,
-                        1.0)
+    edit = compute_edit(Scored((NEW, 0.31)), d, target, Settings(min_edit_confidence=0.0),
+                        None, 1.0)
     assert edit.text == NEW
     assert gate.refusal(Score(0.31, 0.5, 1, 1), 0.45) == str(refused.value)
 
@@ -183,8 +184,8 @@ create_server(Scored(*[tuple(w) for w in json.loads(sys.argv[1])])).start_io()
 
 
 def scored_server(written: list[tuple[str, float | None]], min_confidence: float,
-                  capabilities: dict | None = None) -> WireServer:
-    return WireServer(None, options={"minConfidence": min_confidence},
+                  capabilities: dict | None = None, key: str = "minConfidence") -> WireServer:
+    return WireServer(None, options={key: min_confidence},
                       capabilities=capabilities,
                       python_args=("-c", SCORED_SERVER, json.dumps(written)))
 
@@ -222,7 +223,7 @@ def test_over_lsp_the_gate_hides_a_low_score_and_shows_a_high_one():
 
 def test_over_lsp_a_code_action_the_model_is_unsure_of_is_refused_with_its_message():
     resolves = {"textDocument": {"codeAction": {"resolveSupport": {"properties": ["edit"]}}}}
-    wire = scored_server([(NEW, 0.31)] * 4, 0.45, resolves)
+    wire = scored_server([(NEW, 0.31)] * 4, 0.45, resolves, key="minEditConfidence")
     try:
         uri = "file:///tmp/words.py"
         wire.open(uri, WORDS)

@@ -53,7 +53,7 @@ export const DEFAULTS: ExtensionConfig = {
   engine: 'resident',
   engineTokenFile: '',
   sampler: { name: 'threshold', threshold: 0.9, cutoff: 0.5, temperature: 0 },
-  minConfidence: 0,
+  minConfidence: 0.22,
   languages: [],
   completionMenu: false,
 };
