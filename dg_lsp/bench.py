@@ -6,6 +6,9 @@ Sections (all by default, `--section` to pick):
   editor starts it (the resident engine, default settings) and, on the same requests, with the
   model in the server (`--engine inproc`): latency of cold, warm and typed-through requests, and
   what was shown scored per cursor class (dg_lsp/bench_lsp.py says how);
+- gate: the confidence gate's curve on the same cursors: the share shown against the exact
+  match and edit similarity of what is shown, per cursor class and pooled, at a range of
+  `minConfidence` thresholds, and the one the README's rule picks (dg_lsp/bench_gate.py);
 - samplers: per-completion latency, forward passes, tokens per forward and edit similarity for
   top-k k=1 (one token per step), confidence threshold and entropy bound, and the
   autoregressive baseline (KV cache) on single-line holes;
@@ -32,7 +35,7 @@ from typing import Any
 
 from engine.checkpoint import BUNDLED_MODELS
 
-SECTIONS = ("lsp", "samplers", "cache", "concurrency", "memory")
+SECTIONS = ("lsp", "gate", "samplers", "cache", "concurrency", "memory")
 AR_BASELINE = BUNDLED_MODELS / "ar-baseline"
 SINGLE_LINE_TOKENS = 24  # the server's rest-of-line hole
 
@@ -87,6 +90,17 @@ def run(args: argparse.Namespace) -> int:
         _show(args, f"end to end over LSP: request latency ({source})", report["lsp"]["latency"])
         _show(args, "what the cold request showed, by cursor class",
               report["lsp"]["cursorClasses"])
+    if "gate" in sections:
+        from dg_lsp.bench_gate import gate_section
+
+        cursors = cut_cursor_cases(folder, args.limit, seed=args.seed)
+        report["gate"] = gate_section(cursors, args.model, args.device)
+        _show(args, "confidence gate, all cursors (minConfidence: shown rate, quality of what "
+              f"is shown); the rule picks {report['gate']['chosen']}", report["gate"]["pooled"])
+        for kind, rows in report["gate"]["perClass"].items():
+            _show(args, f"confidence gate, cursor class '{kind}'", rows)
+        _show(args, "what the score adds to a completion (96-token hole, 24 passes)",
+              [{"scoreCostMs": report["gate"]["scoreCostMs"]}])
     engine = None
     if {"samplers", "cache", "concurrency"} & set(sections):
         from engine import Engine

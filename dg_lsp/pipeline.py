@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
+from dg_lsp import gate
 from dg_lsp.cache import CompletionCache
 from dg_lsp.context import Context, OtherDocument, build_context, char_budget
 from dg_lsp.languages import LanguageSpec
@@ -82,6 +83,8 @@ class Pipeline:
         self, request: CompletionRequest, ctx: Context, last: Draft | None
     ) -> Completion | None:
         if last is None or last.finish_reason == "cancelled":
+            return None
+        if gate.refusal(last.score, self.settings.min_confidence) is not None:
             return None
         suggestion = postprocess(last.text, ctx)
         if suggestion is None:

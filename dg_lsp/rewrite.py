@@ -16,6 +16,8 @@ The one edit path for code actions, `dg-lsp rewrite` and batch mode:
    never defines or imports (dg_lsp.names; a name the instruction mentions counts as known),
    or renames a definition in the selection or drops or renames its parameters when the
    instruction does not ask for it (dg_lsp.signature).
+   An edit the model wrote with a token it was less sure of than `minEditConfidence` is refused
+   before any of this (dg_lsp.gate: "the model is not confident in this edit (0.31 < 0.45)").
    A refused edit raises RewriteError with the reason; nothing is ever half applied.
 """
 
@@ -24,13 +26,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from dg_lsp import names, signature
+from dg_lsp import gate, names, signature
 from dg_lsp.actions import COMPLETE_BODY, DOCSTRING, FIX_SYNTAX, Document, Target, error_count
 from dg_lsp.context import char_budget, windows
 from dg_lsp.settings import Settings
 from engine.backend import Backend
 from engine.bounds import STRENGTH_RANGE
-from engine.types import InfillRequest, RewriteRequest
+from engine.types import InfillRequest, RewriteRequest, Score
 
 # Keep the half of a selection the model is surest of and write the rest again.
 DEFAULT_STRENGTH = 0.5
@@ -71,11 +73,16 @@ def compute_edit(
     before = error_count(doc)
     steps = 0
     unasked = None  # why the last parseable edit was refused
+    unsure = None  # why the last edit the model was unsure of was refused
     for attempt in _strengths(target, strength):
-        generated, used = _generate(backend, doc, target, settings, instruction, attempt, cancel)
+        generated, used, score = _generate(backend, doc, target, settings, instruction,
+                                           attempt, cancel)
         steps += used
         if generated is None:
             raise RewriteError("cancelled")
+        if (reason := gate.refusal(score, settings.min_edit_confidence)) is not None:
+            unsure = reason
+            continue
         text = shape(target, generated, doc)
         if text is not None:
             text = _parseable(doc, target, text, before)
@@ -87,6 +94,8 @@ def compute_edit(
                 return Edit(target.start, target.end, text, steps)
     if unasked is not None:
         raise RewriteError(f"the model's version {unasked}")
+    if unsure is not None:
+        raise RewriteError(unsure)
     if target.action == FIX_SYNTAX:
         raise RewriteError(f"the model found no fix for the syntax error ({before} errors)")
     raise RewriteError(f"the model wrote nothing usable for '{target.title}'")
@@ -155,8 +164,9 @@ def _generate(
     instruction: str | None,
     strength: float,
     cancel: Callable[[], bool] | None,
-) -> tuple[str | None, int]:
-    """The hole's text (None when cancelled) and the forward passes it took."""
+) -> tuple[str | None, int, Score | None]:
+    """The hole's text (None when cancelled), the forward passes it took and the engine's
+    Score of it."""
     prefix, suffix = model_input(doc, target, settings, instruction)
     # An action's edit must not depend on which requests the engine served before.
     sampler = replace(settings.sampler, min_tokens=MIN_TOKENS.get(target.action, 0),
@@ -180,8 +190,8 @@ def _generate(
     except ValueError as exc:  # the engine's canvas cannot hold the selection
         raise RewriteError(f"the selection is too long for the model: {exc}") from exc
     if last is None or last.finish_reason == "cancelled":
-        return None, 0 if last is None else last.step
-    return last.text, last.step
+        return None, 0 if last is None else last.step, None
+    return last.text, last.step, last.score
 
 
 def _parseable(doc: Document, target: Target, text: str, errors_before: int) -> str | None:

@@ -22,6 +22,7 @@ from dg_lsp.context import BLOCK, BRACKETS, COMMENT, REST_OF_LINE
 from engine.bounds import (
     CANVAS_LENGTH_RANGE,
     HOLE_SIZE_RANGE,
+    MIN_CONFIDENCE_RANGE,
     SUFFIX_FRACTION_RANGE,
     Bounds,
     bounded,
@@ -36,6 +37,8 @@ DTYPES = ("auto", "int8", "float32", "bfloat16", "float16", "float64")  # engine
 # http(s):// URL instead names a team's engine (`dg-engine serve --ray`), reached with the
 # token in `engine_token_file`.
 ENGINE_MODES = ("resident", "inproc")
+# README, "Confidence gate": measured by `dg-lsp bench --gate` on the bench's held-out cursors.
+DEFAULT_MIN_CONFIDENCE = 0.22
 
 
 def _engine_url(value: str) -> bool:
@@ -84,6 +87,13 @@ class Settings:
     languages: list[str] | None = checked(None, "a list of language ids",
                                           lambda v: v is None or isinstance(v, list))
     extra_context: bool = checked(True, "true or false", lambda v: True)  # other open documents
+    # A completion whose least confident token is below this is not shown (dg_lsp.gate);
+    # 0 shows everything. The default is chosen on held-out cursors by the rule in README,
+    # "Confidence gate".
+    min_confidence: float = bounded(DEFAULT_MIN_CONFIDENCE, MIN_CONFIDENCE_RANGE)
+    # The same gate for code actions, rewrites and batch edits. 0 by default: no held-out
+    # measurement says where a rewrite's score separates right from wrong (README).
+    min_edit_confidence: float = bounded(0.0, MIN_CONFIDENCE_RANGE)
 
     def enabled(self, language_id: str) -> bool:
         return self.languages is None or language_id in self.languages

@@ -21,7 +21,7 @@ from engine.config import ModelConfig
 from engine.kv_cache import joined
 from engine.models.transformer import LayerKV, Transformer
 from engine.tokenizer import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, Tokenizer
-from engine.types import Draft
+from engine.types import Draft, score_of
 
 FIM_TOKENS = 3  # prompt tokens the PSM template adds around prefix and suffix
 
@@ -70,6 +70,7 @@ def decode_ar(
 
     prompt = torch.tensor(fim_prompt(tokenizer, canvas), device=device)
     out: list[int] = []
+    confidence: list[float] = []  # the probability of each token of `out` when it was picked
     steps = 0
     past: list[LayerKV] | None = None
     next_input, positions = prompt[None], torch.arange(len(prompt), device=device)[None]
@@ -77,7 +78,7 @@ def decode_ar(
     def draft(done: bool, reason: str = "") -> Draft:
         text = completion_text(canvas, tokenizer.decode(out))
         return Draft(step=steps, token_ids=list(out), committed=len(out), text=text,
-                     done=done, finish_reason=reason)
+                     done=done, finish_reason=reason, score=score_of(confidence, steps))
 
     while True:
         t0 = time.perf_counter()
@@ -91,12 +92,15 @@ def decode_ar(
             if heal_banned is not None and not out:
                 last[heal_banned] = float("-inf")
             token = int(last.argmax())
+            # The greedy pick's probability: the same confidence the masked family scores.
+            picked = float(last.softmax(-1)[token])
         timings["forward"] += time.perf_counter() - t0
         steps += 1
         if token in stop_ids:
             yield draft(True, "stop")
             return
         out.append(token)
+        confidence.append(picked)
         if len(out) >= max_tokens:
             yield draft(True, "length")
             return

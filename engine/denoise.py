@@ -53,7 +53,7 @@ from engine.models.transformer import LayerKV, Transformer
 from engine.samplers import adjust_logits, step
 from engine.stops import completion_ids
 from engine.tokenizer import Tokenizer
-from engine.types import Draft, SamplerSettings
+from engine.types import Draft, SamplerSettings, score_of
 
 # The model's first guess at where a hole ends is often a token or two short: the positions
 # just before the stop run stay masked and are denoised as usual (without the margin the
@@ -127,6 +127,9 @@ class _Hole:
         self.start = canvas.hole_start
         self.n = canvas.hole_len
         self.committed = torch.zeros(self.n, dtype=torch.bool, device=device)
+        # Each position's confidence when the sampler committed it; NaN where no sampler did
+        # (masked still, or a rewrite's kept token).
+        self.confidence = torch.full((self.n,), math.nan, device=device)
 
     @property
     def end(self) -> int:
@@ -138,13 +141,17 @@ class _Hole:
     def masked(self) -> Tensor:
         return ~self.committed
 
-    def rebuild(self, tokens: list[int], committed: list[bool]) -> None:
+    def rebuild(self, tokens: list[int], committed: list[bool],
+                confidence: list[float] | None = None) -> None:
         """Replace the hole (DreamOn edits change its length)."""
         device = self.x.device
         hole = torch.tensor(tokens, dtype=self.x.dtype, device=device)
         self.x = torch.cat([self.x[: self.start], hole, self.x[self.end :]])
         self.n = len(tokens)
         self.committed = torch.tensor(committed, dtype=torch.bool, device=device)
+        if confidence is None:
+            confidence = [math.nan] * self.n
+        self.confidence = torch.tensor(confidence, dtype=torch.float32, device=device)
 
 
 # Told of every masked-family step's sampler input, before it commits: (logits of the masked
@@ -231,8 +238,10 @@ class MaskedDenoiser:
         settled = next((i for i, c in enumerate(committed) if not c), len(committed))
         ids = completion_ids(tokens[:settled], self.stop_ids)
         text = completion_text(self.canvas, self.tokenizer.decode(ids))
-        return Draft(step=self.steps + self.passes_before, token_ids=tokens,
-                     committed=sum(committed), text=text, done=done, finish_reason=reason)
+        passes = self.steps + self.passes_before
+        sampled = [c for c in self.hole.confidence[: len(ids)].tolist() if not math.isnan(c)]
+        return Draft(step=passes, token_ids=tokens, committed=sum(committed), text=text,
+                     done=done, finish_reason=reason, score=score_of(sampled, passes))
 
     def final(self, reason: str | None = None) -> Draft:
         """The last Draft: `reason` given (cancelled), or how the hole ended."""
@@ -372,8 +381,9 @@ class MaskedDenoiser:
         fresh = self.refresh == 1 or (self.steps - 1) % self.refresh == 0
         for observe in STEP_OBSERVERS:
             observe(logits, masked[lo:hi], settings, self.stop_tensor, fresh)
-        picked, proposed_range = step(logits, masked[lo:hi], settings, self.generator,
-                                      min_commit, stop_ids=self.stop_tensor, fresh=fresh)
+        picked, proposed_range, confidence = step(logits, masked[lo:hi], settings,
+                                                  self.generator, min_commit,
+                                                  stop_ids=self.stop_tensor, fresh=fresh)
         region = hole.x[hole.start : hole.end]
         commit = torch.zeros_like(masked)
         commit[lo:hi] = picked & masked[lo:hi]
@@ -382,6 +392,9 @@ class MaskedDenoiser:
         if settings.stop_run and self.expand_id is None:
             commit |= _stop_run(region, hole.committed, commit, proposed, self.stop_tensor)
         region[commit] = proposed[commit]
+        proposed_confidence = hole.confidence.clone()
+        proposed_confidence[lo:hi] = confidence.float()
+        hole.confidence[commit] = proposed_confidence[commit]
         hole.committed |= commit
         self._masked_range = None
 
@@ -437,24 +450,29 @@ def _edit_dreamon(
     Returns (whether the hole changed length, whether a slot was deleted).
     """
     tokens, committed = hole.tokens(), hole.committed.tolist()
+    confidence = hole.confidence.tolist()
     room = max_length - hole.x.shape[0]
     new_tokens: list[int] = []
     new_committed: list[bool] = []
+    new_confidence: list[float] = []
     deleted = False
-    for tok, done in zip(tokens, committed, strict=True):
+    for tok, done, conf in zip(tokens, committed, confidence, strict=True):
         if done and tok == expand_id and room > 0:
             new_tokens += [mask_id, mask_id]
             new_committed += [False, False]
+            new_confidence += [math.nan, math.nan]
             room -= 1
         elif done and tok == expand_id:
             new_tokens.append(mask_id)  # no room left: the slot stays a single mask
             new_committed.append(False)
+            new_confidence.append(math.nan)
         elif done and tok in stop_ids:
             deleted = True
         else:
             new_tokens.append(tok)
             new_committed.append(done)
+            new_confidence.append(conf)
     if new_tokens == tokens and new_committed == committed:
         return False, deleted
-    hole.rebuild(new_tokens, new_committed)
+    hole.rebuild(new_tokens, new_committed, new_confidence)
     return len(new_tokens) != len(tokens), deleted

@@ -142,8 +142,9 @@ def step(
     min_commit: int = 1,
     stop_ids: Tensor | None = None,
     fresh: bool = False,
-) -> tuple[Tensor, Tensor]:
-    """One denoising step on adjusted hole logits: (commit mask [n], proposed tokens [n]).
+) -> tuple[Tensor, Tensor, Tensor]:
+    """One denoising step on adjusted hole logits: (commit mask [n], proposed tokens [n],
+    their confidence [n]: the probability of each proposed token, the completion's Score).
 
     `stop_ids` (the tokens that end a completion) and `fresh` (this pass refreshed the
     context cache) are features of the learned sampler; the other rules ignore them."""
@@ -152,4 +153,5 @@ def step(
     if settings.sampler == "learned":
         features = policy_features(logits, tokens, confidence, entropy, masked, stop_ids, fresh)
         probability = load_policy().probability(features)
-    return select(settings, confidence, entropy, masked, min_commit, probability), tokens
+    return (select(settings, confidence, entropy, masked, min_commit, probability), tokens,
+            confidence)

@@ -115,6 +115,28 @@ class RewriteRequest:
                              self.suffix_fraction)
 
 
+@dataclass(frozen=True)
+class Score:
+    """How sure the model was of a completion: the confidences (the probability the sampler
+    gave a token when it committed it) of the completion's tokens, those it generated (a
+    rewrite's kept tokens are the user's), up to the first stop or uncommitted position. A
+    by-product of the passes run: no pass is added for it. The confidence gate
+    (dg_lsp.settings minConfidence) reads `lowest`."""
+
+    lowest: float  # the least confident token's confidence (1.0 when none was generated)
+    mean: float  # their mean (1.0 when none was generated)
+    tokens: int  # how many were scored
+    passes: int  # forward passes taken
+
+
+def score_of(confidences: list[float], passes: int) -> Score:
+    """The Score of a completion whose generated tokens had `confidences`."""
+    if not confidences:
+        return Score(1.0, 1.0, 0, passes)
+    return Score(min(confidences), sum(confidences) / len(confidences), len(confidences),
+                 passes)
+
+
 @dataclass
 class Draft:
     """The hole after one denoising step."""
@@ -125,6 +147,9 @@ class Draft:
     text: str  # the committed text up to the first gap or stop token
     done: bool = False
     finish_reason: str = ""  # set on the last Draft: "stop", "length" or "cancelled"
+    # The committed completion's Score; None where the family records none (AR, block) or an
+    # engine that predates it sent none: the completion is shown as if ungated.
+    score: Score | None = None
 
 
 @dataclass

@@ -88,7 +88,8 @@ def test_step_with_topk_settings_commits_tokens_of_the_chosen_positions() -> Non
         [1.0, 1.1, 1.0],  # unsure
         [0.0, 0.0, 9.0],  # most confident: token 2
     ])
-    commit, tokens = step(logits, torch.ones(3, dtype=bool), SamplerSettings(sampler="topk", k=2))
+    commit, tokens, _ = step(logits, torch.ones(3, dtype=bool),
+                             SamplerSettings(sampler="topk", k=2))
     assert positions(commit) == [0, 2]
     assert tokens[commit].tolist() == [1, 2]
 
@@ -96,12 +97,12 @@ def test_step_with_topk_settings_commits_tokens_of_the_chosen_positions() -> Non
 def test_step_threshold_and_entropy_on_two_sure_and_two_unsure_positions() -> None:
     logits = torch.tensor([[0.0, 20.0], [0.0, 0.1], [20.0, 0.0], [0.1, 0.0]])
     masked = torch.ones(4, dtype=bool)
-    commit, tokens = step(logits, masked, SamplerSettings(sampler="threshold"))
+    commit, tokens, _ = step(logits, masked, SamplerSettings(sampler="threshold"))
     assert positions(commit) == [0, 2]
     assert tokens.tolist() == [1, 1, 0, 0]
     # The bound excludes the largest accepted entropy, so one unsure position (the earlier of
     # the two equal ones) comes along with the two sure ones.
-    commit, _ = step(logits, masked, SamplerSettings(sampler="entropy", gamma=0.1))
+    commit, _, _ = step(logits, masked, SamplerSettings(sampler="entropy", gamma=0.1))
     assert positions(commit) == [0, 1, 2]
 
 
@@ -164,7 +165,7 @@ def test_step_with_the_learned_sampler_commits_at_least_one_position_every_step(
     for cutoff in (0.0, 0.5, 1.0):
         settings = SamplerSettings(sampler="learned", cutoff=cutoff)
         while bool(masked.any()):
-            commit, _ = step(logits, masked, settings)
+            commit, _, _ = step(logits, masked, settings)
             assert int(commit.sum()) >= 1 and not bool((commit & ~masked).any())
             masked = masked & ~commit
         masked = torch.ones(6, dtype=bool)

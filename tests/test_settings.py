@@ -146,3 +146,7 @@ def test_the_vs_code_extension_offers_the_same_ranges_and_defaults():
         bounds = table[name]
         assert (spec["minimum"], spec.get("maximum"), spec["default"]) == (
             bounds.low, bounds.high, getattr(SamplerSettings(), name)), name
+    gate = properties["dg-lsp.minConfidence"]
+    bounds = bounds_of(Settings)["min_confidence"]
+    assert (gate["minimum"], gate["maximum"], gate["default"]) == (
+        bounds.low, bounds.high, Settings().min_confidence)

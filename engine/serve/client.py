@@ -244,7 +244,7 @@ class EngineClient(WireBackend):
                 if reply.get("id") != request["id"]:
                     continue  # the cancel's acknowledgement
                 raise_error(reply)
-                draft = protocol.draft_from_wire(reply["draft"])
+                draft = protocol.draft_from_wire(reply["draft"], reply.get("score"))
                 yield draft
                 if reply["type"] == "result":
                     return

@@ -214,11 +214,9 @@ class EngineServer:
             def on_draft(draft: Draft) -> None:
                 if draft.done:
                     jobs.pop(request_id, None)
-                    post({"type": "result", "id": request_id,
-                          "draft": protocol.draft_to_wire(draft)})
+                    post(protocol.draft_message("result", request_id, draft))
                 elif stream:
-                    post({"type": "draft", "id": request_id,
-                          "draft": protocol.draft_to_wire(draft)})
+                    post(protocol.draft_message("draft", request_id, draft))
 
             def on_error(code: str, text: str) -> None:
                 jobs.pop(request_id, None)

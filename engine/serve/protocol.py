@@ -29,10 +29,15 @@ Engine → client. Replies carry the request's "id" and a "type":
     {"type": "hello", "id": 1, "version": 1, "model": str, "device": str, "family": str,
      "pid": int, "completion_ends": [int], "limits": {"maxCanvas": int,
      "requestTimeout": float}}
-    {"type": "draft", "id": 2, "draft": {Draft fields}}     # streaming, after every step
-    {"type": "result", "id": 2, "draft": {Draft fields}}    # the last Draft (done=True)
+    {"type": "draft", "id": 2, "draft": {Draft fields}, "score": {Score fields}}  # each step
+    {"type": "result", "id": 2, "draft": {Draft fields}, "score": {...}}  # the last (done)
     {"type": "ok", "id": 6, ...}                            # ping, cancel, stats, shutdown
     {"type": "error", "id": 2, "code": str, "message": str}
+
+"score" (optional: {"lowest": float, "mean": float, "tokens": int, "passes": int},
+engine.types.Score) is how sure the model was of the draft's completion; a client that
+predates it ignores it, and a reply without it (an engine that predates it, a family that
+records none) means "no score": the client shows the completion ungated.
 
 "completion_ends" are the token ids a completion ends before (the model's stop ids and its
 mask id): with them a client counts a draft's completion tokens as the engine does
@@ -74,6 +79,7 @@ from engine.types import (
     InfillRequest,
     RewriteRequest,
     SamplerSettings,
+    Score,
     UnitEnd,
 )
 from engine.units import UNIT_KINDS
@@ -323,9 +329,33 @@ def completion_ends(hello: dict[str, Any]) -> set[int] | None:
     return set(ends)
 
 
+def draft_message(kind: str, request_id: Any, draft: Draft) -> dict[str, Any]:
+    """A "draft" or "result" reply: the Draft's fields, and its Score beside them (not
+    among them: a client that predates it builds a Draft of exactly the fields it knows)."""
+    message = {"type": kind, "id": request_id, "draft": draft_to_wire(draft)}
+    if draft.score is not None:
+        message["score"] = dataclasses.asdict(draft.score)
+    return message
+
+
 def draft_to_wire(draft: Draft) -> dict[str, Any]:
-    return dataclasses.asdict(draft)
+    raw = dataclasses.asdict(draft)
+    del raw["score"]
+    return raw
 
 
-def draft_from_wire(raw: dict[str, Any]) -> Draft:
-    return Draft(**raw)
+def draft_from_wire(raw: dict[str, Any], score: Any = None) -> Draft:
+    """The Draft of a reply's "draft" and "score" fields; a score that is missing (an engine
+    that predates it) or malformed is None: the completion is shown ungated."""
+    return Draft(**raw, score=score_from_wire(score))
+
+
+def score_from_wire(raw: Any) -> Score | None:
+    names = [f.name for f in dataclasses.fields(Score)]
+    if not isinstance(raw, dict) or sorted(raw) != sorted(names):
+        return None
+    values = [raw[name] for name in names]
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        return None
+    return Score(float(raw["lowest"]), float(raw["mean"]), int(raw["tokens"]),
+                 int(raw["passes"]))

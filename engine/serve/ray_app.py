@@ -185,8 +185,8 @@ class EngineReplica:
                     return
                 draft: Draft = value
                 finished = draft.done
-                yield {"type": "result" if draft.done else "draft", "id": request_id,
-                       "draft": protocol.draft_to_wire(draft), "replica": self.replica}
+                yield {**protocol.draft_message("result" if draft.done else "draft",
+                                                request_id, draft), "replica": self.replica}
                 if draft.done:
                     return
         finally:

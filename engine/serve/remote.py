@@ -235,7 +235,7 @@ class RemoteEngine(WireBackend):
                 reply = self._next_line(response)
                 raise_error(reply)
                 self.last_replica = str(reply.get("replica", self.last_replica))
-                last = protocol.draft_from_wire(reply["draft"])
+                last = protocol.draft_from_wire(reply["draft"], reply.get("score"))
                 yield last
                 if reply.get("type") == "result":
                     return

@@ -29,6 +29,7 @@ export interface ExtensionConfig {
   engine: string;
   engineTokenFile: string;
   sampler: { name: string; threshold: number; cutoff: number; temperature: number };
+  minConfidence: number;
   languages: string[];
   completionMenu: boolean;
 }
@@ -40,6 +41,7 @@ export interface ServerSettings {
   engine: string;
   engineTokenFile: string | null;
   sampler: { name: string; threshold: number; cutoff: number; temperature: number };
+  minConfidence: number;
   languages: string[] | null;
 }
 
@@ -51,6 +53,7 @@ export const DEFAULTS: ExtensionConfig = {
   engine: 'resident',
   engineTokenFile: '',
   sampler: { name: 'threshold', threshold: 0.9, cutoff: 0.5, temperature: 0 },
+  minConfidence: 0.22,
   languages: [],
   completionMenu: false,
 };
@@ -100,6 +103,7 @@ export function readConfig(
       cutoff: Math.min(1, num('sampler.cutoff', DEFAULTS.sampler.cutoff)),
       temperature: num('sampler.temperature', DEFAULTS.sampler.temperature),
     },
+    minConfidence: Math.min(1, num('minConfidence', DEFAULTS.minConfidence)),
     languages: strings('languages').map((id) => id.trim()).filter((id) => id !== ''),
     completionMenu: get('completionMenu') === true,
   };
@@ -128,6 +132,7 @@ export function serverSettings(config: ExtensionConfig, home: string = os.homedi
     engine: config.engine,
     engineTokenFile: config.engineTokenFile === '' ? null : expandHome(config.engineTokenFile, home),
     sampler: { ...config.sampler },
+    minConfidence: config.minConfidence,
     languages: config.languages.length === 0 ? null : [...config.languages],
   };
 }

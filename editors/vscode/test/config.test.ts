@@ -32,6 +32,7 @@ test('no settings: the defaults, and the server gets its own defaults', () => {
     engine: 'resident',
     engineTokenFile: null,
     sampler: { name: 'threshold', threshold: 0.9, cutoff: 0.5, temperature: 0 },
+    minConfidence: 0.22,
     languages: null,
   });
   assert.deepEqual(serverCommand(config, HOME), { command: 'dg-lsp', args: ['serve'] });
@@ -48,6 +49,7 @@ test('every setting maps to the server key of dg_lsp/settings.py', () => {
     'sampler.threshold': 0.75,
     'sampler.cutoff': 0.4,
     'sampler.temperature': 0.2,
+    minConfidence: 0.3,
     languages: ['python', ' rust '],
     completionMenu: true,
   });
@@ -57,6 +59,7 @@ test('every setting maps to the server key of dg_lsp/settings.py', () => {
     engine: 'inproc',
     engineTokenFile: null,
     sampler: { name: 'learned', threshold: 0.75, cutoff: 0.4, temperature: 0.2 },
+    minConfidence: 0.3,
     languages: ['python', 'rust'],
   });
   assert.deepEqual(serverCommand(config, HOME), {
@@ -76,12 +79,14 @@ test('values of the wrong type or out of range fall back to the defaults', () =>
     'sampler.name': 'beam',
     'sampler.threshold': 3,
     'sampler.temperature': -1,
+    minConfidence: 2,
     languages: ['python', 3, ''],
     completionMenu: 'yes',
   });
   assert.deepEqual(config, {
     ...DEFAULTS,
     sampler: { name: 'threshold', threshold: 1, cutoff: 0.5, temperature: 0 },
+    minConfidence: 1,
     languages: ['python'],
   });
 });
