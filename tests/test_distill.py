@@ -75,6 +75,10 @@ def test_the_targets_are_the_teachers_commits_over_the_next_window() -> None:
     ids, targets = trajectory_example(traj, state=1, window=4, mask_id=M)
     assert ids == [3, 10, 11, M, 21, M, M, M, 12]
     assert [i for i, t in enumerate(targets) if t] == [3, 5]
+    # Training states are drawn where there is a target: up to the pass before the last
+    # target's (pass 3 commits hole position 2, the stop): states 0, 1 and 2.
+    assert traj.states == 3
+    assert all(any(trajectory_example(traj, s, 1, M)[1]) for s in range(traj.states))
 
 
 def test_certainty_counts_only_positions_the_student_gets_right() -> None:
@@ -152,6 +156,7 @@ def test_distill_runs_resumes_and_writes_a_loadable_checkpoint(
     checks = [json.loads(line) for line in (out / CHECKS_FILE).read_text().splitlines()]
     assert [c["model"] for c in checks] == ["teacher", "student"]
     assert all(0 <= c["edit_similarity"] <= 1 and c["passes_per_hole"] >= 1 for c in checks)
+    assert all(math.isfinite(c["heldout_trajectory_loss"]) for c in checks)
 
     # Resumed: the same trajectories, training goes on from step 4 to 7.
     resumed = Distiller(toy(teacher, corpus, out, 7))
@@ -177,4 +182,3 @@ def test_distill_runs_resumes_and_writes_a_loadable_checkpoint(
     result = engine.infill("def add(a, b):\n    ", "\n", max_tokens=8, seed=0)
     assert 1 <= result.steps <= 8
     assert read_checkpoint(out).config.family == "masked"
-    assert not math.isnan(checks[-1]["heldout_trajectory_loss"])

@@ -108,6 +108,12 @@ class Trajectory:
     def passes(self) -> int:
         return max(self.commit_step)
 
+    @property
+    def states(self) -> int:
+        """States with targets: 0 .. the pass before the last target was committed."""
+        end = len(self.commit_step) if self.end is None else self.end
+        return max(self.commit_step[:end], default=1)
+
 
 def hole_canvas(prefix: list[int], hole_len: int, suffix: list[int], mask_id: int,
                 bos_id: int | None, length: int = CANVAS) -> Canvas:
@@ -376,7 +382,7 @@ class Distiller:
             targets[:real_rows], real[:real_rows] = code, masked
         for r in range(real_rows, rows):
             t = pool[int(rng.integers(len(pool)))]
-            ids, sel = trajectory_example(t, int(rng.integers(t.passes)), self.cfg.window,
+            ids, sel = trajectory_example(t, int(rng.integers(t.states)), self.cfg.window,
                                           self.mask_id)
             inputs[r, :len(ids)], targets[r, :len(ids)] = ids, t.ids
             traj[r, :len(ids)] = sel
@@ -403,8 +409,10 @@ class Distiller:
                                        self.val_maker), model)["real"].item() for _ in range(4)]
         traj_loss, hits, total = [], 0, 0
         for t in self.val:
-            for s in range(0, t.passes, max(1, self.cfg.window)):
+            for s in range(0, t.states, max(1, self.cfg.window)):
                 ids, sel = trajectory_example(t, s, self.cfg.window, self.mask_id)
+                if not any(sel):
+                    continue
                 x = torch.tensor([ids], device=self.device)
                 sel_t = torch.tensor([sel], device=self.device)
                 logits = logits_at(model, x, sel_t).float()
