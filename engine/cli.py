@@ -1,4 +1,4 @@
-"""`dg-engine` command line: corpus, train, infill, serve, plan."""
+"""`dg-engine` command line: corpus, train, distill, infill, serve, plan."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
 SUBCOMMAND_MODULES = [
     "engine.train.corpus",
     "engine.train.trainer",
+    "engine.train.distill",
     "engine.serve.command",
     "engine.serve.ray_cli",
     "engine.serve.bench",

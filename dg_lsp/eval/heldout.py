@@ -19,7 +19,11 @@ from pathlib import Path
 from engine.train.corpus import BENCHMARK_PACKAGES
 
 PACKAGE, VERSION = "more-itertools", "10.5.0"
+# A second package the distilled model is judged on (scripts/experiments/distill_eval.py):
+# pure Python, no dependency of torch or transformers, refused by the corpus builder too.
+SECOND_PACKAGE, SECOND_VERSION = "boltons", "26.2.0"
 assert PACKAGE.replace("-", "_") in BENCHMARK_PACKAGES
+assert SECOND_PACKAGE in BENCHMARK_PACKAGES
 
 
 def cache_dir() -> Path:
@@ -27,21 +31,23 @@ def cache_dir() -> Path:
     return Path(base) / "dg-lsp" / "heldout"
 
 
-def heldout_sources(cache: Path | None = None) -> Path:
-    """The folder of the pinned package's Python sources, fetched on first use.
+def heldout_sources(cache: Path | None = None, package: str = PACKAGE,
+                    version: str = VERSION) -> Path:
+    """The folder of a pinned package's Python sources (the bench's by default), fetched on
+    first use.
 
     Raises OSError with the reason (and what to do) when pip cannot fetch it."""
-    folder = (cache or cache_dir()) / f"{PACKAGE}-{VERSION}"
+    folder = (cache or cache_dir()) / f"{package}-{version}"
     if (folder / ".complete").exists():
         return folder
     with tempfile.TemporaryDirectory() as download:
         command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                   "--only-binary", ":all:", "--dest", download, f"{PACKAGE}=={VERSION}"]
+                   "--only-binary", ":all:", "--dest", download, f"{package}=={version}"]
         run = subprocess.run(command, capture_output=True, text=True, timeout=300)
         wheels = list(Path(download).glob("*.whl"))
         if run.returncode != 0 or not wheels:
             why = run.stderr.strip()[-300:]
-            raise OSError(f"cannot fetch {PACKAGE}=={VERSION} with pip ({why}); pass "
+            raise OSError(f"cannot fetch {package}=={version} with pip ({why}); pass "
                           "--cases-from a folder of Python sources instead")
         folder.mkdir(parents=True, exist_ok=True)
         with zipfile.ZipFile(wheels[0]) as wheel:

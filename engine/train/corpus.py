@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
+from tokenizers import Tokenizer as HFTokenizer
 
 from engine.tokenizer import FILE_SEP, save_tokenizer, train_bpe
 
@@ -35,8 +36,10 @@ SKIP_PARTS = {
     "vendor", "benchmarks", "examples", "docs", "fixtures", "testdata",
 }
 # Anything that might hold evaluation data is refused outright, and so are the third-party
-# packages `dg-lsp bench` measures on (dg_lsp/eval/heldout.py): no model here may train on them.
-BENCHMARK_PACKAGES = ("more_itertools",)
+# packages `dg-lsp bench` measures on (dg_lsp/eval/heldout.py) and the second held-out
+# package the distillation is judged on (scripts/experiments/distill_eval.py): no model here
+# may train on them.
+BENCHMARK_PACKAGES = ("more_itertools", "boltons")
 FORBIDDEN = re.compile(r"human[-_]?eval|shared/eval|(?:^|/)(?:"
                        + "|".join(BENCHMARK_PACKAGES) + r")(?:/|\.py$|-[\d.]+\.dist-info)",
                        re.IGNORECASE)
@@ -175,8 +178,12 @@ def build_corpus(
     max_train_bytes: int | None = None,
     pattern: str = "*.py",
     tokenizer_sample_bytes: int | None = None,
+    tokenizer_from: Path | None = None,
 ) -> dict:
-    """Gather, deduplicate, split, train the tokenizer and tokenize; returns meta.json's dict."""
+    """Gather, deduplicate, split, train the tokenizer and tokenize; returns meta.json's dict.
+
+    `tokenizer_from`: a checkpoint folder whose tokenizer.json is used instead of training
+    one, so the corpus's ids are that model's (what fine-tuning and distilling it need)."""
     out.mkdir(parents=True, exist_ok=True)
     raw, splits = gather_splits(sources, pattern)
     deduplicated = sum(len(files) for files in splits.values())
@@ -193,7 +200,10 @@ def build_corpus(
     write_heldout(out, splits["heldout"])
     (out / "files.txt").write_text("".join(rel + "\n" for rel, _ in splits["train"]))
 
-    tok = train_bpe(_sample(splits["train"], tokenizer_sample_bytes), vocab_size)
+    if tokenizer_from is not None:
+        tok = HFTokenizer.from_file(str(tokenizer_from / "tokenizer.json"))
+    else:
+        tok = train_bpe(_sample(splits["train"], tokenizer_sample_bytes), vocab_size)
     save_tokenizer(tok, out)
     train = tokenize_files(tok, [t for _, t in splits["train"]])
     val = tokenize_files(tok, [t for _, t in splits["val"]])
@@ -212,6 +222,7 @@ def build_corpus(
         "val_tokens": int(val.size),
         "bytes_per_token": round(train_bytes / max(1, train.size), 3),
         "vocab_size": tok.get_vocab_size(),
+        "tokenizer_from": str(tokenizer_from) if tokenizer_from is not None else None,
     }
     (out / "meta.json").write_text(json.dumps(meta, indent=2))
     return meta
@@ -230,7 +241,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     meta = build_corpus(Path(args.out), sources, args.vocab_size,
                         int(args.max_mb * 1e6) if args.max_mb else None, args.glob,
-                        int(args.tokenizer_mb * 1e6) if args.tokenizer_mb else None)
+                        int(args.tokenizer_mb * 1e6) if args.tokenizer_mb else None,
+                        Path(args.tokenizer_from) if args.tokenizer_from else None)
     print(json.dumps(meta, indent=2))
     return 0
 
@@ -245,6 +257,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-mb", type=float, default=None, help="cap on training text, in MB")
     p.add_argument("--tokenizer-mb", type=float, default=None,
                    help="train the vocabulary on a sample of this many MB (default: all)")
+    p.add_argument("--tokenizer-from", metavar="CHECKPOINT",
+                   help="tokenize with this checkpoint's tokenizer.json instead of training one "
+                        "(a corpus to fine-tune or distill that model on)")
     p.add_argument("--heldout-only", action="store_true",
                    help="only write the held-out files (heldout/, heldout.txt): eval cases")
     p.set_defaults(func=run)

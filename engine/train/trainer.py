@@ -146,6 +146,21 @@ def save_checkpoint(model: Transformer, mc: ModelConfig, out: Path, tokenizer_di
     state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()}
     if mc.tie_word_embeddings:
         state.pop("lm_head.weight")  # tied: stored once, as HF does
+    written = write_weights(state, out, shard_mb)
+    (out / "config.json").write_text(json.dumps(hf_config_dict(mc, train_info), indent=2))
+    gen = {"eos_token_id": mc.eos_token_id, "pad_token_id": mc.pad_token_id}
+    if mc.family == "masked":
+        gen["mask_token_id"] = mc.mask_token_id
+    (out / "generation_config.json").write_text(json.dumps(gen, indent=2))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        if (tokenizer_dir / name).exists() and tokenizer_dir.resolve() != out.resolve():
+            (out / name).write_bytes((tokenizer_dir / name).read_bytes())
+    return written
+
+
+def write_weights(state: dict[str, torch.Tensor], out: Path, shard_mb: float) -> list[Path]:
+    """`state` as model.safetensors, or as shards of at most `shard_mb` MB with their index;
+    weight files already in `out` are replaced."""
     limit = int(shard_mb * 1e6)
     shards: list[dict[str, torch.Tensor]] = [{}]
     size = 0
@@ -172,14 +187,6 @@ def save_checkpoint(model: Transformer, mc: ModelConfig, out: Path, tokenizer_di
         total = sum(t.numel() * t.element_size() for t in state.values())
         (out / "model.safetensors.index.json").write_text(json.dumps(
             {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
-    (out / "config.json").write_text(json.dumps(hf_config_dict(mc, train_info), indent=2))
-    gen = {"eos_token_id": mc.eos_token_id, "pad_token_id": mc.pad_token_id}
-    if mc.family == "masked":
-        gen["mask_token_id"] = mc.mask_token_id
-    (out / "generation_config.json").write_text(json.dumps(gen, indent=2))
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        if (tokenizer_dir / name).exists() and tokenizer_dir.resolve() != out.resolve():
-            (out / name).write_bytes((tokenizer_dir / name).read_bytes())
     return written
 
 
