@@ -67,7 +67,7 @@ class Target:
         return TITLES[self.action] + (f" of {self.name}" if self.name else "")
 
 
-class Document:
+class ParsedText:
     """A document's text and its tree, with byte ↔ character conversion for tree positions."""
 
     def __init__(
@@ -124,7 +124,7 @@ class Document:
         return found
 
 
-def error_count(doc: Document) -> int:
+def error_count(doc: ParsedText) -> int:
     """ERROR and MISSING nodes in the document's tree (0 without a grammar)."""
     if doc.tree is None:
         return 0
@@ -153,7 +153,7 @@ def rewrite_target(text: str, start: int, end: int) -> Target | None:
     return Target(REWRITE, start, end, max_tokens=max(16, n // 2 + 8))
 
 
-def body_target(doc: Document, node: ts.Node, body: ts.Node, name: str) -> Target | None:
+def body_target(doc: ParsedText, node: ts.Node, body: ts.Node, name: str) -> Target | None:
     """The stub body of a function, as a hole; None when the body has real code."""
     text = doc.text
     indent = doc.indent_at(doc.char(node.start_byte))
@@ -179,7 +179,7 @@ def body_target(doc: Document, node: ts.Node, body: ts.Node, name: str) -> Targe
                   indent=inner, name=name)
 
 
-def docstring_target(doc: Document, node: ts.Node, body: ts.Node | None, name: str
+def docstring_target(doc: ParsedText, node: ts.Node, body: ts.Node | None, name: str
                      ) -> Target | None:
     """Where the definition's docstring or doc comment goes; None when it has one."""
     text, lang = doc.text, doc.language.name
@@ -206,7 +206,7 @@ def docstring_target(doc: Document, node: ts.Node, body: ts.Node | None, name: s
                   max_tokens=DOC_TOKENS, name=name)
 
 
-def syntax_targets(doc: Document) -> list[Target]:
+def syntax_targets(doc: ParsedText) -> list[Target]:
     """One target per broken region: the whole lines of each outermost ERROR/MISSING node."""
     if doc.tree is None or not doc.tree.root_node.has_error:
         return []
@@ -232,7 +232,7 @@ def syntax_targets(doc: Document) -> list[Target]:
     return targets
 
 
-def targets_at(doc: Document, start: int, end: int) -> list[Target]:
+def targets_at(doc: ParsedText, start: int, end: int) -> list[Target]:
     """The actions an editor offers for the selection [start, end) (a cursor when equal)."""
     found: list[Target] = []
     if end > start:
@@ -263,7 +263,7 @@ def targets_at(doc: Document, start: int, end: int) -> list[Target]:
     return found
 
 
-def all_targets(doc: Document, action: str, query: ts.Query | None = None) -> list[Target]:
+def all_targets(doc: ParsedText, action: str, query: ts.Query | None = None) -> list[Target]:
     """Every place in the document `action` applies (batch mode), in document order;
     `query` replaces the language's actions.scm in finding definitions."""
     if action == FIX_SYNTAX:
@@ -293,7 +293,7 @@ def _is_docstring(statement: ts.Node) -> bool:
             and statement.named_children[0].type in ("string", "concatenated_string"))
 
 
-def _colon_end(doc: Document, body: ts.Node) -> int:
+def _colon_end(doc: ParsedText, body: ts.Node) -> int:
     """Just after the `:` that opens a Python body."""
     colon = body.prev_sibling
     while colon is not None and colon.type != ":":
@@ -301,7 +301,7 @@ def _colon_end(doc: Document, body: ts.Node) -> int:
     return doc.char(colon.end_byte if colon is not None else body.start_byte)
 
 
-def _has_doc_comment(doc: Document, node: ts.Node) -> bool:
+def _has_doc_comment(doc: ParsedText, node: ts.Node) -> bool:
     previous = node.prev_named_sibling
     if previous is None or "comment" not in previous.type:
         return False

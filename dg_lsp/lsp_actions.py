@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 from pygls.exceptions import JsonRpcContentModified, JsonRpcException
 
-from dg_lsp.actions import FIX_SYNTAX, REWRITE, Document, Target, targets_at
+from dg_lsp.actions import FIX_SYNTAX, REWRITE, ParsedText, Target, targets_at
 from dg_lsp.documents import short_path
 from dg_lsp.languages import language_for
 from dg_lsp.positions import offset_at, position_at
@@ -219,7 +219,7 @@ async def rewrite(
 
 
 def _targets(server: DgLanguageServer, uri: str, lsp_range: types.Range
-             ) -> tuple[Document, list[Target]] | None:
+             ) -> tuple[ParsedText, list[Target]] | None:
     doc = server.documents.get(uri)
     # Past MAX_DOCUMENT_CHARS every action is refused anyway; listing them would parse the
     # whole file on the event loop (tree-sitter holds the GIL while it parses).
@@ -233,7 +233,7 @@ def _targets(server: DgLanguageServer, uri: str, lsp_range: types.Range
     if end < start or "\x00" in doc.text:
         return None
     language = language_for(doc.language_id, uri)
-    parsed = Document(doc.text, language, server.trees.tree(uri, doc.text, language))
+    parsed = ParsedText(doc.text, language, server.trees.tree(uri, doc.text, language))
     return parsed, targets_at(parsed, start, end)
 
 

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from dg_lsp import gate, names, signature
-from dg_lsp.actions import COMPLETE_BODY, DOCSTRING, FIX_SYNTAX, Document, Target, error_count
+from dg_lsp.actions import COMPLETE_BODY, DOCSTRING, FIX_SYNTAX, ParsedText, Target, error_count
 from dg_lsp.context import char_budget, windows
 from dg_lsp.settings import Settings
 from engine.backend import Backend
@@ -55,7 +55,7 @@ class Edit:
 
 def compute_edit(
     backend: Backend,
-    doc: Document,
+    doc: ParsedText,
     target: Target,
     settings: Settings,
     instruction: str | None = None,
@@ -101,7 +101,7 @@ def compute_edit(
     raise RewriteError(f"the model wrote nothing usable for '{target.title}'")
 
 
-def model_input(doc: Document, target: Target, settings: Settings, instruction: str | None
+def model_input(doc: ParsedText, target: Target, settings: Settings, instruction: str | None
                 ) -> tuple[str, str]:
     """(prefix, suffix) the model reads around the hole."""
     text = doc.text
@@ -117,7 +117,7 @@ def model_input(doc: Document, target: Target, settings: Settings, instruction: 
     return windows(prefix, suffix, budget, settings.suffix_fraction)
 
 
-def shape(target: Target, generated: str, doc: Document) -> str | None:
+def shape(target: Target, generated: str, doc: ParsedText) -> str | None:
     """The replacement text for target's span from the model's hole text; None if empty."""
     lang = doc.language.name if doc.language else ""
     if target.action == DOCSTRING:
@@ -158,7 +158,7 @@ def _strengths(target: Target, strength: float) -> list[float]:
 
 def _generate(
     backend: Backend,
-    doc: Document,
+    doc: ParsedText,
     target: Target,
     settings: Settings,
     instruction: str | None,
@@ -194,7 +194,7 @@ def _generate(
     return last.text, last.step, last.score
 
 
-def _parseable(doc: Document, target: Target, text: str, errors_before: int) -> str | None:
+def _parseable(doc: ParsedText, target: Target, text: str, errors_before: int) -> str | None:
     """`text` (for a body: or its longest whole-line prefix) if the edited document has no
     more syntax errors than before (fewer, for a syntax fix); else None."""
     if doc.language is None:
@@ -214,17 +214,17 @@ def _parseable(doc: Document, target: Target, text: str, errors_before: int) -> 
         if target.action != FIX_SYNTAX and not _same_nesting(candidate, original):
             continue  # an edit that closes brackets it did not open changes code outside it
         edited = doc.text[: target.start] + candidate + doc.text[target.end :]
-        if error_count(Document(edited, doc.language)) <= allowed:
+        if error_count(ParsedText(edited, doc.language)) <= allowed:
             return candidate
     return None
 
 
-def _unasked_change(doc: Document, target: Target, text: str, instruction: str | None
+def _unasked_change(doc: ParsedText, target: Target, text: str, instruction: str | None
                     ) -> str | None:
     """What replacing the target's span by `text` changes that was not asked for, or None."""
     if doc.language is None:
         return None
-    edited = Document(doc.text[: target.start] + text + doc.text[target.end :], doc.language)
+    edited = ParsedText(doc.text[: target.start] + text + doc.text[target.end :], doc.language)
     start = len(doc.text[: target.start].encode("utf-8"))
     old_end = start + len(doc.text[target.start : target.end].encode("utf-8"))
     new_end = start + len(text.encode("utf-8"))

@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from dg_lsp.actions import ACTIONS, REWRITE, Document, targets_at
+from dg_lsp.actions import ACTIONS, REWRITE, ParsedText, targets_at
 from dg_lsp.complete import cursor_offset
 from dg_lsp.files import SourceError, diff_label, read_source, unified_diff, write_source
 from dg_lsp.languages import language_for
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     except (SourceError, ValueError) as exc:
         print(f"dg-lsp rewrite: {exc}", file=sys.stderr)
         return 2
-    doc = Document(text, language_for(None, str(args.file)))
+    doc = ParsedText(text, language_for(None, str(args.file)))
     target = next((t for t in targets_at(doc, start, end) if t.action == args.action), None)
     if target is None:
         what = "the range is empty" if args.action == REWRITE else "it does not apply here"

@@ -24,7 +24,7 @@ from dg_lsp.actions import (
     DOCSTRING,
     FIX_SYNTAX,
     REWRITE,
-    Document,
+    ParsedText,
     all_targets,
     error_count,
     targets_at,
@@ -82,15 +82,15 @@ class Counter {
 '''
 
 
-def doc(text: str, language: str = "python") -> Document:
-    return Document(text, language_for(language))
+def doc(text: str, language: str = "python") -> ParsedText:
+    return ParsedText(text, language_for(language))
 
 
 def at(text: str, needle: str, extra: int = 0) -> int:
     return text.index(needle) + extra
 
 
-def target_of(d: Document, start: int, end: int, action: str = REWRITE):
+def target_of(d: ParsedText, start: int, end: int, action: str = REWRITE):
     (target,) = [t for t in targets_at(d, start, end) if t.action == action]
     return target
 
@@ -243,7 +243,7 @@ def test_a_javascript_body_is_written_inside_its_braces_at_the_files_indentation
     assert "  increment() {\n    this.n += 1;\n    return this.n;\n  }\n}\n" in new
     prefix, suffix = backend.calls[0]
     assert prefix.endswith("  increment() {\n    ") and suffix.startswith("\n  }\n}")
-    assert error_count(Document(new, language_for("javascript"))) == error_count(d)
+    assert error_count(ParsedText(new, language_for("javascript"))) == error_count(d)
 
 
 def test_an_instruction_is_a_comment_line_above_the_hole():
@@ -353,7 +353,7 @@ async def test_each_action_resolves_to_the_edit_the_pipeline_computes(
     assert new[:target.start] == text[:target.start]
     assert new[len(new) - (len(text) - target.end):] == text[target.end:]
     allowed = error_count(d) - (1 if action == FIX_SYNTAX else 0)
-    assert error_count(Document(new, language_for(language))) <= allowed
+    assert error_count(ParsedText(new, language_for(language))) <= allowed
 
 
 @pytest.mark.asyncio(loop_scope="module")
@@ -483,6 +483,7 @@ def dg_lsp(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
 
 
+@pytest.mark.slow  # two CLI runs, each loading the bundled model: ~20 s on 2 cores
 def test_cli_rewrite_diff_applies_with_git_and_apply_changes_only_the_range(tmp_path, engine):
     source = tmp_path / "config.py"
     source.write_text(PY)

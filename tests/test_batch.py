@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dg_lsp.actions import DOCSTRING, Document, all_targets, error_count
+from dg_lsp.actions import DOCSTRING, ParsedText, all_targets, error_count
 from dg_lsp.batch.cli import prepare
 from dg_lsp.batch.job import (
     ACTION_NAMES,
@@ -102,8 +102,8 @@ def batch(*args: str) -> int:
     return main(["batch", *args])
 
 
-def py(text: str) -> Document:
-    return Document(text, language_for("python"))
+def py(text: str) -> ParsedText:
+    return ParsedText(text, language_for("python"))
 
 
 # -- which files (no model) -------------------------------------------------------------------
@@ -266,7 +266,7 @@ MODEL = ["--engine", "inproc", "--device", "cpu", "--model", str(BUNDLED)]
 def expected_text(engine, label: str, action: str) -> str:
     """The file with every edit the model makes for `action`, each computed on its own."""
     text = REPO[label]
-    d = Document(text, language_for(None, label))
+    d = ParsedText(text, language_for(None, label))
     edits = []
     for target in all_targets(d, action):
         try:
@@ -318,8 +318,8 @@ def check_patch(tmp_path: Path, patch: str, expected: dict[str, str]) -> None:
         assert after[label].decode() == new, label
         if new != old.decode():
             language = language_for(None, label)
-            assert error_count(Document(new, language)) <= error_count(
-                Document(old.decode(), language))
+            assert error_count(ParsedText(new, language)) <= error_count(
+                ParsedText(old.decode(), language))
             assert f"--- a/{label}\n+++ b/{label}\n" in patch
 
 

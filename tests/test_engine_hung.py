@@ -21,6 +21,7 @@ from tests.engine_procs import gone, serving
 SLOW = SamplerSettings(sampler="topk", k=1, min_tokens=500)
 
 
+@pytest.mark.slow  # waits out a stopped engine's timeouts and a restart: ~25 s on 2 cores
 def test_a_stopped_engine_is_unavailable_promptly_and_replaced(dream_ckpt, tmp_path):
     # Its own engine: a copy of the model is another endpoint.
     model = str(shutil.copytree(dream_ckpt, tmp_path / "model"))

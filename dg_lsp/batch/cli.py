@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from dg_lsp.actions import FIX_SYNTAX, REWRITE, Document, Target
+from dg_lsp.actions import FIX_SYNTAX, REWRITE, ParsedText, Target
 from dg_lsp.batch.job import (
     ACTION_NAMES,
     BatchJob,
@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
 # -- preparing --------------------------------------------------------------------------------
 
 
-Plan = tuple[Source, Document, list[Target]]  # the file as read, its document, its targets
+Plan = tuple[Source, ParsedText, list[Target]]  # the file as read, its document, its targets
 
 
 def prepare(args: argparse.Namespace) -> tuple[BatchJob, dict[str, Plan], list[tuple[str, str]]]:
@@ -197,7 +197,7 @@ def prepare(args: argparse.Namespace) -> tuple[BatchJob, dict[str, Plan], list[t
         except QueryError as exc:
             skipped.append((file.label, f"the query does not fit {exc}"))
             continue
-        doc = Document(source.text, language)
+        doc = ParsedText(source.text, language)
         targets = file_targets(doc, action, query)
         if targets:
             plans[file.label] = (source, doc, targets)

@@ -26,7 +26,7 @@ from dg_lsp.actions import (
     DOCSTRING,
     FIX_SYNTAX,
     REWRITE,
-    Document,
+    ParsedText,
     Target,
     all_targets,
     error_count,
@@ -135,7 +135,7 @@ def compile_query(source: str, language: LanguageSpec, action: str) -> ts.Query:
     return query
 
 
-def file_targets(doc: Document, action: str, query: ts.Query | None) -> list[Target]:
+def file_targets(doc: ParsedText, action: str, query: ts.Query | None) -> list[Target]:
     """The file's targets in document order (nested rewrite captures: the outermost)."""
     if action != REWRITE:
         return all_targets(doc, action, query)
@@ -160,7 +160,7 @@ def process_file(backend: Backend, label: str, text: str, job: BatchJob,
                  queries: Queries | None = None,
                  cancel: Callable[[], bool] | None = None) -> FileResult:
     """Every target of the file run through `backend`, and the merged text."""
-    doc = Document(text, language_for(None, label))
+    doc = ParsedText(text, language_for(None, label))
     if doc.language is None:
         return FileResult(label, text, text, [])
     queries = queries or Queries(job.query, job.action)
@@ -169,7 +169,7 @@ def process_file(backend: Backend, label: str, text: str, job: BatchJob,
     return merge(label, doc, outcomes)
 
 
-def run_target(backend: Backend, doc: Document, label: str, target: Target, job: BatchJob,
+def run_target(backend: Backend, doc: ParsedText, label: str, target: Target, job: BatchJob,
                cancel: Callable[[], bool] | None = None) -> tuple[Record, Edit | None]:
     """(its record, the Edit or None) for one target; failures are recorded, never raised."""
     record = Record(label, _position(doc.text, target.start), _position(doc.text, target.end),
@@ -192,7 +192,7 @@ def run_target(backend: Backend, doc: Document, label: str, target: Target, job:
     return record, edit
 
 
-def merge(label: str, doc: Document, outcomes: list[tuple[Record, Edit | None]]) -> FileResult:
+def merge(label: str, doc: ParsedText, outcomes: list[tuple[Record, Edit | None]]) -> FileResult:
     """The file with every compatible edit applied (see the module's docstring)."""
     chosen: list[tuple[Record, Edit]] = []
     for record, edit in sorted(((r, e) for r, e in outcomes if e is not None),
@@ -203,11 +203,11 @@ def merge(label: str, doc: Document, outcomes: list[tuple[Record, Edit | None]])
             chosen.append((record, edit))
     allowed = error_count(doc)
     new = apply_edits(doc.text, [e for _, e in chosen])
-    if error_count(Document(new, doc.language)) > allowed:
+    if error_count(ParsedText(new, doc.language)) > allowed:
         kept: list[Edit] = []
         for record, edit in chosen:
             candidate = apply_edits(doc.text, kept + [edit])
-            if error_count(Document(candidate, doc.language)) <= allowed:
+            if error_count(ParsedText(candidate, doc.language)) <= allowed:
                 kept.append(edit)
             else:
                 record.result = "refused: conflicts with the file's other edits"
