@@ -1,4 +1,6 @@
-"""The percentile every benchmark and evaluation reports (p50, p95, p99 latencies)."""
+"""The numbers every benchmark, evaluation and training check reports: latency percentiles
+(p50, p95, p99) and the edit similarity of a completion to its reference (dg_lsp.eval.scoring
+states the definitions)."""
 
 from __future__ import annotations
 
@@ -13,3 +15,29 @@ def percentile(values: Iterable[float], p: float) -> float:
         return 0.0
     rank = max(1, math.ceil(p / 100 * len(ordered)))
     return ordered[rank - 1]
+
+
+def levenshtein(a: str, b: str) -> int:
+    """Edit distance with unit costs, by the classic two-row dynamic programme."""
+    if len(a) < len(b):
+        a, b = b, a
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, start=1):
+        current = [i]
+        for j, cb in enumerate(b, start=1):
+            current.append(
+                min(
+                    previous[j] + 1,  # delete ca
+                    current[j - 1] + 1,  # insert cb
+                    previous[j - 1] + (ca != cb),  # substitute (free when equal)
+                )
+            )
+        previous = current
+    return previous[-1]
+
+
+def edit_similarity(completion: str, reference: str) -> float:
+    longest = max(len(completion), len(reference))
+    if longest == 0:
+        return 1.0
+    return 1.0 - levenshtein(completion, reference) / longest

@@ -17,6 +17,8 @@ Definitions (the same for every model, baselines included):
 
 from __future__ import annotations
 
+from engine.stats import edit_similarity, levenshtein  # noqa: F401 - the definitions above
+
 
 def normalize_whitespace(text: str) -> str:
     return " ".join(text.split())
@@ -24,32 +26,6 @@ def normalize_whitespace(text: str) -> str:
 
 def exact_match(completion: str, reference: str) -> bool:
     return normalize_whitespace(completion) == normalize_whitespace(reference)
-
-
-def levenshtein(a: str, b: str) -> int:
-    """Edit distance with unit costs, by the classic two-row dynamic programme."""
-    if len(a) < len(b):
-        a, b = b, a
-    previous = list(range(len(b) + 1))
-    for i, ca in enumerate(a, start=1):
-        current = [i]
-        for j, cb in enumerate(b, start=1):
-            current.append(
-                min(
-                    previous[j] + 1,  # delete ca
-                    current[j - 1] + 1,  # insert cb
-                    previous[j - 1] + (ca != cb),  # substitute (free when equal)
-                )
-            )
-        previous = current
-    return previous[-1]
-
-
-def edit_similarity(completion: str, reference: str) -> float:
-    longest = max(len(completion), len(reference))
-    if longest == 0:
-        return 1.0
-    return 1.0 - levenshtein(completion, reference) / longest
 
 
 def single_line(completion: str) -> str:

@@ -51,6 +51,7 @@ from engine.canvas import Canvas, expects_bos
 from engine.checkpoint import checkpoint_name, load_model, read_checkpoint, resolve
 from engine.denoise import MaskedDenoiser
 from engine.models.transformer import Transformer, rope_tables
+from engine.stats import edit_similarity
 from engine.stops import completion_ids
 from engine.tokenizer import Tokenizer
 from engine.train.examples import ExampleMaker
@@ -194,24 +195,6 @@ def distill_losses(logits: Tensor, targets: Tensor, trajectory: Tensor, real: Te
     if real.any():
         out["real"] = F.cross_entropy(logits[real].float(), targets[real])
     return out
-
-
-def levenshtein(a: str, b: str) -> int:
-    # dg_lsp.eval.scoring's definition (the engine does not import dg_lsp).
-    if len(a) < len(b):
-        a, b = b, a
-    previous = list(range(len(b) + 1))
-    for i, ca in enumerate(a, start=1):
-        current = [i]
-        for j, cb in enumerate(b, start=1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
-        previous = current
-    return previous[-1]
-
-
-def edit_similarity(a: str, b: str) -> float:
-    longest = max(len(a), len(b))
-    return 1.0 if longest == 0 else 1.0 - levenshtein(a, b) / longest
 
 
 class Distiller:
