@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shutil
 import sys
 import time
@@ -55,7 +54,13 @@ from engine.stats import edit_similarity
 from engine.stops import completion_ids
 from engine.tokenizer import Tokenizer
 from engine.train.examples import ExampleMaker
-from engine.train.trainer import newline_table, special_ids, write_weights
+from engine.train.trainer import (
+    budget_used,
+    newline_table,
+    special_ids,
+    warmup_cosine,
+    write_weights,
+)
 from engine.types import SamplerSettings
 
 STATE_FILE = "distill_state.pt"
@@ -342,15 +347,10 @@ class Distiller:
     # -- training --------------------------------------------------------------------------
 
     def progress(self) -> float:
-        frac = self.elapsed / (self.cfg.minutes * 60)
-        if self.cfg.max_steps:
-            frac = max(frac, self.step / self.cfg.max_steps)
-        return min(frac, 1.0)
+        return budget_used(self.elapsed, self.step, self.cfg.minutes, self.cfg.max_steps)
 
     def lr_now(self) -> float:
-        warm = min(1.0, (self.step + 1) / self.cfg.warmup_steps)
-        cos = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * self.progress()))
-        return self.cfg.lr * warm * cos
+        return warmup_cosine(self.cfg.lr, self.step, self.cfg.warmup_steps, self.progress())
 
     def batch(self, rng: np.random.Generator, pool: list[Trajectory], rows: int,
               real_rows: int, maker: ExampleMaker) -> tuple[Tensor, Tensor, Tensor, Tensor]:

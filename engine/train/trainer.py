@@ -225,6 +225,20 @@ def ar_loss(model: torch.nn.Module, tokens: torch.Tensor, keep: torch.Tensor) ->
     return F.cross_entropy(logits[sel].float(), tokens[:, 1:][sel])
 
 
+
+def budget_used(elapsed: float, step: int, minutes: float, max_steps: int | None) -> float:
+    """The share of a run's budget spent: of its minutes, or of its steps if that is more."""
+    frac = elapsed / (minutes * 60)
+    if max_steps:
+        frac = max(frac, step / max_steps)
+    return min(frac, 1.0)
+
+
+def warmup_cosine(lr: float, step: int, warmup_steps: int, progress: float) -> float:
+    """Linear warmup, then cosine from the peak to a tenth of it over the budget."""
+    warm = min(1.0, (step + 1) / warmup_steps)
+    return lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
 class Trainer:
     def __init__(self, cfg: TrainConfig) -> None:
         self.cfg = cfg
@@ -276,16 +290,10 @@ class Trainer:
                     "config": asdict(self.cfg)}, self.out / STATE_FILE)
 
     def progress(self) -> float:
-        frac = self.elapsed / (self.cfg.minutes * 60)
-        if self.cfg.max_steps:
-            frac = max(frac, self.step / self.cfg.max_steps)
-        return min(frac, 1.0)
+        return budget_used(self.elapsed, self.step, self.cfg.minutes, self.cfg.max_steps)
 
     def lr_now(self) -> float:
-        warm = min(1.0, (self.step + 1) / self.cfg.warmup_steps)
-        # Cosine from the peak to a tenth of it over the time budget.
-        cos = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * self.progress()))
-        return self.cfg.lr * warm * cos
+        return warmup_cosine(self.cfg.lr, self.step, self.cfg.warmup_steps, self.progress())
 
     def loss_on(self, batch: tuple[np.ndarray, np.ndarray],
                 model: torch.nn.Module | None = None) -> torch.Tensor:
