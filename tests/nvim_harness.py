@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -92,6 +94,26 @@ def nvim_env(tmp: Path, model: Path, source: Path, out: Path, line: int, charact
     return {"PATH": "/usr/bin:/bin", "HOME": str(tmp), "PYTHONPATH": str(ROOT),
             "DG_CMD": json.dumps(command), "DG_FILE": str(source), "DG_OUT": str(out),
             "DG_LINE": str(line), "DG_CHAR": str(character), **extra}
+
+
+def run_headless(command: list[str], env: dict[str, str], cwd: Path, out: Path,
+                 timeout: float) -> dict:
+    """Run a headless Neovim script in its own process group (a timeout kills Neovim and the
+    server it started); what the script wrote to `out` (JSON), or a failure with its log."""
+    proc = subprocess.Popen(command, env=env, cwd=cwd, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        log, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        log, _ = proc.communicate()
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert out.exists(), log.decode(errors="replace")
+    return json.loads(out.read_text())
 
 
 def expected_completion(model: Path, lines: list[str], row: int, col: int) -> str:

@@ -13,8 +13,6 @@ reason, where a Neovim is missing. Ghost text on 0.11: tests/test_neovim_ghost.p
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -24,7 +22,15 @@ import pytest
 from dg_lsp.languages import language_for
 from dg_lsp.pipeline import CompletionRequest, Pipeline
 from dg_lsp.settings import parse_settings
-from tests.nvim_harness import CAPTURE_LUA, FIB, NEOVIMS, PLUGIN, nvim_env, nvim_or_skip
+from tests.nvim_harness import (
+    CAPTURE_LUA,
+    FIB,
+    NEOVIMS,
+    PLUGIN,
+    nvim_env,
+    nvim_or_skip,
+    run_headless,
+)
 
 pytestmark = pytest.mark.e2e  # real Neovims
 
@@ -160,22 +166,9 @@ def plugin_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
                    DG_RANGE=f"{REWRITE_LINES[0]},{REWRITE_LINES[1]}")
     command = [nvim, "--headless", "-u", "NONE", "--cmd", f"set runtimepath^={PLUGIN}",
                "-c", f"luafile {script}"]
-    # Its own process group: a timeout kills Neovim and the server it started.
-    proc = subprocess.Popen(command, env=env, cwd=tmp, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        log, _ = proc.communicate(timeout=700)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        log, _ = proc.communicate()
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    assert out.exists(), log.decode(errors="replace")
+    run = run_headless(command, env, tmp, out, timeout=700)
     assert not (tmp / "dg-engine").exists()  # --engine inproc: no resident engine started
-    return json.loads(out.read_text())
+    return run
 
 
 def test_plugin_inserts_the_pipelines_completion(plugin_run: dict[str, Any], editor_model: Path):

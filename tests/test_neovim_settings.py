@@ -11,16 +11,13 @@ wheel; skipped, with the reason, where it is missing).
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.nvim_harness import PLUGIN, ROOT, nvim_or_skip
+from tests.nvim_harness import PLUGIN, ROOT, nvim_or_skip, run_headless
 
 pytestmark = pytest.mark.e2e  # a real Neovim
 
@@ -39,20 +36,7 @@ def run_nvim(tmp: Path, project: Path, init: str, script: str, out: Path,
                "XDG_RUNTIME_DIR": str(tmp), "XDG_CONFIG_HOME": str(tmp / "config"),
                "XDG_DATA_HOME": str(tmp / "data"), "XDG_STATE_HOME": str(tmp / "state"),
                "DG_OUT": str(out), "OMP_NUM_THREADS": "1", **env}
-    proc = subprocess.Popen(command, env=environ, cwd=project, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        log, _ = proc.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        log, _ = proc.communicate()
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    assert out.exists(), log.decode(errors="replace")
-    return json.loads(out.read_text())
+    return run_headless(command, environ, project, out, timeout=300)
 
 
 ATTACHED = """
