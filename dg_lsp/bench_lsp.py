@@ -176,13 +176,16 @@ class Session:
             self.types.TextDocumentIdentifier(uri)))
 
     def type_char(self, uri: str, text: str, offset: int, char: str) -> None:
+        self.replace(uri, text, offset, offset, char)
+
+    def replace(self, uri: str, text: str, start: int, end: int, new: str) -> None:
+        """Tell the server that text[start:end] became `new`, as an editor does."""
         types = self.types
         self.versions[uri] += 1
-        where = position_at(text, offset, UTF16)
+        where = types.Range(position_at(text, start, UTF16), position_at(text, end, UTF16))
         self.client.text_document_did_change(types.DidChangeTextDocumentParams(
             types.VersionedTextDocumentIdentifier(uri=uri, version=self.versions[uri]),
-            [types.TextDocumentContentChangePartial(range=types.Range(where, where),
-                                                    text=char)]))
+            [types.TextDocumentContentChangePartial(range=where, text=new)]))
 
     async def ask(self, uri: str, text: str, offset: int) -> tuple[str, float]:
         types = self.types
@@ -196,6 +199,21 @@ class Session:
         seconds = time.perf_counter() - start
         items = result.items if result is not None else []
         return (items[0].insert_text if items else ""), seconds
+
+    async def ask_next_edit(self, uri: str, text: str, offset: int
+                            ) -> tuple[list[dict[str, Any]], float]:
+        """textDocument/copilotInlineEdit at `offset`: the edits and the seconds it took."""
+        from dg_lsp.lsp_next_edit import METHOD
+
+        position = position_at(text, offset, UTF16)
+        start = time.perf_counter()
+        result = await self.client.protocol.send_request_async(METHOD, {
+            "textDocument": {"uri": uri, "version": self.versions[uri]},
+            "position": {"line": position.line, "character": position.character}})
+        seconds = time.perf_counter() - start
+        edits = result.get("edits", []) if isinstance(result, dict) else \
+            list(getattr(result, "edits", []) or [])
+        return edits, seconds
 
     # -- the replays ---------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
 
+from dg_lsp.edit_history import EditHistory
 from dg_lsp.positions import offset_at
 
 
@@ -34,6 +35,8 @@ class OpenDocument:
     version: int | None
     text: str
     _valid_for: str | None = field(default=None, repr=False)
+    # The last few edits (next-edit suggestions read them); gone with the document.
+    history: EditHistory = field(default_factory=EditHistory, repr=False)
 
     @property
     def is_valid_text(self) -> bool:
@@ -81,6 +84,7 @@ class Documents:
                 end = offset_at(doc.text, rng.end, encoding, clamp=True)
                 start, end = min(start, end), max(start, end)
                 change = Change(start, end, event.text)
+            doc.history.record(doc.text, change.start, change.end, change.text)
             doc.text = doc.text[:change.start] + change.text + doc.text[change.end:]
             applied.append(change)
         doc.version = version

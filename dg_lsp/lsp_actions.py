@@ -197,7 +197,7 @@ async def rewrite(
     try:
         # On a thread of its own, each step on the engine's worker: completions in other
         # documents take their steps between this rewrite's instead of after all of them.
-        stepped = _StepsOnWorker(server.engine.counting(backend), server.executor)
+        stepped = StepsOnWorker(server.engine.counting(backend), server.executor)
         edit = await loop.run_in_executor(
             None, compute_edit, stepped, doc, target, server.settings, instruction, strength,
             stop.is_set)
@@ -254,7 +254,7 @@ def _refuse(server: DgLanguageServer, reason: str) -> JsonRpcException:
     return JsonRpcException(message, REQUEST_FAILED)
 
 
-class _StepsOnWorker(WrappedBackend):
+class StepsOnWorker(WrappedBackend):
     """An engine whose every denoising step runs on `executor` (the engine's one worker),
     for work that runs on another thread: the steps of other requests interleave with its."""
 

@@ -18,6 +18,8 @@ from pygls.protocol.json_rpc import (
     JsonRPCResponseMessage,
 )
 
+from dg_lsp.lsp_next_edit import CAPABILITY
+
 # Our choice among the encodings a client offers; UTF-16 when it offers none of them.
 PREFERRED_ENCODINGS = [types.PositionEncodingKind.Utf8, types.PositionEncodingKind.Utf16]
 
@@ -44,7 +46,11 @@ class DgProtocol(LanguageServerProtocol):
         if general is not None and general.position_encodings:
             offered = set(general.position_encodings)
             general.position_encodings = [e for e in PREFERRED_ENCODINGS if e in offered] or None
-        return (yield from super().lsp_initialize(params))
+        result = yield from super().lsp_initialize(params)
+        # Methods LSP does not define are advertised under `experimental`.
+        result.capabilities.experimental = {**(result.capabilities.experimental or {}),
+                                            **CAPABILITY}
+        return result
 
     # The server keeps its own copy of each document (dg_lsp.documents): pygls's workspace
     # documents count lines with str.splitlines, which LSP does not, and cost a pass over the

@@ -32,7 +32,7 @@ from lsprotocol import types
 from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
 
-from dg_lsp import __version__, lsp_actions, lsp_completion, rpc
+from dg_lsp import __version__, lsp_actions, lsp_completion, lsp_next_edit, rpc
 from dg_lsp.cache import CompletionCache
 from dg_lsp.documents import Documents
 from dg_lsp.engine_host import EngineHost
@@ -61,7 +61,8 @@ class DgLanguageServer(LanguageServer):
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dg-engine")
         self.engine = EngineHost(self, backend)
         self.inflight: dict[str, asyncio.Task] = {}  # each document's running completion
-        self.stats = {"cacheHits": 0, "cancelled": 0}
+        self.stats = {"cacheHits": 0, "cancelled": 0, "inlineEditsSuggested": 0,
+                      "inlineEditsShown": 0, "inlineEditsAccepted": 0}
 
     # -- transport ------------------------------------------------------------------------
 
@@ -226,6 +227,18 @@ def create_server(backend: Backend | None = None) -> DgLanguageServer:
     async def rewrite_with_instruction(ls: DgLanguageServer, *args: Any
                                        ) -> types.WorkspaceEdit | None:
         return await lsp_actions.rewrite_command(ls, *args)
+
+    @server.feature(lsp_next_edit.METHOD)
+    async def inline_edit(ls: DgLanguageServer, params: Any) -> dict[str, list]:
+        return await lsp_next_edit.inline_edit(ls, params)
+
+    @server.feature(lsp_next_edit.SHOWN)
+    def inline_edit_shown(ls: DgLanguageServer, params: Any) -> None:
+        lsp_next_edit.shown(ls, params)
+
+    @server.command(lsp_next_edit.ACCEPTED_COMMAND)
+    def inline_edit_accepted(ls: DgLanguageServer, *args: Any) -> None:
+        lsp_next_edit.accepted(ls, *args)
 
     @server.command(STATS_COMMAND)
     def stats(ls: DgLanguageServer, *args: Any) -> dict[str, int | None]:

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from dg_lsp.eval import next_edit
+from dg_lsp.eval.heldout import SECOND_PACKAGE, SECOND_VERSION, heldout_sources
 from dg_lsp.eval.humaneval import SUITES, load_suite
 from dg_lsp.eval.runner import (
     BUNDLED,
@@ -24,6 +26,7 @@ from engine.types import CANVAS_LENGTH, SAMPLERS, SamplerSettings
 
 DEFAULT_MODELS = ["empty", "copy-prev-line", BUNDLED]
 DEFAULT_CUT_CASES = 100
+NEXT_EDIT = "next-edit"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,7 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="measure infill quality and speed of models and baselines",
         description=__doc__,
     )
-    p.add_argument("--suite", choices=[*SUITES, "cases"], default="humaneval-single")
+    p.add_argument("--suite", choices=[*SUITES, "cases", NEXT_EDIT], default="humaneval-single",
+                   help=f"'{NEXT_EDIT}': next-edit suggestions on held-out packages, through "
+                   "dg-lsp serve (--limit: cases per class)")
     p.add_argument("--cases-from", type=Path, metavar="DIR",
                    help="folder of source files to cut cases from (suite 'cases')")
     p.add_argument("--kinds", default=",".join(KINDS),
@@ -83,6 +88,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.suite == NEXT_EDIT:
+        return run_next_edit(args)
 
     hole_tokens = parse_hole_tokens(args.hole_tokens)
     cases = select_cases(args)
@@ -126,6 +133,29 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"suite {args.suite}: {len(cases)} cases, seed {args.seed}")
         print(format_table(summaries))
+    return 0
+
+
+def run_next_edit(args: argparse.Namespace) -> int:
+    """The next-edit suite on the held-out packages (or --cases-from)."""
+    if args.cases_from is not None:
+        folders = [args.cases_from]
+    else:
+        folders = [heldout_sources(), heldout_sources(package=SECOND_PACKAGE,
+                                                      version=SECOND_VERSION)]
+    models = [m for m in (args.models or []) if m != BUNDLED]
+    if len(models) > 1:
+        raise SystemExit("dg-lsp eval: --suite next-edit measures one model at a time")
+    per_class = args.limit if args.limit is not None else next_edit.DEFAULT_PER_CLASS
+    cases, table = next_edit.run(folders, per_class, args.seed, models[0] if models else None,
+                                 args.device)
+    if args.json:
+        json.dump({"suite": NEXT_EDIT, "seed": args.seed, "cases": len(cases),
+                   "results": table}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(f"suite {NEXT_EDIT}: {len(cases)} cases, seed {args.seed}")
+        print(next_edit.format_table(table))
     return 0
 
 

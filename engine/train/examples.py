@@ -12,8 +12,12 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from engine.train.edit_examples import EditSet
 
 # Hole sizes the engine uses; a model trained on these learns to end early inside them.
 HOLE_BUCKETS = (8, 16, 24, 32, 48, 64, 96, 128)
@@ -36,7 +40,8 @@ class ExampleMaker:
     """Cuts batches from a uint16 token stream; `newline` marks tokens that start a line."""
 
     def __init__(self, tokens: np.ndarray, newline: np.ndarray, ids: SpecialIds,
-                 seq_len: int, uniform_fraction: float = 0.2) -> None:
+                 seq_len: int, uniform_fraction: float = 0.2, edits: EditSet | None = None,
+                 edit_share: float = 0.0) -> None:
         if tokens.size < 3 * seq_len + 1:
             raise ValueError(f"corpus of {tokens.size} tokens is too small for seq_len {seq_len}")
         self.tokens = tokens.astype(np.int64)
@@ -44,6 +49,9 @@ class ExampleMaker:
         self.ids = ids
         self.seq_len = seq_len
         self.uniform_fraction = uniform_fraction
+        # Synthetic edits (engine.train.edit_examples): this share of the masked rows.
+        self.edits = edits
+        self.edit_share = edit_share if edits is not None and len(edits) else 0.0
 
     def _next_newline(self, pos: int, skip: int = 0) -> int:
         k = int(np.searchsorted(self.nl_pos, pos)) + skip
@@ -84,6 +92,10 @@ class ExampleMaker:
         targets = np.empty((batch, L), dtype=np.int64)
         maskable = np.zeros((batch, L), dtype=bool)
         for r in range(batch):
+            if self.edits is not None and rng.random() < self.edit_share:
+                i = int(rng.integers(0, len(self.edits)))
+                targets[r], maskable[r] = self.edits.row(i, L, ids, rng)
+                continue
             if rng.random() < self.uniform_fraction:
                 start = int(rng.integers(0, self.tokens.size - L))
                 targets[r] = self.tokens[start:start + L]

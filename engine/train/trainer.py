@@ -24,10 +24,11 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from engine.checkpoint import resolve_device
+from engine.checkpoint import load_model, read_checkpoint, resolve, resolve_device
 from engine.config import ModelConfig
 from engine.models.transformer import Transformer
 from engine.tokenizer import EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, MASK, PAD, Tokenizer
+from engine.train.edit_examples import load_or_build
 from engine.train.examples import ExampleMaker, SpecialIds
 
 STATE_FILE = "trainer_state.pt"
@@ -58,6 +59,12 @@ class TrainConfig:
     save_dtype: str = "float16"
     save_every_minutes: float = 5.0
     threads: int = 0
+    # Fine-tune this checkpoint (a folder, a hub id, "default" for the bundled model) instead
+    # of training from scratch; its architecture replaces hidden/layers/heads/ffn.
+    init: str | None = None
+    # Synthetic edits (engine.train.edit_examples) cut from the corpus, and their share of rows.
+    edits: int = 0
+    edit_share: float = 0.5
 
 
 def special_ids(tok: Tokenizer) -> SpecialIds:
@@ -250,15 +257,21 @@ class Trainer:
         val = np.fromfile(data / "val.bin", dtype=np.uint16)
         if val.size < 3 * cfg.seq_len + 1:
             val = train[-(8 * cfg.seq_len):]  # toy corpora: borrow the tail for a loss reading
-        self.maker = ExampleMaker(train, newline, self.ids, cfg.seq_len)
+        self.out = Path(cfg.out)
+        edits = load_or_build(self.out, data, self.tok, cfg.edits, cfg.seed) if cfg.edits else None
+        self.maker = ExampleMaker(train, newline, self.ids, cfg.seq_len, edits=edits,
+                                  edit_share=cfg.edit_share)
         self.val_maker = ExampleMaker(val, newline, self.ids, cfg.seq_len)
         self.device = resolve_device(cfg.device)
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         torch.manual_seed(cfg.seed)
-        self.mc = model_config(cfg, self.tok, self.ids)
-        self.model = Transformer(self.mc).to(self.device)
-        init_weights(self.model, cfg.layers)
+        if cfg.init:
+            self.model, self.mc = self._initial_model(cfg.init)
+        else:
+            self.mc = model_config(cfg, self.tok, self.ids)
+            self.model = Transformer(self.mc).to(self.device)
+            init_weights(self.model, cfg.layers)
         decay = [p for n, p in self.model.named_parameters() if p.dim() >= 2]
         no_decay = [p for n, p in self.model.named_parameters() if p.dim() < 2]
         self.opt = torch.optim.AdamW(
@@ -269,8 +282,22 @@ class Trainer:
                                                 and self.device.type == "cuda")
         self.forward = self.model
         self.step, self.elapsed, self.tokens_seen = 0, 0.0, 0
-        self.out = Path(cfg.out)
         self._resume()
+
+    def _initial_model(self, init: str) -> tuple[Transformer, ModelConfig]:
+        """The checkpoint to fine-tune, unfused and in float32 (Engine.load's fused q/k/v
+        cannot be trained or saved), checked to read the corpus's token ids."""
+        ckpt = read_checkpoint(resolve(None if init == "default" else init))
+        if (ckpt.config.family == "masked") != (self.cfg.objective == "masked"):
+            raise ValueError(f"{init}: a '{ckpt.config.family}' checkpoint cannot be "
+                             f"trained with the '{self.cfg.objective}' objective")
+        if ckpt.tokenizer.hf.get_vocab() != self.tok.hf.get_vocab():
+            raise ValueError(f"{self.cfg.data}: the corpus was tokenized with another "
+                             f"vocabulary than {init}'s; build it with `dg-engine corpus "
+                             "--tokenizer-from` that checkpoint")
+        model = load_model(ckpt, str(self.device), "float32")
+        model.requires_grad_(True)
+        return model, ckpt.config
 
     def _resume(self) -> None:
         path = self.out / STATE_FILE
@@ -412,4 +439,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--save-dtype", choices=["float16", "bfloat16", "float32"],
                    default=d.save_dtype)
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--init", default=None, metavar="CHECKPOINT",
+                   help="fine-tune this checkpoint ('default': the bundled model)")
+    p.add_argument("--edits", type=int, default=d.edits, metavar="N",
+                   help="mix N synthetic edits cut from the corpus into the rows (next-edit)")
+    p.add_argument("--edit-share", type=float, default=d.edit_share,
+                   help="share of rows that are edits when --edits is given")
     p.set_defaults(func=run)

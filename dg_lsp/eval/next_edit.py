@@ -1,0 +1,233 @@
+"""`dg-lsp eval --suite next-edit`: next-edit suggestions on held-out third-party code.
+
+Cases are synthetic edits (engine.edits) cut from packages no model here trained on (the
+bench's held-out packages): a name renamed or a literal changed at one occurrence, and edits
+that imply nothing (a blank line added, a statement's end typed). Each case is replayed as an
+editor does it, through a real `dg-lsp serve`: the document opened as it was, the edit typed
+a character at a time (`didChange`), then `textDocument/copilotInlineEdit` at the cursor.
+
+A suggestion is exact when it turns one of the other occurrences of the changed word near
+the edit (the rename's or the literal's next hunk, in whatever order the user would take
+them) into the new word; its location is right when it is on one of them. After an edit
+that implies nothing, any suggestion is noise. The default path (the resident engine,
+default settings) comes first, the in-process engine beside it; the baselines beside both:
+no suggestion at all, and a rename-only rule (dg_lsp.next_edit.rename_rule).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from lsprotocol import types
+
+from dg_lsp.actions import ParsedText
+from dg_lsp.bench_lsp import PATHS, Session
+from dg_lsp.edit_history import EditHistory
+from dg_lsp.languages import language_for
+from dg_lsp.next_edit import NextEdit, rename_rule
+from dg_lsp.positions import UTF16, offset_at
+from engine.edits import (
+    NOOP,
+    WINDOW_LINES,
+    SyntheticEdit,
+    noop_edit,
+    occurrences,
+    synthetic_edit,
+)
+
+CLASSES = ("rename", "literal", NOOP)
+DEFAULT_PER_CLASS = 30
+
+
+def cut_edits(folders: list[Path], per_class: int, seed: int) -> list[SyntheticEdit]:
+    """`per_class` synthetic edits of each class from the Python files under `folders`."""
+    texts = [p.read_text(encoding="utf-8", errors="replace")
+             for folder in folders for p in sorted(folder.rglob("*.py"))
+             if p.stat().st_size > 1000]
+    if not texts:
+        raise ValueError("no Python files to cut next-edit cases from")
+    rng = np.random.default_rng(seed)
+    cases = []
+    for kind in CLASSES:
+        found, tries = 0, 0
+        while found < per_class and tries < 200 * per_class:
+            tries += 1
+            text = texts[int(rng.integers(0, len(texts)))]
+            case = noop_edit(text, rng) if kind == NOOP else synthetic_edit(text, rng, kind)
+            if case is not None:
+                cases.append(case)
+                found += 1
+    return cases
+
+
+def right_spans(case: SyntheticEdit) -> set[tuple[int, int]]:
+    """The spans of `case.text` a right suggestion rewrites: the changed word's other
+    occurrences within WINDOW_LINES lines of the edit."""
+    if case.kind == NOOP:
+        return set()
+    text = case.text
+    edit_line = text.count("\n", 0, case.change_at)
+    edited = (case.change_at, case.change_at + len(case.inserted))
+    return {(s, e) for s, e in occurrences(text, case.removed)
+            if (s, e) != edited and abs(text.count("\n", 0, s) - edit_line) <= WINDOW_LINES}
+
+
+@dataclass
+class Outcome:
+    suggested: bool
+    located: bool
+    exact: bool
+    seconds: float | None = None
+
+
+def judge(case: SyntheticEdit, found: NextEdit | None) -> Outcome:
+    if found is None:
+        return Outcome(False, False, False)
+    spans = right_spans(case)
+    located = (found.start, found.end) in spans
+    return Outcome(True, located, located and found.text == case.inserted)
+
+
+def typed(case: SyntheticEdit) -> list[tuple[int, int, str]]:
+    """The edit as an editor sends it: the removed word replaced by the first character of
+    the new one, then a character at a time."""
+    at, removed, inserted = case.change_at, case.removed, case.inserted
+    if not inserted:
+        return [(at, at + len(removed), "")]
+    changes = [(at, at + len(removed), inserted[0])]
+    changes += [(at + i, at + i, ch) for i, ch in enumerate(inserted[1:], start=1)]
+    return changes
+
+
+@dataclass
+class Rows:
+    outcomes: dict[str, list[Outcome]] = field(default_factory=dict)
+
+    def add(self, kind: str, outcome: Outcome) -> None:
+        self.outcomes.setdefault(kind, []).append(outcome)
+
+
+async def replay(session: Session, cases: list[SyntheticEdit]) -> Rows:
+    rows = Rows()
+    for case in cases:
+        text = case.original
+        uri = session.open(text)
+        for start, end, new in typed(case):
+            session.replace(uri, text, start, end, new)
+            text = text[:start] + new + text[end:]
+        assert text == case.text
+        cursor = case.change_at + len(case.inserted)
+        edits, seconds = await session.ask_next_edit(uri, text, cursor)
+        found = None
+        if edits:
+            edit = _plain(edits[0])
+            rng = types.Range(types.Position(**edit["range"]["start"]),
+                              types.Position(**edit["range"]["end"]))
+            start = offset_at(text, rng.start, UTF16)
+            end = offset_at(text, rng.end, UTF16)
+            found = NextEdit(start or 0, end or 0, edit["text"], None, 0)
+        outcome = judge(case, found)
+        outcome.seconds = seconds
+        rows.add(case.kind, outcome)
+        session.close(uri)
+    return rows
+
+
+def _plain(value: Any) -> Any:
+    """A result pygls hands back as nested objects (a method LSP does not define), as dicts."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return [_plain(v) for v in value]
+    if hasattr(value, "_asdict"):
+        return {k: _plain(v) for k, v in value._asdict().items()}
+    return value
+
+
+def rule_rows(cases: list[SyntheticEdit]) -> Rows:
+    rows = Rows()
+    language = language_for("python", "case.py")
+    for case in cases:
+        history = EditHistory()
+        history.record(case.original, case.change_at, case.change_at + len(case.removed),
+                       case.inserted)
+        cursor = case.change_at + len(case.inserted)
+        edit = history.last
+        found = rename_rule(edit, ParsedText(case.text, language), cursor) if edit else None
+        rows.add(case.kind, judge(case, found))
+    return rows
+
+
+def summary(name: str, rows: Rows) -> list[dict[str, Any]]:
+    out = []
+    for kind in CLASSES:
+        got = rows.outcomes.get(kind, [])
+        if not got:
+            continue
+        seconds = sorted(o.seconds for o in got if o.seconds is not None)
+        n = len(got)
+        out.append({
+            "path": name, "class": kind, "cases": n,
+            "suggested": sum(o.suggested for o in got) / n,
+            "located": None if kind == NOOP else sum(o.located for o in got) / n,
+            "exact": None if kind == NOOP else sum(o.exact for o in got) / n,
+            "p50Ms": _ms(seconds, 0.5), "p95Ms": _ms(seconds, 0.95)})
+    return out
+
+
+def _ms(seconds: list[float], q: float) -> float | None:
+    if not seconds:
+        return None
+    if len(seconds) == 1:
+        return round(seconds[0] * 1000, 1)
+    return round(statistics.quantiles(seconds, n=100, method="inclusive")[int(q * 100) - 1]
+                 * 1000, 1)
+
+
+async def measure(cases: list[SyntheticEdit], model: str | None, device: str,
+                  settings: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Rows per path and class: the LSP paths (default first), then the baselines."""
+    table = []
+    for path_name, extra in PATHS.items():
+        with tempfile.TemporaryDirectory() as runtime:
+            session = Session(model, device, extra, runtime, settings)
+            await session.start()
+            try:
+                rows = await replay(session, cases)
+            finally:
+                await session.stop()
+        table += summary(path_name, rows)
+    table += summary("rename-only rule", rule_rows(cases))
+    nothing = Rows()
+    for case in cases:
+        nothing.add(case.kind, Outcome(False, False, False))
+    table += summary("no suggestion", nothing)
+    return table
+
+
+def format_table(table: list[dict[str, Any]]) -> str:
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{100 * v:.0f}%"
+
+    header = ["path", "class", "cases", "exact", "located", "suggested", "p50 ms", "p95 ms"]
+    rows = [header] + [[r["path"], r["class"], str(r["cases"]), pct(r["exact"]),
+                        pct(r["located"]), pct(r["suggested"]),
+                        "-" if r["p50Ms"] is None else f"{r['p50Ms']:.0f}",
+                        "-" if r["p95Ms"] is None else f"{r['p95Ms']:.0f}"] for r in table]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in
+                       enumerate(zip(row, widths, strict=True))) for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def run(folders: list[Path], per_class: int, seed: int, model: str | None, device: str
+        ) -> tuple[list[SyntheticEdit], list[dict[str, Any]]]:
+    cases = cut_edits(folders, per_class, seed)
+    return cases, asyncio.run(measure(cases, model, device))

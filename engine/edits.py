@@ -1,0 +1,259 @@
+"""Edits as a model reads them, and the synthetic edits it learns from and is judged on.
+
+A next-edit suggestion (dg_lsp.next_edit) asks the model to fill one span, an occurrence of
+what the user's last edit removed, with the user's recent edits written as comments just
+above the span's line:
+
+    # was: count = 0
+    # now: total = 0
+
+A form every code model has read (no prompt template, as the rewrite's instruction comment),
+so real checkpoints read it zero-shot; the bundled model is also trained on it
+(engine.train.edit_examples). The same rendering builds the training examples and the
+held-out evaluation (`dg-lsp eval --suite next-edit`), so the model learns what it is shown.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+# What an edit can rename or change consistently: identifiers, numbers, one-line strings.
+WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+(?:\.\d+)?|\"[^\"\n]*\"|'[^'\n]*'")
+# Edits shown to the model (most recent last) and the characters of each side.
+SHOWN_EDITS = 3
+SHOWN_CHARS = 120
+# Words too common to be what an edit changed (`self`, keywords, single letters are kept:
+# `i` -> `j` is a real rename).
+NOT_CHANGED = frozenset(keyword.kwlist) | {"self", "cls", "None", "True", "False"}
+
+
+@dataclass(frozen=True)
+class LineEdit:
+    """One edit as the model is shown it: the changed lines before and after, whole lines."""
+
+    before: str
+    after: str
+
+
+def shown(text: str) -> str:
+    """One side of an edit on one comment line: lines joined by ' | ', cut to SHOWN_CHARS."""
+    joined = " | ".join(line.strip() for line in text.split("\n") if line.strip())
+    return joined if len(joined) <= SHOWN_CHARS else joined[: SHOWN_CHARS - 3] + "..."
+
+
+def history_comment(edits: Sequence[LineEdit], comment: str, indent: str) -> str:
+    """The comment lines (each ending in a newline) that show the model `edits`."""
+    lines = []
+    for edit in list(edits)[-SHOWN_EDITS:]:
+        lines.append(f"{indent}{comment} was: {shown(edit.before)}\n")
+        lines.append(f"{indent}{comment} now: {shown(edit.after)}\n")
+    return "".join(lines)
+
+
+def words(text: str) -> list[str]:
+    """The words of `text` an edit can change (WORD, less keywords and NOT_CHANGED)."""
+    return [w for w in WORD.findall(text) if w not in NOT_CHANGED]
+
+
+def changed_words(edit: LineEdit) -> tuple[list[str], list[str]]:
+    """(removed, inserted): the words the edit took out and put in, in order of appearance."""
+    before, after = Counter(words(edit.before)), Counter(words(edit.after))
+    removed = list(dict.fromkeys(w for w in words(edit.before) if before[w] > after[w]))
+    inserted = list(dict.fromkeys(w for w in words(edit.after) if after[w] > before[w]))
+    return removed, inserted
+
+
+def occurrences(text: str, word: str, start: int = 0, end: int | None = None
+                ) -> list[tuple[int, int]]:
+    """[start, end) of each whole-word occurrence of `word` in text[start:end]."""
+    end = len(text) if end is None else end
+    if word[:1].isalnum() or word[:1] == "_":
+        pattern = re.compile(r"(?<![A-Za-z0-9_])" + re.escape(word) + r"(?![A-Za-z0-9_])")
+    else:
+        pattern = re.compile(re.escape(word))
+    return [(m.start(), m.end()) for m in pattern.finditer(text, start, end)]
+
+
+def line_span(text: str, offset: int) -> tuple[int, int]:
+    """[start, end) of the line holding `offset`, its newline excluded."""
+    start = text.rfind("\n", 0, offset) + 1
+    end = text.find("\n", offset)
+    return start, len(text) if end < 0 else end
+
+
+# -- synthetic edits -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SyntheticEdit:
+    """A user's edit and the edit it implies: the user replaced `removed` at `change_at` of
+    `original` by `inserted`, giving `text` (`edit` shows the changed lines), and
+    text[start:end] should become `expected` next ("noop": nothing should follow)."""
+
+    kind: str  # "rename", "literal", "keep" (the span is already right) or "noop"
+    original: str
+    change_at: int
+    removed: str
+    inserted: str
+    text: str
+    edit: LineEdit
+    start: int
+    end: int
+    expected: str
+
+
+SYNTHETIC_KINDS = ("rename", "literal", "keep")  # what the model learns from
+NOOP = "noop"  # edits that imply nothing: judged on, never trained on
+WINDOW_LINES = 24  # the edit and the span it implies are this close (the region's size)
+
+
+def _is_code(line: str, column: int) -> bool:
+    """Whether column of line is outside a comment (strings are found by WORD whole)."""
+    return "#" not in line[:column]
+
+
+def _candidates(text: str, lo: int, hi: int, literal: bool) -> dict[str, list[tuple[int, int]]]:
+    """Words of text[lo:hi] (identifiers or literals) that occur on two lines or more."""
+    found: dict[str, list[tuple[int, int]]] = {}
+    for m in WORD.finditer(text, lo, hi):
+        w = m.group()
+        if w in NOT_CHANGED or (w[0] in "\"'0123456789") != literal:
+            continue
+        if literal and w[0] in "\"'" and len(w) < 4:
+            continue
+        line_start = text.rfind("\n", 0, m.start()) + 1
+        if _is_code(text[line_start:m.start()], m.start() - line_start):
+            found.setdefault(w, []).append((m.start(), m.end()))
+    return {w: spans for w, spans in found.items()
+            if len({text.count("\n", 0, s) for s, _ in spans}) >= 2}
+
+
+def _renamed(word: str, rng: np.random.Generator, pool: list[str]) -> str:
+    """A new name for `word`, as people rename: a suffix, a prefix, another name, a case."""
+    choice = int(rng.integers(0, 6))
+    if choice == 0 and pool:
+        return pool[int(rng.integers(0, len(pool)))]
+    if choice == 1:
+        suffixes = ("_list", "s", "2", "_new", "_count", "_value", "_id")
+        return word + suffixes[int(rng.integers(0, len(suffixes)))]
+    if choice == 2:
+        return ("new_", "old_", "my_", "_", "the_", "raw_")[int(rng.integers(0, 6))] + word
+    if choice == 3 and "_" in word.strip("_"):
+        head, *rest = word.strip("_").split("_")
+        return head + "".join(part.title() for part in rest)
+    if choice == 4 and len(word) > 4:
+        return word[: max(2, len(word) // 2)]
+    return word + "_" + ("a", "b", "x", "tmp", "item", "data")[int(rng.integers(0, 6))]
+
+
+def _changed_literal(word: str, rng: np.random.Generator, pool: list[str]) -> str:
+    if word[0] in "\"'":
+        q = word[0]
+        inner = word[1:-1]
+        others = [p for p in pool if p[0] == q and p != word]
+        if others and rng.random() < 0.5:
+            return others[int(rng.integers(0, len(others)))]
+        extra = ("_v2", "-new", "s", "_id", "2")[int(rng.integers(0, 5))]
+        return q + (inner.upper() if rng.random() < 0.2 else inner + extra) + q
+    if "." in word:
+        return str(round(float(word) * (2 if rng.random() < 0.5 else 0.5), 6))
+    value = int(word)
+    return str((value + int(rng.integers(1, 10))) if rng.random() < 0.6 else value * 10 + 1)
+
+
+def synthetic_edit(text: str, rng: np.random.Generator, kind: str) -> SyntheticEdit | None:
+    """One synthetic edit of `kind` cut from `text` (None when the chosen window has none):
+    a word changed at one occurrence (the user's edit) and its next occurrence, below or
+    above, as the span that should follow (for "keep": a word the edit did not change)."""
+    lines = text.split("\n")
+    if len(lines) < 4:
+        return None
+    first = int(rng.integers(0, max(1, len(lines) - WINDOW_LINES)))
+    lo = sum(len(line) + 1 for line in lines[:first])
+    hi = min(len(text), lo + sum(len(line) + 1 for line in lines[first:first + WINDOW_LINES]))
+    found = _candidates(text, lo, hi, literal=kind == "literal")
+    if not found:
+        return None
+    names = sorted(found)
+    word = names[int(rng.integers(0, len(names)))]
+    spans = found[word]
+    pool = [w for w in dict.fromkeys(WORD.findall(text)) if w not in found]
+    if kind == "literal":
+        new = _changed_literal(word, rng, [w for w in pool if w[0] in "\"'"])
+    else:
+        new = _renamed(word, rng, [w for w in pool if w[0].isalpha() and w not in NOT_CHANGED])
+    if new == word or not new:
+        return None
+    # The user's edit: one occurrence; the span to suggest: the next one after it (mostly)
+    # or the one before it.
+    k = int(rng.integers(0, len(spans) - 1))
+    edited, target = (spans[k], spans[k + 1]) if rng.random() < 0.75 else (spans[k + 1],
+                                                                          spans[k])
+    if text.count("\n", 0, edited[0]) == text.count("\n", 0, target[0]):
+        return None
+    after = text[: edited[0]] + new + text[edited[1]:]
+    shift = len(new) - len(word) if edited[0] < target[0] else 0
+    start, end = target[0] + shift, target[1] + shift
+    line_lo, line_hi = line_span(text, edited[0])
+    edit = LineEdit(text[line_lo:line_hi], after[line_lo:line_hi + len(new) - len(word)])
+    change = (text, edited[0], word, new, after, edit)
+    if kind == "keep":
+        # Another word of the window that occurs twice: it stays what it is.
+        others = [w for w in names if w != word
+                  and all(not (s <= edited[0] < e) for s, e in found[w])]
+        if not others:
+            return None
+        other = others[int(rng.integers(0, len(others)))]
+        s, e = found[other][int(rng.integers(0, len(found[other])))]
+        if line_span(text, s) == (line_lo, line_hi):
+            return None
+        shift = len(new) - len(word) if edited[0] < s else 0
+        return SyntheticEdit(kind, *change, s + shift, e + shift, other)
+    return SyntheticEdit(kind, *change, start, end, new)
+
+
+def noop_edit(text: str, rng: np.random.Generator) -> SyntheticEdit | None:
+    """An edit that implies nothing: a blank line added, or a statement's end typed."""
+    lines = text.split("\n")
+    code = [i for i, line in enumerate(lines) if len(line.strip()) > 12
+            and not line.lstrip().startswith(("#", '"', "'"))]
+    if not code:
+        return None
+    i = code[int(rng.integers(0, len(code)))]
+    line = lines[i]
+    line_lo = sum(len(x) + 1 for x in lines[:i])
+    if rng.random() < 0.3:  # a blank line after this one
+        at, removed, inserted = line_lo + len(line), "", "\n"
+        original = text
+    else:  # the line was typed up to here; the user types the rest
+        indent = len(line) - len(line.lstrip())
+        cut = int(rng.integers(indent + 1, len(line)))
+        at, removed, inserted = line_lo + cut, "", line[cut:]
+        original = text[:at] + text[at + len(inserted):]
+    after = original[:at] + inserted + original[at + len(removed):]
+    lo, hi = line_span(original, at)
+    edit = LineEdit(original[lo:hi], after[lo:hi + len(inserted) - len(removed)])
+    return SyntheticEdit(NOOP, original, at, removed, inserted, after, edit, -1, -1, "")
+
+
+def infill_text(text: str, start: int, end: int, edits: Sequence[LineEdit], comment: str
+                ) -> tuple[str, str]:
+    """(prefix, suffix) around the span text[start:end] the model writes: the history comment
+    just above the span's line, with that line's indentation."""
+    line_lo, _ = line_span(text, start)
+    indent = re.match(r"[ \t]*", text[line_lo:start]).group()  # type: ignore[union-attr]
+    note = history_comment(edits, comment, indent)
+    return text[:line_lo] + note + text[line_lo:start], text[end:]
+
+
+def model_text(example: SyntheticEdit, comment: str = "#") -> tuple[str, str, str]:
+    """(prefix, middle, suffix) the model reads and writes for `example`."""
+    prefix, suffix = infill_text(example.text, example.start, example.end, [example.edit],
+                                 comment)
+    return prefix, example.expected, suffix
