@@ -51,7 +51,7 @@ def run_cursors(cases: list[Case], model: str | None, device: str) -> list[Shown
     python = language_for("python")
     rows = []
     for case in cases:
-        request = CompletionRequest(case.prefix + case.suffix, len(case.prefix), python)
+        request = CompletionRequest(*case.document(), python)
         ctx, drafts = pipeline.start(request)
         last = _last_draft(drafts)
         completion = pipeline.finish(request, ctx, last)

@@ -220,7 +220,7 @@ class Session:
     async def replay(self, cases: list[Case], functions: list[Function]) -> Measurements:
         measured = Measurements()
         for case in cases:
-            text, offset = case.prefix + case.suffix, len(case.prefix)
+            text, offset = case.document()
             uri = self.open(text)
             shown, seconds = await self.ask(uri, text, offset)
             measured.latency["cold"].append(seconds)

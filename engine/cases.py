@@ -40,6 +40,16 @@ class Case:
     # Execution-based cases (HumanEval) carry their test; cut cases are scored by text only.
     test: str | None = None
     entry_point: str | None = None
+    # Cursor cases: the whole file before and after the hole, as an editor holds it (the
+    # model-level eval reads the windows above; what is opened in an editor is the file).
+    file_before: str | None = None
+    file_after: str | None = None
+
+    def document(self) -> tuple[str, int]:
+        """(the text an editor holds, the cursor's offset in it)."""
+        before = self.prefix if self.file_before is None else self.file_before
+        after = self.suffix if self.file_after is None else self.file_after
+        return before + after, len(before)
 
 
 def source_files(folder: Path) -> list[Path]:
@@ -152,7 +162,8 @@ def cut_cursor_cases(
                 cases.append(Case(id=f"{cls}/{name}:{line}:{len(cases)}", kind=cls,
                                   prefix=_tail_lines(text[:start], prefix_chars),
                                   middle=text[start:end],
-                                  suffix=_head_lines(text[end:], suffix_chars)))
+                                  suffix=_head_lines(text[end:], suffix_chars),
+                                  file_before=text[:start], file_after=text[end:]))
     if not cases:
         raise ValueError(f"no Python source to cut cursor cases from under {folder}")
     return cases

@@ -34,7 +34,7 @@ from dg_lsp.positions import offset_at
 from dg_lsp.rewrite import RewriteError, _same_nesting, compute_edit, shape
 from dg_lsp.server import REWRITE_COMMAND
 from dg_lsp.settings import Settings
-from engine.backend import EngineInfo
+from tests.scripted import Scripted
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = ROOT / "engine" / "bundled" / "default"
@@ -176,30 +176,6 @@ def test_bracket_nesting_guard():
     assert not _same_nesting("return b; }\n{", "")  # closes the function it sits in
     assert _same_nesting("s = ')'", "s = 1")  # brackets in strings do not count
     assert _same_nesting("f(a,", "g(b,")  # a selection that opened a bracket keeps it open
-
-
-class Scripted:
-    """A backend that writes given text, to test what compute_edit does with it."""
-
-    engine_info = EngineInfo(model="scripted", family="masked", device="cpu", resident=False,
-                             counts_tokens=False)
-
-    def __init__(self, *texts: str) -> None:
-        self.texts = list(texts)
-        self.calls: list[tuple[str, str]] = []
-
-    def _drafts(self, prefix: str, suffix: str):
-        from engine.types import Draft
-
-        self.calls.append((prefix, suffix))
-        yield Draft(step=3, token_ids=[], committed=0, text=self.texts.pop(0), done=True,
-                    finish_reason="stop")
-
-    def infill_stream(self, request, cancel=None):
-        return self._drafts(request.prefix, request.suffix)
-
-    def rewrite_stream(self, request, cancel=None):
-        return self._drafts(request.prefix, request.suffix)
 
 
 def test_a_body_keeps_its_longest_parseable_lines_and_a_rewrite_is_whole_or_refused():

@@ -52,7 +52,7 @@ def held_out(limit: int, seed: int, device: str) -> None:
     python = language_for("python")
     before, after, refused = [], [], []
     for case in cases:
-        request = CompletionRequest(case.prefix + case.suffix, len(case.prefix), python)
+        request = CompletionRequest(*case.document(), python)
         ctx, drafts = pipeline.start(request)
         last = _last_draft(drafts)
         if last is None:

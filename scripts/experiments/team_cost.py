@@ -119,7 +119,7 @@ def report(url: str, token: str, args: argparse.Namespace) -> None:
 
 
 def to_request(case) -> CompletionRequest:
-    return CompletionRequest(case.prefix + case.suffix, len(case.prefix),
+    return CompletionRequest(*case.document(),
                              language_for("python"), "file:///team.py")
 
 

@@ -1,0 +1,277 @@
+"""Next-edit suggestions: the edit history, where a suggestion may go, what is checked before
+it is offered, the synthetic edits the model learns from, and the LSP method end to end."""
+
+from __future__ import annotations
+
+import re
+import sys
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+import pytest_asyncio
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+
+from dg_lsp.actions import ParsedText
+from dg_lsp.edit_history import MAX_EDITS, EditHistory
+from dg_lsp.languages import language_for
+from dg_lsp.lsp_next_edit import ACCEPTED_COMMAND, METHOD
+from dg_lsp.next_edit import rename_rule, spans, suggest
+from dg_lsp.server import STATS_COMMAND
+from dg_lsp.settings import Settings
+from engine.edits import (
+    NOOP,
+    LineEdit,
+    changed_words,
+    history_comment,
+    model_text,
+    noop_edit,
+    synthetic_edit,
+)
+from engine.types import Score
+from tests.scripted import Scripted
+
+PYTHON = language_for("python", "x.py")
+SOURCE = ("def total_price(items):\n"
+          "    count = 0\n"
+          "    for item in items:\n"
+          "        count += item.price\n"
+          "    return count\n"
+          "\n"
+          "\n"
+          "def other(count):\n"
+          "    return count\n")
+
+
+def typed(history: EditHistory, text: str, start: int, end: int, new: str) -> str:
+    """Replace text[start:end] by `new` as an editor sends it (first character replacing,
+    then one at a time), recording each change."""
+    changes = [(start, end, new[:1])] + [(start + i, start + i, ch)
+                                         for i, ch in enumerate(new[1:], start=1)]
+    for s, e, piece in changes:
+        history.record(text, s, e, piece)
+        text = text[:s] + piece + text[e:]
+    return text
+
+
+def renamed() -> tuple[str, EditHistory]:
+    history = EditHistory()
+    at = SOURCE.index("count")
+    return typed(history, SOURCE, at, at + len("count"), "total"), history
+
+
+# -- the history ------------------------------------------------------------------------------
+
+
+def test_a_burst_of_typing_is_one_edit_and_an_undo_forgets_it():
+    text, history = renamed()
+    assert len(history.edits) == 1
+    assert history.line_edits() == [LineEdit("    count = 0", "    total = 0")]
+    at = text.index("total = 0")
+    history.record(text, at, at + 5, "count")  # undo
+    assert history.edits == []
+
+
+def test_backspacing_and_whole_document_changes_are_recorded_as_what_changed():
+    history = EditHistory()
+    text = "x = value\n"
+    for end in range(9, 6, -1):  # three backspaces at the end of "value"
+        history.record(text, end - 1, end, "")
+        text = text[:end - 1] + text[end:]
+    assert history.line_edits() == [LineEdit("x = value", "x = va")]
+    whole = EditHistory()
+    whole.record(SOURCE, 0, len(SOURCE), SOURCE.replace("item.price", "item.cost"))
+    (edit,) = whole.edits
+    assert (edit.removed, edit.inserted) == ("price", "cost")
+    assert edit.line_edit() == LineEdit("        count += item.price",
+                                        "        count += item.cost")
+
+
+def test_earlier_edits_move_with_the_text_and_the_history_is_bounded():
+    history = EditHistory()
+    text = "a = 1\nb = 2\n"
+    history.record(text, 10, 11, "3")
+    text = text[:10] + "3" + text[11:]
+    history.record(text, 0, 0, "# hi\n")
+    assert [(e.start, e.removed, e.inserted) for e in history.edits] == [
+        (15, "2", "3"), (0, "", "# hi\n")]
+    text = "\n".join(f"v{i} = {i}" for i in range(300))
+    for i in range(300):  # hundreds of separate edits
+        at = text.index(f"v{i} =")
+        history.record(text, at, at + 1, "w")
+        text = text[:at] + "w" + text[at + 1:]
+    assert len(history.edits) == MAX_EDITS
+    assert history.last.line_edit() == LineEdit("v299 = 299", "w299 = 299")
+
+
+# -- where, and what is offered ---------------------------------------------------------------
+
+
+def test_the_spans_are_what_the_edit_removed_in_its_definition_nearest_first():
+    text, history = renamed()
+    cursor = text.index("total = 0") + 5
+    found = spans(ParsedText(text, PYTHON), history.last, cursor)
+    line_of = [text.count("\n", 0, s) for s, _ in found]
+    assert [text[s:e] for s, e in found] == ["count", "count"]
+    assert line_of == [3, 4]  # `other`'s own `count` is another variable
+    assert changed_words(history.last.line_edit()) == (["count"], ["total"])
+
+
+def test_suggest_writes_the_first_span_the_model_changes_and_shows_it_the_edit():
+    text, history = renamed()
+    cursor = text.index("total = 0") + 5
+    model = Scripted("total += 1")
+    found = suggest(model, ParsedText(text, PYTHON), history.line_edits(), history.last,
+                    cursor, Settings())
+    at = text.index("count")
+    assert (found.start, found.end, found.text) == (at, at + 5, "total")
+    prefix, suffix = model.calls[0]
+    assert prefix.endswith("    for item in items:\n"
+                           "        # was: count = 0\n"
+                           "        # now: total = 0\n"
+                           "        ")
+    assert suffix.startswith(" += item.price\n")
+
+
+def test_a_kept_span_an_unknown_name_and_an_unsure_model_suggest_nothing():
+    text, history = renamed()
+    cursor = text.index("total = 0") + 5
+    doc = ParsedText(text, PYTHON)
+    args = (doc, history.line_edits(), history.last, cursor)
+    assert suggest(Scripted("count", "count"), *args, Settings()) is None
+    assert suggest(Scripted("totl", "amount"), *args, Settings()) is None  # names not in file
+    unsure = Scripted("total", "total", score=Score(0.2, 0.5, 1, 3))
+    assert suggest(unsure, *args, Settings(min_edit_confidence=0.3)) is None
+    assert suggest(Scripted("total"), *args, Settings(min_edit_confidence=0.1)) is not None
+
+
+def test_an_edit_that_removed_no_word_implies_nothing_and_the_rule_renames():
+    history = EditHistory()
+    at = SOURCE.index("    return count")
+    history.record(SOURCE, at, at, "    count -= 1\n")
+    text = SOURCE[:at] + "    count -= 1\n" + SOURCE[at:]
+    assert suggest(Scripted(), ParsedText(text, PYTHON), history.line_edits(), history.last,
+                   at, Settings()) is None
+    text, history = renamed()
+    rule = rename_rule(history.last, ParsedText(text, PYTHON), text.index("total = 0") + 5)
+    assert (text[rule.start:rule.end], rule.text) == ("count", "total")
+
+
+# -- synthetic edits --------------------------------------------------------------------------
+
+
+def test_synthetic_edits_are_consistent_with_what_the_model_is_shown():
+    text = Path(__file__).resolve().parent.parent.joinpath("dg_lsp", "rewrite.py").read_text()
+    rng = np.random.default_rng(0)
+    seen = set()
+    for _ in range(300):
+        kind = ("rename", "literal", "keep", NOOP)[len(seen) % 4]
+        case = noop_edit(text, rng) if kind == NOOP else synthetic_edit(text, rng, kind)
+        if case is None:
+            continue
+        seen.add(kind)
+        after = (case.original[:case.change_at] + case.inserted
+                 + case.original[case.change_at + len(case.removed):])
+        assert after == case.text
+        if kind == NOOP:
+            assert case.removed == ""
+            continue
+        assert case.text[case.start:case.end] == (case.expected if kind == "keep"
+                                                  else case.removed)
+        prefix, middle, suffix = model_text(case)
+        line = case.text.rfind("\n", 0, case.start) + 1
+        indent = re.match(r"[ \t]*", case.text[line:]).group()
+        note = history_comment([case.edit], "#", indent)
+        assert prefix == case.text[:line] + note + case.text[line:case.start]
+        assert (middle, suffix) == (case.expected, case.text[case.end:])
+    assert seen == {"rename", "literal", "keep", NOOP}
+
+
+# -- over LSP ---------------------------------------------------------------------------------
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def server(dream_ckpt: Path):
+    command = [sys.executable, "-m", "dg_lsp.cli", "serve", "--engine", "inproc",
+               "--model", str(dream_ckpt), "--device", "cpu"]
+    client = await ClientServerConfig(server_command=command).start()
+    caps = client_capabilities("neovim")
+    client.initialize_result = await client.initialize_session(
+        types.InitializeParams(capabilities=caps))
+    yield client
+    await client.shutdown_session()
+
+
+def open_and_rename(client: LanguageClient, text: str = SOURCE) -> tuple[str, int]:
+    """Open `text`, rename its first `count` to `total` keystroke by keystroke; (uri, version)."""
+    uri = f"file:///tmp/{uuid.uuid4().hex}.py"
+    client.text_document_did_open(types.DidOpenTextDocumentParams(
+        types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+    line = text[:text.index("count")].count("\n")
+    column = text.split("\n")[line].index("count")
+    version = 1
+    for i, piece in enumerate("total"):
+        start = column + (0 if i == 0 else i)
+        end = column + 5 if i == 0 else start
+        version += 1
+        client.text_document_did_change(types.DidChangeTextDocumentParams(
+            types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            [types.TextDocumentContentChangePartial(
+                range=types.Range(types.Position(line, start), types.Position(line, end)),
+                text=piece)]))
+    return uri, version
+
+
+async def ask(client: LanguageClient, uri: str, version: int | None, line: int, character: int):
+    params = {"textDocument": {"uri": uri, "version": version},
+              "position": {"line": line, "character": character}}
+    return await client.protocol.send_request_async(METHOD, params)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_the_method_is_advertised_and_answers_with_copilots_shape(server):
+    assert server.initialize_result.capabilities.experimental == {"copilotInlineEdit": True}
+    uri, version = open_and_rename(server)
+    result = await ask(server, uri, version, 1, 9)
+    edits = result.edits if hasattr(result, "edits") else result["edits"]
+    for edit in edits:  # a random model: maybe nothing, but never out of place
+        assert edit.textDocument.uri == uri and edit.textDocument.version == version
+        assert edit.command.command == ACCEPTED_COMMAND
+        assert (edit.range.start.line, edit.range.end.line) in ((3, 3), (4, 4))
+    server.protocol.notify("textDocument/didShowInlineEdit", {"item": {"command": None}})
+    await server.workspace_execute_command_async(types.ExecuteCommandParams(
+        command=ACCEPTED_COMMAND, arguments=[uri, version]))
+    stats = await server.workspace_execute_command_async(
+        types.ExecuteCommandParams(command=STATS_COMMAND))
+    assert (stats["inlineEditsShown"], stats["inlineEditsAccepted"]) == (1, 1)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_bad_requests_get_an_error_or_an_empty_answer_and_the_server_keeps_serving(
+        server):
+    uri, version = open_and_rename(server)
+    with pytest.raises(JsonRpcException, match="is at version 6, not 2"):
+        await ask(server, uri, 2, 1, 9)
+    with pytest.raises(JsonRpcException, match="needs textDocument.uri and position"):
+        await server.protocol.send_request_async(METHOD, {"position": {"line": 0}})
+    empty = []
+    for params in (("file:///tmp/never-opened.py", None, 0, 0), (uri, version, 4000, 0)):
+        result = await ask(server, *params)
+        empty.append(list(result.edits if hasattr(result, "edits") else result["edits"]))
+    binary = f"file:///tmp/{uuid.uuid4().hex}.py"
+    server.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(
+        uri=binary, language_id="python", version=1, text="count = 1\x00\ncount\n")))
+    server.text_document_did_change(types.DidChangeTextDocumentParams(
+        types.VersionedTextDocumentIdentifier(uri=binary, version=2),
+        [types.TextDocumentContentChangePartial(
+            range=types.Range(types.Position(0, 0), types.Position(0, 5)), text="total")]))
+    result = await ask(server, binary, 2, 0, 5)
+    empty.append(list(result.edits if hasattr(result, "edits") else result["edits"]))
+    server.text_document_did_close(types.DidCloseTextDocumentParams(
+        types.TextDocumentIdentifier(uri)))
+    result = await ask(server, uri, None, 1, 9)
+    empty.append(list(result.edits if hasattr(result, "edits") else result["edits"]))
+    assert empty == [[], [], [], []]
