@@ -2,9 +2,10 @@
 
 Every `didChange` event is reduced to what really changed (the common head and tail of the
 old and new text are dropped, so a client that sends whole lines or whole documents records
-the same edit as one that sends keystrokes) and merged into the previous edit when it lands
-inside what that edit inserted: a burst of typing, backspacing or an undo of it is one edit,
-and an edit undone to nothing is forgotten. The history is bounded in edits and characters;
+the same edit as one that sends keystrokes) and merged into the previous edit when it touches
+what that edit inserted or changes the same line: a burst of typing, backspacing or an undo of
+it is one edit, so is `int(` typed before a value and `)` after it, and an edit undone to
+nothing is forgotten. The history is bounded in edits and characters;
 it lives and dies with the document (dg_lsp.documents).
 """
 
@@ -51,8 +52,10 @@ class EditHistory:
     def record(self, text: str, start: int, end: int, new: str) -> None:
         """Note that text[start:end] (the text before the change) is replaced by `new`."""
         last = self.last
-        if last is not None and start <= last.end and end >= last.start:
-            # It touches what the last edit inserted: the same burst, one edit.
+        if last is not None and (start <= last.end and end >= last.start
+                                 or _same_line(text, last, start, end, new)):
+            # It touches what the last edit inserted, or changes the same line: one edit
+            # (renaming a word in keystrokes, `int(` then `)` around a value).
             lo, hi = min(start, last.start), max(end, last.end)
             removed = text[lo:last.start] + last.removed + text[last.end:hi]
             inserted = text[lo:start] + new + text[end:hi]
@@ -93,6 +96,15 @@ class EditHistory:
 
     def line_edits(self) -> list[LineEdit]:
         return [edit.line_edit() for edit in self.edits]
+
+
+def _same_line(text: str, last: RecordedEdit, start: int, end: int, new: str) -> bool:
+    """Whether text[start:end] -> `new` changes only the line `last` ended on."""
+    if "\n" in new or "\n" in text[start:end] or "\n" in last.inserted:
+        return False
+    line_start = text.rfind("\n", 0, last.start) + 1
+    line_end = text.find("\n", last.end)
+    return line_start <= start and end <= (len(text) if line_end < 0 else line_end)
 
 
 def _common_head(a: str, b: str) -> int:

@@ -5,10 +5,12 @@ follows. The suggestion is found in three steps:
 
 1. **Where**: tree-sitter and the history choose, the model does not. The region is the
    definition enclosing the last edit, cut to REGION_LINES lines on each side (the whole
-   window when no definition encloses it). The spans to look at are the region's other
-   occurrences of the words the last edit removed (engine.edits.changed_words), nearest the
-   cursor first; an edit that removed no word (a new line, a finished statement) implies
-   nothing, and a span at the cursor is the inline completion's.
+   window when no definition encloses it). The spans to look at (`spans`) are the region's
+   other occurrences of the words the last edit removed (engine.edits.changed_words), or,
+   when it removed none but changed a line inside, the lines alike that line as it was;
+   nearest the cursor first. An edit that removed no word and only added text at a line's
+   end or a new line (a statement being written) implies nothing, and a span at the cursor
+   is the inline completion's.
 2. **What**: the model writes each span (an infill of a few tokens) with the recent edits
    shown as comments above its line (engine.edits.infill_text), through the same Backend and
    resident engine as every completion, cancelled like them.
@@ -29,14 +31,22 @@ from dg_lsp.context import char_budget, windows
 from dg_lsp.edit_history import RecordedEdit
 from dg_lsp.settings import Settings
 from engine.backend import Backend
-from engine.edits import WORD, LineEdit, changed_words, infill_text, occurrences
+from engine.edits import (
+    WORD,
+    LineEdit,
+    changed_words,
+    infill_text,
+    occurrences,
+    similar_lines,
+)
 from engine.types import InfillRequest, Score, UnitEnd
 
 REGION_LINES = 10
 # Spans the model writes before giving up: each is an engine request.
 MAX_SPANS = 2
-# Tokens the model may write for one span (an identifier, a literal).
-SPAN_TOKENS = 16
+# Tokens the model may write for a word (an identifier, a literal) and for a line.
+WORD_TOKENS = 16
+LINE_TOKENS = 48
 MAX_DOCUMENT_CHARS = 1_000_000
 
 
@@ -73,27 +83,61 @@ def _line_offset(text: str, line: int) -> int:
     return offset
 
 
-def spans(doc: ParsedText, edit: RecordedEdit, cursor: int) -> list[tuple[int, int]]:
-    """The region's occurrences of what `edit` removed, nearest the cursor first (below it
-    before above it on a tie); none touches the edit itself or the cursor."""
-    removed, _ = changed_words(edit.line_edit())
-    if not removed:
-        return []
+@dataclass(frozen=True)
+class Span:
+    """Where the model writes: a word (an occurrence of what the edit removed) or a line's
+    text after its indentation (a line alike the edited one)."""
+
+    start: int
+    end: int
+    kind: str  # "word" or "line"
+
+    @property
+    def tokens(self) -> int:
+        return WORD_TOKENS if self.kind == "word" else LINE_TOKENS
+
+
+def spans(doc: ParsedText, edit: RecordedEdit, cursor: int) -> list[Span]:
+    """Where `edit` may imply a change, nearest the cursor first (below it before above it
+    on a tie); none touches the edit itself or the cursor:
+
+    - the region's occurrences of the words the edit removed (a rename, a changed literal);
+    - when it removed none but changed a line inside (not typing at its end: that is a
+      statement being written), the region's lines alike the edited line as it was (a
+      repeated pattern: a value wrapped in a call, an argument added)."""
+    line = edit.line_edit()
+    removed, _ = changed_words(line)
     lo, hi = region(doc, edit)
-    found = set()
-    for word in removed:
-        for start, end in occurrences(doc.text, word, lo, hi):
-            if end < edit.start or start > edit.end:
-                if not start <= cursor <= end:
-                    found.add((start, end))
     text = doc.text
+    found: set[Span] = set()
+
+    def add(start: int, end: int, kind: str) -> None:
+        if (end < edit.start or start > edit.end) and not start <= cursor <= end:
+            found.add(Span(start, end, kind))
+
+    for word in removed:
+        for start, end in occurrences(text, word, lo, hi):
+            add(start, end, "word")
+    if not removed and _changed_inside(line):
+        offset = lo
+        for candidate in text[lo:hi].split("\n"):
+            indent = len(candidate) - len(candidate.lstrip())
+            if "\n" not in line.before and similar_lines(line.before, candidate):
+                add(offset + indent, offset + len(candidate.rstrip()), "line")
+            offset += len(candidate) + 1
     cursor_line = text.count("\n", 0, cursor)
 
-    def distance(span: tuple[int, int]) -> tuple[int, int, int]:
-        line = text.count("\n", 0, span[0])
-        return abs(line - cursor_line), line < cursor_line, span[0]
+    def distance(span: Span) -> tuple[int, int, int]:
+        at = text.count("\n", 0, span.start)
+        return abs(at - cursor_line), at < cursor_line, span.start
 
     return sorted(found, key=distance)
+
+
+def _changed_inside(edit: LineEdit) -> bool:
+    """Whether `edit` changed a line that had text, other than by typing at its end."""
+    before, after = edit.before.rstrip(), edit.after.rstrip()
+    return bool(before.strip()) and before != after and not after.startswith(before)
 
 
 def suggest(
@@ -111,11 +155,12 @@ def suggest(
     comment = doc.language.line_comment if doc.language else "#"
     errors = None
     steps = 0
-    for start, end in spans(doc, edit, cursor)[:MAX_SPANS]:
+    for span in spans(doc, edit, cursor)[:MAX_SPANS]:
+        start, end = span.start, span.end
         prefix, suffix = infill_text(doc.text, start, end, history, comment)
-        prefix, suffix = windows(prefix, suffix, char_budget(settings.canvas_length, SPAN_TOKENS),
+        prefix, suffix = windows(prefix, suffix, char_budget(settings.canvas_length, span.tokens),
                                  settings.suffix_fraction)
-        request = InfillRequest(prefix, suffix, SPAN_TOKENS, settings.sampler,
+        request = InfillRequest(prefix, suffix, span.tokens, settings.sampler,
                                 settings.canvas_length, settings.suffix_fraction,
                                 UnitEnd("line"))
         last = None
@@ -125,7 +170,10 @@ def suggest(
             return None
         steps += last.step
         original = doc.text[start:end]
-        text = _word(last.text, original)
+        if span.kind == "word":
+            text = _word(last.text, original)
+        else:
+            text = last.text.split("\n", 1)[0].rstrip() or None
         if text is None or text == original:
             continue  # the model keeps this one as it is
         if gate.refusal(last.score, settings.min_edit_confidence) is not None:
@@ -168,9 +216,8 @@ def rename_rule(edit: RecordedEdit, doc: ParsedText, cursor: int) -> NextEdit | 
     removed, inserted = changed_words(edit.line_edit())
     if len(removed) != 1 or len(inserted) != 1 or not all(map(_is_identifier, removed + inserted)):
         return None
-    found = spans(doc, edit, cursor)
+    found = [span for span in spans(doc, edit, cursor) if span.kind == "word"]
     if not found:
         return None
-    start, end = found[0]
-    return NextEdit(start, end, inserted[0], None, 0)
+    return NextEdit(found[0].start, found[0].end, inserted[0], None, 0)
 

@@ -16,12 +16,15 @@ held-out evaluation (`dg-lsp eval --suite next-edit`), so the model learns what 
 from __future__ import annotations
 
 import keyword
+import os
 import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from engine.stats import edit_similarity
 
 # What an edit can rename or change consistently: identifiers, numbers, one-line strings.
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+(?:\.\d+)?|\"[^\"\n]*\"|'[^'\n]*'")
@@ -108,7 +111,7 @@ class SyntheticEdit:
     expected: str
 
 
-SYNTHETIC_KINDS = ("rename", "literal", "keep")  # what the model learns from
+SYNTHETIC_KINDS = ("rename", "literal", "keep", "pattern")  # what the model learns from
 NOOP = "noop"  # edits that imply nothing: judged on, never trained on
 WINDOW_LINES = 24  # the edit and the span it implies are this close (the region's size)
 
@@ -169,8 +172,11 @@ def _changed_literal(word: str, rng: np.random.Generator, pool: list[str]) -> st
 
 def synthetic_edit(text: str, rng: np.random.Generator, kind: str) -> SyntheticEdit | None:
     """One synthetic edit of `kind` cut from `text` (None when the chosen window has none):
+    for "pattern" see pattern_edit; otherwise
     a word changed at one occurrence (the user's edit) and its next occurrence, below or
     above, as the span that should follow (for "keep": a word the edit did not change)."""
+    if kind == "pattern":
+        return pattern_edit(text, rng)
     lines = text.split("\n")
     if len(lines) < 4:
         return None
@@ -216,6 +222,75 @@ def synthetic_edit(text: str, rng: np.random.Generator, kind: str) -> SyntheticE
         shift = len(new) - len(word) if edited[0] < s else 0
         return SyntheticEdit(kind, *change, s + shift, e + shift, other)
     return SyntheticEdit(kind, *change, start, end, new)
+
+
+# A repeated line changed the same way at its next occurrence: wrap an assignment's value or a
+# returned value in a call, or add a keyword argument to the call a line ends with.
+WRAPPERS = ("int", "str", "list", "tuple", "float", "len", "sorted", "repr", "bool", "set")
+KEYWORDS = ("strict=True", "default=None", "timeout=10", "key=None", "force=False",
+            "encoding=\"utf-8\"", "check=True")
+ASSIGNMENT = re.compile(r"^(\s*[\w.\[\]'\"]+ = )(?!=)(.+?)\s*$")
+RETURN = re.compile(r"^(\s*return )(.+?)\s*$")
+SIMILAR = 0.5  # edit similarity of two lines for one to repeat the other's pattern
+
+
+def pattern_change(line: str, how: str, extra: str) -> str | None:
+    """`line` changed by pattern `how` ("wrap", "return" or "keyword") with `extra` (the
+    wrapper or the keyword argument); None where the pattern does not apply."""
+    if how in ("wrap", "return"):
+        found = (ASSIGNMENT if how == "wrap" else RETURN).match(line)
+        if found is None or found.group(2).endswith((":", ",", "(", "[", "{", "\\")):
+            return None
+        return f"{found.group(1)}{extra}({found.group(2)})"
+    stripped = line.rstrip()
+    if not stripped.endswith(")") or stripped.endswith("()") or stripped.endswith(":"):
+        return None
+    return stripped[:-1] + ", " + extra + ")"
+
+
+def similar_lines(a: str, b: str) -> bool:
+    """Whether line `b` repeats line `a`'s shape (same indentation, alike text)."""
+    indent_a, indent_b = len(a) - len(a.lstrip()), len(b) - len(b.lstrip())
+    return (indent_a == indent_b and a.strip() != b.strip()
+            and edit_similarity(a.strip(), b.strip()) >= SIMILAR)
+
+
+def pattern_edit(text: str, rng: np.random.Generator) -> SyntheticEdit | None:
+    """Two alike lines near each other; the first changed by a pattern, the second (the
+    span: the line's text after its indentation) to be changed the same way."""
+    lines = text.split("\n")
+    how = ("wrap", "return", "keyword")[int(rng.integers(0, 3))]
+    extra = (WRAPPERS if how != "keyword" else KEYWORDS)[
+        int(rng.integers(0, len(WRAPPERS if how != "keyword" else KEYWORDS)))]
+    changed = [i for i, line in enumerate(lines) if "#" not in line
+               and pattern_change(line, how, extra) is not None]
+    pairs = [(i, j) for k, i in enumerate(changed) for j in changed[k + 1:k + 4]
+             if j - i <= WINDOW_LINES and similar_lines(lines[i], lines[j])]
+    if not pairs:
+        return None
+    i, j = pairs[int(rng.integers(0, len(pairs)))]
+    if rng.random() < 0.25:
+        i, j = j, i  # the edit below, the line to follow above
+    new_i = pattern_change(lines[i], how, extra)
+    new_j = pattern_change(lines[j], how, extra)
+    if new_i is None or new_j is None:
+        return None
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line) + 1)
+    # The user's edit, as the smallest change of line i (the pattern's insertion).
+    old_i = lines[i]
+    head = len(os.path.commonprefix([old_i, new_i]))
+    tail = len(os.path.commonprefix([old_i[head:][::-1], new_i[head:][::-1]]))
+    removed, inserted = old_i[head:len(old_i) - tail], new_i[head:len(new_i) - tail]
+    change_at = offsets[i] + head
+    after = text[:change_at] + inserted + text[change_at + len(removed):]
+    shift = len(inserted) - len(removed) if i < j else 0
+    indent = len(lines[j]) - len(lines[j].lstrip())
+    start = offsets[j] + indent + shift
+    end = offsets[j] + len(lines[j].rstrip()) + shift
+    return SyntheticEdit("pattern", text, change_at, removed, inserted, after,
+                         LineEdit(old_i, new_i), start, end, new_j[indent:])
 
 
 def noop_edit(text: str, rng: np.random.Generator) -> SyntheticEdit | None:

@@ -29,6 +29,7 @@ from engine.edits import (
     history_comment,
     model_text,
     noop_edit,
+    similar_lines,
     synthetic_edit,
 )
 from engine.types import Score
@@ -110,12 +111,42 @@ def test_earlier_edits_move_with_the_text_and_the_history_is_bounded():
 # -- where, and what is offered ---------------------------------------------------------------
 
 
+PATTERN = ("def load(raw):\n"
+           "    width = raw.width + 1\n"
+           "    height = raw.height + 1\n"
+           "    name = raw.title\n")
+
+
+def test_a_line_changed_inside_points_at_the_lines_alike_and_typing_at_an_end_at_none():
+    history = EditHistory()
+    at = PATTERN.index("raw.width")
+    text = typed(history, PATTERN, at, at, "int(")
+    end = text.index("1\n") + 1
+    history.record(text, end, end, ")")
+    text = text[:end] + ")" + text[end:]
+    assert history.line_edits() == [LineEdit("    width = raw.width + 1",
+                                             "    width = int(raw.width + 1)")]
+    found = spans(ParsedText(text, PYTHON), history.last, end + 1)
+    assert [(text[s.start:s.end], s.kind) for s in found] == [
+        ("height = raw.height + 1", "line")]
+    model = Scripted("height = int(raw.height + 1)\n    name")
+    edit = suggest(model, ParsedText(text, PYTHON), history.line_edits(), history.last,
+                   end + 1, Settings())
+    assert text[:edit.start] + edit.text + text[edit.end:] == text.replace(
+        "height = raw.height + 1", "height = int(raw.height + 1)")
+    typing = EditHistory()
+    at = PATTERN.index("\n    name")
+    typed(typing, PATTERN, at, at, " * 2")  # the statement is still being written
+    assert spans(ParsedText(PATTERN, PYTHON), typing.last, at + 4) == []
+
+
 def test_the_spans_are_what_the_edit_removed_in_its_definition_nearest_first():
     text, history = renamed()
     cursor = text.index("total = 0") + 5
     found = spans(ParsedText(text, PYTHON), history.last, cursor)
-    line_of = [text.count("\n", 0, s) for s, _ in found]
-    assert [text[s:e] for s, e in found] == ["count", "count"]
+    line_of = [text.count("\n", 0, span.start) for span in found]
+    assert [(text[span.start:span.end], span.kind) for span in found] == [
+        ("count", "word"), ("count", "word")]
     assert line_of == [3, 4]  # `other`'s own `count` is another variable
     assert changed_words(history.last.line_edit()) == (["count"], ["total"])
 
@@ -168,7 +199,7 @@ def test_synthetic_edits_are_consistent_with_what_the_model_is_shown():
     rng = np.random.default_rng(0)
     seen = set()
     for _ in range(300):
-        kind = ("rename", "literal", "keep", NOOP)[len(seen) % 4]
+        kind = ("rename", "literal", "keep", "pattern", NOOP)[len(seen) % 5]
         case = noop_edit(text, rng) if kind == NOOP else synthetic_edit(text, rng, kind)
         if case is None:
             continue
@@ -179,15 +210,19 @@ def test_synthetic_edits_are_consistent_with_what_the_model_is_shown():
         if kind == NOOP:
             assert case.removed == ""
             continue
-        assert case.text[case.start:case.end] == (case.expected if kind == "keep"
-                                                  else case.removed)
+        if kind == "pattern":
+            line = case.text[case.text.rfind("\n", 0, case.start) + 1:case.end]
+            assert case.expected != line.strip() and similar_lines(case.edit.before, line)
+        else:
+            assert case.text[case.start:case.end] == (case.expected if kind == "keep"
+                                                      else case.removed)
         prefix, middle, suffix = model_text(case)
         line = case.text.rfind("\n", 0, case.start) + 1
         indent = re.match(r"[ \t]*", case.text[line:]).group()
         note = history_comment([case.edit], "#", indent)
         assert prefix == case.text[:line] + note + case.text[line:case.start]
         assert (middle, suffix) == (case.expected, case.text[case.end:])
-    assert seen == {"rename", "literal", "keep", NOOP}
+    assert seen == {"rename", "literal", "keep", "pattern", NOOP}
 
 
 # -- over LSP ---------------------------------------------------------------------------------

@@ -1,14 +1,17 @@
 """`dg-lsp eval --suite next-edit`: next-edit suggestions on held-out third-party code.
 
 Cases are synthetic edits (engine.edits) cut from packages no model here trained on (the
-bench's held-out packages): a name renamed or a literal changed at one occurrence, and edits
-that imply nothing (a blank line added, a statement's end typed). Each case is replayed as an
-editor does it, through a real `dg-lsp serve`: the document opened as it was, the edit typed
-a character at a time (`didChange`), then `textDocument/copilotInlineEdit` at the cursor.
+bench's held-out packages): a name renamed or a literal changed at one occurrence, a line
+changed by a pattern (a value wrapped in a call, a keyword argument added) with an alike line
+near it, and edits that imply nothing (a blank line added, a statement's end typed). Each case
+is replayed as an editor does it, through a real `dg-lsp serve`: the document opened as it
+was, the edit typed a character at a time (`didChange`), then `textDocument/copilotInlineEdit`
+at the cursor.
 
 A suggestion is exact when it turns one of the other occurrences of the changed word near
 the edit (the rename's or the literal's next hunk, in whatever order the user would take
-them) into the new word; its location is right when it is on one of them. After an edit
+them) into the new word, or the alike line into the line changed the same way; its location
+is right when it is on one of them. After an edit
 that implies nothing, any suggestion is noise. The default path (the resident engine,
 default settings) comes first, the in-process engine beside it; the baselines beside both:
 no suggestion at all, and a rename-only rule (dg_lsp.next_edit.rename_rule).
@@ -41,7 +44,7 @@ from engine.edits import (
     synthetic_edit,
 )
 
-CLASSES = ("rename", "literal", NOOP)
+CLASSES = ("rename", "literal", "pattern", NOOP)
 DEFAULT_PER_CLASS = 30
 
 
@@ -68,9 +71,11 @@ def cut_edits(folders: list[Path], per_class: int, seed: int) -> list[SyntheticE
 
 def right_spans(case: SyntheticEdit) -> set[tuple[int, int]]:
     """The spans of `case.text` a right suggestion rewrites: the changed word's other
-    occurrences within WINDOW_LINES lines of the edit."""
+    occurrences within WINDOW_LINES lines of the edit (for a pattern: the alike line)."""
     if case.kind == NOOP:
         return set()
+    if case.kind == "pattern":
+        return {(case.start, case.end)}
     text = case.text
     edit_line = text.count("\n", 0, case.change_at)
     edited = (case.change_at, case.change_at + len(case.inserted))
@@ -91,7 +96,8 @@ def judge(case: SyntheticEdit, found: NextEdit | None) -> Outcome:
         return Outcome(False, False, False)
     spans = right_spans(case)
     located = (found.start, found.end) in spans
-    return Outcome(True, located, located and found.text == case.inserted)
+    expected = case.expected if case.kind == "pattern" else case.inserted
+    return Outcome(True, located, located and found.text == expected)
 
 
 def typed(case: SyntheticEdit) -> list[tuple[int, int, str]]:
