@@ -109,3 +109,36 @@ def test_the_benchmark_package_is_never_in_a_corpus(tmp_path: Path) -> None:
         (tmp_path / rel).write_text("x = 1\n")
     assert [rel for _, rel in iter_source_files([tmp_path])] == [
         "keep/more_itertools_fork.py", "keep/plain.py"]
+
+
+def test_fine_tuning_on_edits_hides_only_the_span_and_reloads(corpus: Path, tmp_path: Path
+                                                              ) -> None:
+    """`dg-engine train --init CHECKPOINT --edits N`: synthetic edits cut from the corpus's
+    training files, mixed into the rows; the fine-tuned checkpoint loads like any other."""
+    from engine.train.edit_examples import EDITS_FILE, EditSet
+
+    first = toy_config(corpus, tmp_path / "base", "masked")
+    first.max_steps = 5
+    Trainer(first).train()
+    cfg = toy_config(corpus, tmp_path / "tuned", "masked")
+    cfg.init, cfg.edits, cfg.edit_share, cfg.max_steps = str(tmp_path / "base"), 40, 1.0, 3
+    cfg.seq_len = 256  # the engine's canvas: room for the comments above a line's span
+    trainer = Trainer(cfg)
+    edits = EditSet.load(tmp_path / "tuned" / EDITS_FILE)
+    assert len(edits) == 40
+    tok, ids = trainer.tok, trainer.ids
+    targets, hidden = trainer.maker.masked_batch(np.random.default_rng(0), 8)
+    for row, mask in zip(targets, hidden, strict=True):
+        text = tok.decode(row[:np.flatnonzero(mask).min()].tolist())
+        assert "# was: " in text and "# now: " in text  # the edit is shown above the span
+    a, b, c, _ = edits.parts["offsets"][0]
+    middle = edits.parts["tokens"][b:c].tolist()
+    row, maskable = edits.row(0, 256, ids, np.random.default_rng(0))
+    hole = np.flatnonzero(maskable)
+    assert hole.tolist() == list(range(hole.min(), hole.max() + 1))  # one span, all of it
+    assert row[hole.min():hole.min() + len(middle)].tolist() == middle
+    assert row[hole.min() + len(middle)] == ids.eos
+    assert set(row[hole.min() + len(middle) + 1:hole.max() + 1].tolist()) <= {ids.pad}
+    assert trainer.train()["steps"] == 3
+    engine = Engine.load(str(tmp_path / "tuned"), device="cpu")
+    assert engine.config.hidden_size == 32

@@ -22,8 +22,8 @@ from engine.train.corpus import FORBIDDEN
 from engine.train.examples import HOLE_BUCKETS, SpecialIds
 
 EDITS_FILE = "edits.npz"
-KIND_WEIGHTS = (0.45, 0.25, 0.30)  # rename, literal, keep (the span stays as it is)
-MAX_MIDDLE = 15  # tokens: longer spans are not what an edit propagates
+KIND_WEIGHTS = (0.35, 0.2, 0.2, 0.25)  # rename, literal, keep (the span stays), pattern
+MAX_MIDDLE = 47  # tokens: a word or a line (dg_lsp.next_edit LINE_TOKENS, less its EOS)
 
 
 def corpus_texts(data: Path) -> list[str]:
