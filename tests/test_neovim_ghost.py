@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -33,15 +31,22 @@ from typing import Any
 
 import pytest
 
+from tests import nvim_harness as harness
 from tests.nvim_harness import (
     CAPTURE_LUA,
     FIB,
-    PLUGIN,
+    FONTS,
     ROOT,
+    Neovim,
+    capture_screen,
     expected_completion,
-    nvim_env,
+    nvim_command,
     nvim_or_skip,
-    process_tree,
+    parse_screen,
+    render_png,
+    stop,
+    stop_tmux,
+    tmux_or_skip,
 )
 
 pytestmark = pytest.mark.e2e  # a real Neovim, typed into
@@ -124,80 +129,11 @@ end
 """
 
 
-class Neovim:
-    """A Neovim listening on a socket; keys go in as typed, state comes out as JSON."""
-
-    def __init__(self, nvim: str, socket: str, env: dict[str, str]) -> None:
-        self.nvim, self.socket, self.env = nvim, socket, env
-
-    def _remote(self, *args: str) -> str:
-        done = subprocess.run([self.nvim, "--server", self.socket, *args], env=self.env,
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=30)
-        assert done.returncode == 0, done.stderr
-        return done.stdout
-
-    def keys(self, keys: str) -> None:
-        self._remote("--remote-send", keys)
-
-    def expr(self, expression: str) -> str:
-        return self._remote("--remote-expr", expression)
-
-    def state(self) -> dict[str, Any]:
-        return json.loads(self.expr("v:lua.DgTest.state()"))
-
-    def wait(self, what: str, ready: Callable[[dict[str, Any]], bool],
-             timeout: float = 60) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            state = self.state()
-            if ready(state):
-                return state
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{what}: not within {timeout} s; last state {state}")
-            time.sleep(0.05)
-
-
 def start_neovim(nvim: str, tmp: Path, model: Path, source: Path, argv: list[str],
                  socket: str, **extra_env: str) -> tuple[subprocess.Popen[bytes], Neovim]:
-    """Starts `argv` (a Neovim command, or tmux running one) with the plugin set up and
-    `source` open; returns once the server is attached."""
-    (tmp / "setup.lua").write_text(SETUP_LUA)
-    env = nvim_env(tmp, model, source, tmp / "unused.json", 0, 0, OMP_NUM_THREADS="1",
-                   XDG_RUNTIME_DIR=str(tmp), XDG_CONFIG_HOME=str(tmp / "config"),
-                   XDG_STATE_HOME=str(tmp / "state"), XDG_DATA_HOME=str(tmp / "data"),
-                   **{"DG_INSTRUCTION": INSTRUCTION, **extra_env})
-    # Its own process group: the end of the test kills Neovim and the server it started.
-    proc = subprocess.Popen(argv, env=env, cwd=tmp, start_new_session=True,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while not Path(socket).exists():
-        # tmux new-session -d exits 0 once the session runs
-        if proc.poll() not in (None, 0) or time.monotonic() > deadline:
-            stop(proc)
-            raise AssertionError("Neovim did not start")
-        time.sleep(0.05)
-    neovim = Neovim(nvim, socket, env)
-    try:
-        neovim.wait("the server attached", lambda s: s["attached"], timeout=120)
-    except BaseException:
-        stop(proc)
-        raise
-    return proc, neovim
-
-
-def nvim_command(nvim: str, socket: str, tmp: Path, headless: bool = True) -> list[str]:
-    return [nvim, *(["--headless"] if headless else []), "--clean", "--listen", socket,
-            "--cmd", f"set runtimepath^={PLUGIN}", "-c", f"luafile {tmp / 'setup.lua'}"]
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait(timeout=30)
+    """harness.start_neovim with SETUP_LUA, the prompt answered with INSTRUCTION."""
+    return harness.start_neovim(nvim, tmp, model, source, argv, socket, SETUP_LUA,
+                                **{"DG_INSTRUCTION": INSTRUCTION, **extra_env})
 
 
 def shows_ghost_at(row: int, col: int) -> Callable[[dict[str, Any]], bool]:
@@ -366,66 +302,6 @@ def test_the_rewrite_code_action_prompts_and_applies_the_servers_edit(ghost_run:
 # -- in a terminal: tmux ----------------------------------------------------------------------
 
 COLUMNS, ROWS = 64, 8
-SGR = re.compile(r"\x1b\[([0-9;:]*)m")
-
-
-def parse_screen(captured: str, columns: int = COLUMNS,
-                 rows_shown: int = ROWS) -> list[list[tuple[str, tuple]]]:
-    """`tmux capture-pane -p -e` output as rows of (character, style) cells; a style is
-    (foreground, background, bold, italic, underline, reverse) as the SGR codes set them."""
-    fg = bg = None
-    flags = {"bold": False, "italic": False, "underline": False, "reverse": False}
-    on = {1: "bold", 3: "italic", 4: "underline", 7: "reverse"}
-    off = {22: "bold", 23: "italic", 24: "underline", 27: "reverse"}
-    rows = []
-    for line in captured.split("\n")[:rows_shown]:
-        cells: list[tuple[str, tuple]] = []
-        pos = 0
-        for match in [*SGR.finditer(line), None]:
-            text = line[pos:match.start() if match else len(line)]
-            cells += [(ch, (fg, bg, *flags.values())) for ch in text]
-            if match is None:
-                break
-            pos = match.end()
-            codes = [int(c) if c else 0 for c in re.split("[;:]", match[1])]
-            i = 0
-            while i < len(codes):
-                code = codes[i]
-                if code == 0:
-                    fg = bg = None
-                    flags = dict.fromkeys(flags, False)
-                elif code in on or code in off:
-                    flags[on.get(code) or off[code]] = code in on
-                elif code in (38, 48):  # 38;5;n or 38;2;r;g;b
-                    indexed = codes[i + 1] == 5
-                    color = ("256", codes[i + 2]) if indexed else tuple(codes[i + 2:i + 5])
-                    i += 2 if indexed else 4
-                    fg, bg = (color, bg) if code == 38 else (fg, color)
-                elif code == 39:
-                    fg = None
-                elif code == 49:
-                    bg = None
-                elif 30 <= code <= 37 or 90 <= code <= 97:
-                    fg = ("16", code)
-                elif 40 <= code <= 47 or 100 <= code <= 107:
-                    bg = ("16", code - 10)
-                i += 1
-        rows.append(cells + [(" ", (fg, bg, *flags.values()))] * (columns - len(cells)))
-    return rows
-
-
-def tmux_or_skip() -> str:
-    tmux = shutil.which("tmux")
-    if tmux is None:
-        print("SKIP reason: tmux is not installed (apt-get install tmux)")
-        pytest.skip("tmux is not installed (apt-get install tmux)")
-    return tmux
-
-
-def screen_text(screen: list[list[tuple[str, tuple]]]) -> list[str]:
-    return ["".join(ch for ch, _ in row).rstrip() for row in screen]
-
-
 @pytest.fixture(scope="module")
 def tmux_run(tmp_path_factory: pytest.TempPathFactory, editor_model: Path) -> dict[str, Any]:
     """Neovim 0.11 in an 64x8 tmux window: open a line, type a method's header, Enter; the
@@ -458,7 +334,7 @@ def tmux_run(tmp_path_factory: pytest.TempPathFactory, editor_model: Path) -> di
         while True:  # the screen catches up with the extmark at the next redraw
             captured = subprocess.run([*tmux_cmd, "capture-pane", "-p", "-e"], text=True,
                                       capture_output=True, timeout=30).stdout
-            screen = parse_screen(captured)
+            screen = parse_screen(captured, COLUMNS, ROWS)
             if expected.split("\n")[0] in "".join(ch for ch, _ in screen[STACK_ROW]):
                 break
             assert time.monotonic() < deadline, captured
@@ -471,20 +347,6 @@ def tmux_run(tmp_path_factory: pytest.TempPathFactory, editor_model: Path) -> di
     finally:
         stop_tmux(tmux_cmd, folder)
     return run
-
-
-def stop_tmux(tmux_cmd: list[str], folder: str) -> None:
-    # Neovim and the server it started outlive tmux's SIGHUP for a while: kill them
-    pane = subprocess.run([*tmux_cmd, "display", "-p", "#{pane_pid}"], text=True,
-                          capture_output=True, timeout=30).stdout.strip()
-    survivors = process_tree(int(pane)) if pane.isdigit() else []
-    subprocess.run([*tmux_cmd, "kill-server"], capture_output=True, timeout=30)
-    for pid in survivors:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_the_terminal_shows_the_suggestion_after_the_cursor_in_its_own_colour(
@@ -506,63 +368,6 @@ def test_the_terminal_shows_the_suggestion_after_the_cursor_in_its_own_colour(
                     if ch != " "} | {style for ch, style in screen[1] if ch != " "}
     assert len(ghost_styles) == 1, ghost_styles  # one highlight: DgLspGhost
     assert ghost_styles.isdisjoint(typed_styles), (ghost_styles, typed_styles)
-
-
-# xterm's 16 colours, for the rare SGR 30-37/90-97 (Neovim with termguicolors sends RGB).
-BASIC = [(0, 0, 0), (205, 0, 0), (0, 205, 0), (205, 205, 0), (0, 0, 238), (205, 0, 205),
-         (0, 205, 205), (229, 229, 229), (127, 127, 127), (255, 0, 0), (0, 255, 0),
-         (255, 255, 0), (92, 92, 255), (255, 0, 255), (0, 255, 255), (255, 255, 255)]
-# Neovim 0.10+'s default colorscheme (dark): Normal's foreground and background.
-DEFAULT_FG, DEFAULT_BG = (224, 226, 234), (20, 22, 27)
-FONTS = Path("/usr/share/fonts/truetype/dejavu")
-
-
-def rgb(color: Any, default: tuple[int, int, int]) -> tuple[int, int, int]:
-    if color is None:
-        return default
-    if color[0] == "16":
-        code = color[1]
-        return BASIC[code - 30 if code < 90 else code - 90 + 8]
-    if color[0] == "256":
-        n = color[1]
-        if n < 16:
-            return BASIC[n]
-        if n >= 232:
-            return (8 + 10 * (n - 232),) * 3
-        n -= 16
-        return tuple(0 if v == 0 else 55 + 40 * v for v in (n // 36, n // 6 % 6, n % 6))
-    return tuple(color)
-
-
-def render_png(screen: list[list[tuple[str, tuple]]], cursor: tuple[int, int], path: Path,
-               bar: bool = True) -> None:
-    """The captured cells drawn as a terminal would: DejaVu Sans Mono, a bar cursor (insert
-    mode) or a block."""
-    from PIL import Image, ImageDraw, ImageFont
-
-    size = 15
-    regular = ImageFont.truetype(str(FONTS / "DejaVuSansMono.ttf"), size)
-    bold = ImageFont.truetype(str(FONTS / "DejaVuSansMono-Bold.ttf"), size)
-    width, height, pad = round(regular.getlength("M")), round(size * 1.35), 10
-    columns, rows = len(screen[0]), len(screen)
-    image = Image.new("RGB", (columns * width + 2 * pad, rows * height + 2 * pad), DEFAULT_BG)
-    draw = ImageDraw.Draw(image)
-    for y, row in enumerate(screen):
-        for x, (ch, (fg, bg, is_bold, _italic, underline, reverse)) in enumerate(row):
-            fore, back = rgb(fg, DEFAULT_FG), rgb(bg, DEFAULT_BG)
-            if reverse:
-                fore, back = back, fore
-            left, top = pad + x * width, pad + y * height
-            draw.rectangle([left, top, left + width - 1, top + height - 1], fill=back)
-            if ch != " ":
-                draw.text((left, top + 2), ch, font=bold if is_bold else regular, fill=fore)
-            if underline:
-                draw.line([left, top + height - 2, left + width - 1, top + height - 2], fill=fore)
-    x, y = cursor
-    box = [pad + x * width, pad + y * height, pad + x * width + (1 if bar else width - 1),
-           pad + (y + 1) * height - 1]
-    draw.rectangle(box, fill=DEFAULT_FG if bar else None, outline=DEFAULT_FG)
-    image.save(path, optimize=True)
 
 
 def test_the_screen_as_a_picture(tmux_run: dict[str, Any], tmp_path: Path):
@@ -604,18 +409,7 @@ def tmux_rewrite_run(tmp_path_factory: pytest.TempPathFactory,
             "exec " + shlex.join(nvim_command(nvim, socket, tmp, headless=False))]
 
     def capture(until: Callable[[list[str]], bool]) -> dict[str, Any]:
-        deadline = time.monotonic() + 30
-        while True:  # the screen catches up at the next redraw
-            captured = subprocess.run([*tmux_cmd, "capture-pane", "-p", "-e"], text=True,
-                                      capture_output=True, timeout=30).stdout
-            screen = parse_screen(captured, REWRITE_COLUMNS, REWRITE_ROWS)
-            if until(screen_text(screen)):
-                break
-            assert time.monotonic() < deadline, captured
-            time.sleep(0.1)
-        x, y = subprocess.run([*tmux_cmd, "display", "-p", "#{cursor_x} #{cursor_y}"],
-                              text=True, capture_output=True, timeout=30).stdout.split()
-        return {"screen": screen, "text": screen_text(screen), "cursor": (int(x), int(y))}
+        return capture_screen(tmux_cmd, REWRITE_COLUMNS, REWRITE_ROWS, until)
 
     run: dict[str, Any] = {"error": None}
     try:

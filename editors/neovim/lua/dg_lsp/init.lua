@@ -6,6 +6,9 @@
 --     (every version; map it in insert mode on Neovim < 0.12),
 --   * :DgRewrite [instruction]: rewrite the selected lines with an instruction (asked for when
 --     not given), also used by the server's "Rewrite selection with instruction…" code action,
+--   * next-edit suggestions (textDocument/copilotInlineEdit): after a change, the edit it implies
+--     elsewhere (the next `count` of a rename), drawn where it applies; <Tab> goes there, then
+--     applies it; :DgNextEdit, :DgNextEditAccept, :DgNextEditDismiss,
 --   * require("dg_lsp").status(): the engine's state for a statusline.
 -- Neovim >= 0.11 registers the server with vim.lsp.config / vim.lsp.enable; 0.8-0.10 use
 -- vim.lsp.start on each FileType; 0.7 uses vim.lsp.start_client and buf_attach_client.
@@ -39,6 +42,19 @@ M.defaults = {
     accept_word = "<M-Right>",
     accept_line = "<M-Down>",
     dismiss = "<C-]>",
+  },
+  -- Next-edit suggestions (a server that advertises experimental.copilotInlineEdit).
+  next_edit = {
+    -- Ask after each change, this long after the last one. false: only :DgNextEdit asks.
+    enabled = true,
+    debounce_ms = 400,
+    -- Normal- and insert-mode keys, mapped only while a suggestion is shown. accept: to the
+    -- suggestion's start first, then apply it; dismiss: clear it (and in insert mode do what
+    -- the key does: <Esc> leaves insert mode). false: no mapping.
+    accept = "<Tab>",
+    dismiss = "<Esc>",
+    -- Cursor moves that do not bring the cursor closer to the suggestion before it is cleared.
+    clear_after_moves = 3,
   },
   -- Called as on_attach(client, bufnr) for every attached buffer.
   on_attach = nil,
@@ -273,9 +289,10 @@ local function same_state(a, b)
   return a ~= nil and a.tick == b.tick and a.row == b.row and a.col == b.col
 end
 
-local function cancel_pending(bufnr)
-  local p = pending[bufnr]
-  pending[bufnr] = nil
+-- Stops what `store` (bufnr -> { timer } or { client, id }) has going for a buffer.
+local function stop_pending(store, bufnr)
+  local p = store[bufnr]
+  store[bufnr] = nil
   if p == nil then
     return
   end
@@ -286,6 +303,10 @@ local function cancel_pending(bufnr)
   if p.id then
     cancel_request(p.client, p.id) -- the server stops denoising at the next step
   end
+end
+
+local function cancel_pending(bufnr)
+  stop_pending(pending, bufnr)
 end
 
 local function ghost_dismiss(bufnr)
@@ -482,8 +503,315 @@ local function ghost_attach(bufnr)
   map_ghost_key(bufnr, keys.dismiss, ghost_dismiss, nil, "dismiss the suggestion")
 end
 
+-- -- Next-edit suggestions -------------------------------------------------------------------
+-- After a change, and next_edit.debounce_ms without another, the server is asked for
+-- textDocument/copilotInlineEdit at the cursor: the edit the last one implies (after renaming
+-- `count` to `total` on one line, the next `count` becomes `total`), usually one word near it.
+-- It is drawn where it applies: the replaced text highlighted as deleted, the new text inline
+-- after it. A suggestion is { client_id, encoding, edit (the server's), tick, text, srow,
+-- scol, erow, ecol (0-based, bytes: the replaced range), moves, distance }.
+
+M.inline_edit_method = "textDocument/copilotInlineEdit"
+local next_ns = vim.api.nvim_create_namespace("dg_lsp_next_edit")
+M.next_edit_namespace = next_ns
+local nexts = {} -- bufnr -> the suggestion on screen
+local next_pending = {} -- bufnr -> { timer } while debouncing, { client, id } while asked
+local next_asked = {} -- bufnr -> the changedtick last asked about (or about to be)
+local next_keys = {} -- bufnr -> the mappings set while a suggestion is shown
+
+local function supports_next_edit(client)
+  local experimental = (client.server_capabilities or {}).experimental
+  return type(experimental) == "table" and experimental.copilotInlineEdit == true
+end
+
+-- The keys go back to what they were: the buffer's own mappings are restored.
+local function next_unmap(bufnr)
+  local keys = next_keys[bufnr]
+  next_keys[bufnr] = nil
+  if keys == nil or not vim.api.nvim_buf_is_valid(bufnr) then
+    return
+  end
+  vim.api.nvim_buf_call(bufnr, function()
+    for _, key in ipairs(keys) do
+      pcall(vim.keymap.del, key.mode, key.lhs, { buffer = bufnr })
+      if key.saved and vim.fn.exists("*mapset") == 1 then
+        vim.fn.mapset(key.mode, false, key.saved)
+      end
+    end
+  end)
+end
+
+-- Takes the suggestion off the screen (a request on its way is left alone).
+local function next_clear(bufnr)
+  nexts[bufnr] = nil
+  next_unmap(bufnr)
+  if vim.api.nvim_buf_is_valid(bufnr) then
+    vim.api.nvim_buf_clear_namespace(bufnr, next_ns, 0, -1)
+  end
+end
+
+-- Clears the suggestion and stops asking for one; true when one was shown.
+function M.next_edit_dismiss(bufnr)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  local shown = nexts[bufnr] ~= nil
+  stop_pending(next_pending, bufnr)
+  next_clear(bufnr)
+  return shown
+end
+
+-- The replaced range as deleted text, the new text inline right after it (end of line before
+-- Neovim 0.10), its other lines as virtual lines below.
+local function next_draw(bufnr, s)
+  vim.api.nvim_buf_clear_namespace(bufnr, next_ns, 0, -1)
+  if s.srow ~= s.erow or s.scol ~= s.ecol then
+    vim.api.nvim_buf_set_extmark(bufnr, next_ns, s.srow, s.scol,
+      { end_row = s.erow, end_col = s.ecol, hl_group = "DgLspNextEditDelete" })
+  end
+  if s.text == "" then
+    return
+  end
+  local lines = vim.split(s.text, "\n", { plain = true })
+  local opts = { virt_text = { { lines[1], "DgLspNextEditInsert" } },
+                 virt_text_pos = has("0.10") and "inline" or "eol" }
+  if #lines > 1 then
+    opts.virt_lines = {}
+    for i = 2, #lines do
+      table.insert(opts.virt_lines, { { lines[i], "DgLspNextEditInsert" } })
+    end
+  end
+  vim.api.nvim_buf_set_extmark(bufnr, next_ns, s.erow, s.ecol, opts)
+end
+
+-- Lines between the cursor's row and the suggestion's (0 on them).
+local function distance_to(s, row)
+  return row < s.srow and s.srow - row or row > s.erow and row - s.erow or 0
+end
+
+local function on_suggestion(s, row, col)
+  local after_start = row > s.srow or (row == s.srow and col >= s.scol)
+  local before_end = row < s.erow or (row == s.erow and col <= s.ecol)
+  return after_start and before_end
+end
+
+-- Applies the suggestion and tells the server (the edit's command); true when one was shown.
+function M.next_edit_accept(bufnr)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  local s = nexts[bufnr]
+  M.next_edit_dismiss(bufnr)
+  if s == nil or vim.api.nvim_buf_get_changedtick(bufnr) ~= s.tick then
+    return false
+  end
+  vim.lsp.util.apply_text_edits({ { range = s.edit.range, newText = s.text } }, bufnr, s.encoding)
+  -- The cursor on the last character of the new text (after it in insert mode).
+  local lines = vim.split(s.text, "\n", { plain = true })
+  local row = s.srow + #lines - 1
+  local first = #lines == 1 and s.scol or 0
+  local col = first + #lines[#lines]
+  if not in_insert_mode() then
+    col = math.max(first, col - 1)
+  end
+  if vim.api.nvim_get_current_buf() == bufnr then
+    vim.api.nvim_win_set_cursor(0, { row + 1, col })
+  end
+  local client = vim.lsp.get_client_by_id(s.client_id)
+  local command = s.edit.command
+  if client and type(command) == "table" and type(command.command) == "string" then
+    if has("0.11") then
+      client:exec_cmd(command, { bufnr = bufnr })
+    else
+      request(client, "workspace/executeCommand",
+        { command = command.command, arguments = command.arguments }, function() end, bufnr)
+    end
+  end
+  done("DgNextEditAccepted")
+  return true
+end
+
+-- <Tab>: to the suggestion's start when the cursor is not on it, else accept it.
+function M.next_edit_jump_or_accept(bufnr)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  local s = nexts[bufnr]
+  if s == nil then
+    return false
+  end
+  local row, col = unpack(vim.api.nvim_win_get_cursor(0))
+  if vim.api.nvim_get_current_buf() == bufnr and not on_suggestion(s, row - 1, col) then
+    vim.api.nvim_win_set_cursor(0, { s.srow + 1, s.scol })
+    return true
+  end
+  return M.next_edit_accept(bufnr)
+end
+
+-- The suggestion shown in a buffer, or nil: { text, edit (the server's), srow, scol, erow,
+-- ecol (the replaced range, 0-based, bytes), ... }.
+function M.next_edit(bufnr)
+  return nexts[(bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr]
+end
+
+-- Buffer-local keys while a suggestion is shown, in normal and insert mode; the buffer's own
+-- mappings of those keys come back once it is gone.
+local function next_map(bufnr)
+  local opts = M.options.next_edit
+  local keys = {}
+  local function map(mode, lhs, action, desc)
+    if not lhs then
+      return
+    end
+    local saved = vim.api.nvim_buf_call(bufnr, function()
+      return vim.fn.maparg(lhs, mode, false, true)
+    end)
+    table.insert(keys, { mode = mode, lhs = lhs, saved = saved.buffer == 1 and saved or nil })
+    vim.keymap.set(mode, lhs, action, { buffer = bufnr, desc = "dg-lsp: " .. desc })
+  end
+  local ghost_keys = { [M.options.ghost_text.accept or ""] = true, [M.options.accept_key or ""] = true }
+  for _, mode in ipairs({ "n", "i" }) do
+    map(mode, opts.accept, function()
+      -- the ghost text at the cursor first, where it takes the same key
+      if mode == "i" and ghosts[bufnr] and ghost_keys[opts.accept] then
+        M.ghost_accept(bufnr)
+      else
+        M.next_edit_jump_or_accept(bufnr)
+      end
+    end, "go to the next edit, then accept it")
+    map(mode, opts.dismiss, function()
+      M.next_edit_dismiss(bufnr)
+      if mode == "i" then
+        feed(opts.dismiss) -- and what the key does: <Esc> leaves insert mode
+      end
+    end, "dismiss the next edit")
+  end
+  next_keys[bufnr] = keys
+end
+
+-- Asks for a suggestion at the cursor; `manual`: says so when there is none.
+function M.next_edit_request(bufnr, manual)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  local client = client_for(bufnr)
+  if client == nil or not supports_next_edit(client) then
+    if manual then
+      notify("no dg-lsp server with next-edit suggestions is attached", vim.log.levels.WARN)
+    end
+    return
+  end
+  stop_pending(next_pending, bufnr)
+  local tick = vim.api.nvim_buf_get_changedtick(bufnr)
+  next_asked[bufnr] = tick
+  local row, col = unpack(vim.api.nvim_win_get_cursor(0))
+  local encoding = encoding_of(client)
+  local uri, version = vim.uri_from_bufnr(bufnr), buf_version(bufnr)
+  local params = {
+    textDocument = { uri = uri, version = version },
+    position = { line = row - 1, character = to_lsp_col(buf_line(bufnr, row - 1), col, encoding) },
+  }
+  local sent, id
+  sent, id = request(client, M.inline_edit_method, params, function(err, result)
+    if next_pending[bufnr] and next_pending[bufnr].id == id then
+      next_pending[bufnr] = nil
+    end
+    -- An answer for an older buffer state is stale (the server refuses a request for a
+    -- version it no longer has: ContentModified): drop it.
+    if err or not vim.api.nvim_buf_is_valid(bufnr)
+        or vim.api.nvim_buf_get_changedtick(bufnr) ~= tick then
+      return done("DgNextEditDone")
+    end
+    local edits = type(result) == "table" and result.edits or nil
+    local edit = type(edits) == "table" and edits[1] or nil
+    local doc = type(edit) == "table" and edit.textDocument or nil
+    if type(edit) ~= "table" or type(edit.text) ~= "string" or type(edit.range) ~= "table"
+        or (type(doc) == "table" and (doc.uri ~= uri or (doc.version ~= nil and doc.version ~= version))) then
+      if manual then
+        notify("no next edit here")
+      end
+      return done("DgNextEditDone")
+    end
+    local start, stop = edit.range.start, edit.range["end"]
+    local line_count = vim.api.nvim_buf_line_count(bufnr)
+    if start.line >= line_count or stop.line >= line_count then
+      return done("DgNextEditDone")
+    end
+    local s = {
+      client_id = client.id, encoding = encoding, edit = edit, tick = tick, text = edit.text,
+      srow = start.line, scol = to_byte_col(buf_line(bufnr, start.line), start.character, encoding),
+      erow = stop.line, ecol = to_byte_col(buf_line(bufnr, stop.line), stop.character, encoding),
+      moves = 0,
+    }
+    if vim.api.nvim_get_current_buf() == bufnr then
+      s.distance = distance_to(s, vim.api.nvim_win_get_cursor(0)[1] - 1)
+    end
+    next_clear(bufnr)
+    nexts[bufnr] = s
+    next_draw(bufnr, s)
+    next_map(bufnr)
+    notify_client(client, "textDocument/didShowInlineEdit", { item = { command = edit.command } })
+    done("DgNextEdit")
+    done("DgNextEditDone")
+  end, bufnr)
+  next_pending[bufnr] = sent and { client = client, id = id } or nil
+end
+
+-- TextChanged, TextChangedI: the suggestion no longer fits; ask again after the debounce,
+-- once per buffer state (leaving insert mode after typing changes nothing more).
+local function next_on_change(bufnr)
+  local tick = vim.api.nvim_buf_get_changedtick(bufnr)
+  if nexts[bufnr] and nexts[bufnr].tick ~= tick then
+    next_clear(bufnr)
+  end
+  if next_asked[bufnr] == tick or not M.options.next_edit.enabled then
+    return
+  end
+  stop_pending(next_pending, bufnr)
+  next_asked[bufnr] = tick
+  local timer = uv.new_timer()
+  next_pending[bufnr] = { timer = timer }
+  timer:start(M.options.next_edit.debounce_ms, 0, vim.schedule_wrap(function()
+    if next_pending[bufnr] and next_pending[bufnr].timer == timer then
+      stop_pending(next_pending, bufnr)
+      if vim.api.nvim_buf_is_valid(bufnr) and vim.api.nvim_get_current_buf() == bufnr then
+        M.next_edit_request(bufnr)
+      end
+    end
+  end))
+end
+
+-- CursorMoved, CursorMovedI: a move that does not bring the cursor closer to the suggestion's
+-- lines counts; clear_after_moves of them clear it. Reaching its lines starts the count anew.
+local function next_on_move(bufnr)
+  local s = nexts[bufnr]
+  if s == nil then
+    return
+  end
+  local distance = distance_to(s, vim.api.nvim_win_get_cursor(0)[1] - 1)
+  if distance == 0 then
+    s.moves = 0
+  elseif s.distance == nil or distance >= s.distance then
+    s.moves = s.moves + 1
+  end
+  s.distance = distance
+  if s.moves >= M.options.next_edit.clear_after_moves then
+    next_clear(bufnr)
+  end
+end
+
+local function next_attach(bufnr)
+  local group = vim.api.nvim_create_augroup("dg_lsp_next_edit_" .. bufnr, { clear = true })
+  local function on(events, callback)
+    vim.api.nvim_create_autocmd(events, { group = group, buffer = bufnr, callback = callback })
+  end
+  next_asked[bufnr] = vim.api.nvim_buf_get_changedtick(bufnr) -- nothing to ask about yet
+  on({ "TextChanged", "TextChangedI", "TextChangedP" }, function() next_on_change(bufnr) end)
+  on({ "CursorMoved", "CursorMovedI" }, function() next_on_move(bufnr) end)
+  on("BufLeave", function() M.next_edit_dismiss(bufnr) end)
+  on("BufUnload", function()
+    M.next_edit_dismiss(bufnr)
+    next_asked[bufnr] = nil
+    vim.api.nvim_del_augroup_by_id(group)
+  end)
+end
+
 local function define_highlights()
   vim.api.nvim_set_hl(0, "DgLspGhost", { link = "Comment", default = true })
+  vim.api.nvim_set_hl(0, "DgLspNextEditDelete", { link = "DiffDelete", default = true })
+  vim.api.nvim_set_hl(0, "DgLspNextEditInsert", { link = "DiffAdd", default = true })
 end
 
 -- The engine's state for a statusline: "dg-lsp: ready".
@@ -537,6 +865,9 @@ local function on_attach(client, bufnr)
   elseif key then
     vim.keymap.set("i", key, function() M.complete(bufnr) end,
       { buffer = bufnr, desc = "dg-lsp: insert the completion" })
+  end
+  if supports_next_edit(client) then
+    next_attach(bufnr)
   end
   if vim.bo[bufnr].omnifunc == "" then
     vim.bo[bufnr].omnifunc = "v:lua.vim.lsp.omnifunc"
@@ -623,6 +954,17 @@ function M.setup(opts)
   })
   vim.api.nvim_create_user_command("DgComplete", function() M.complete() end, {
     desc = "dg-lsp: insert the completion at the cursor",
+  })
+  vim.api.nvim_create_user_command("DgNextEdit", function() M.next_edit_request(0, true) end, {
+    desc = "dg-lsp: ask for the next edit now",
+  })
+  vim.api.nvim_create_user_command("DgNextEditAccept", function()
+    if not M.next_edit_accept() then
+      notify("no next edit is shown")
+    end
+  end, { desc = "dg-lsp: apply the next edit shown" })
+  vim.api.nvim_create_user_command("DgNextEditDismiss", function() M.next_edit_dismiss() end, {
+    desc = "dg-lsp: dismiss the next edit shown",
   })
 
   if has("0.11") then
