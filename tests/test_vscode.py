@@ -1,10 +1,11 @@
 """The VS Code extension in editors/vscode builds and passes its own tests.
 
 `npm ci && npm run build && npm test`, then `npm run package`, as the extension's README says:
-the unit tests of its settings mapping, status bar text and rewrite arguments, an end-to-end test
-that drives this package's `dg-lsp serve --engine inproc` (one process, the bundled model on the
-CPU) through vscode-languageserver-protocol, and the `.vsix` users install. Skipped, with the
-reason, where npm is missing.
+the unit tests of its settings mapping, status bar text, rewrite arguments and next-edit
+decisions, an end-to-end test that drives this package's `dg-lsp serve --engine inproc` (one
+process, the bundled model on the CPU) through vscode-languageserver-protocol (a completion, a
+rewrite, a next edit), and the `.vsix` users install. Skipped, with the reason, where npm is
+missing.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.e2e  # npm builds the extension; its tests drive a real
 
 ROOT = Path(__file__).resolve().parent.parent
 VSCODE = ROOT / "editors" / "vscode"
-UNIT_TESTS, E2E_TESTS = 13, 2
+UNIT_TESTS, E2E_TESTS = 22, 4
 
 
 def run(command: list[str], env: dict[str, str], timeout: float) -> str:

@@ -8,14 +8,18 @@ drives Debian's Chromium as a person would: open fib.py with Quick Open, go to l
 `urn`; the ghost text must be exactly the completion the pipeline computes here; Tab accepts
 it (the saved file is checked); then lines 4-8 selected, "dg-lsp: Rewrite selection with
 instruction…" from the Command Palette, the instruction typed into its input box: the saved
-file must change in those lines only and still parse.
+file must change in those lines only and still parse. Last, a next edit in another file: the
+first `count` of PRICES renamed to `total` by typing; the suggestion the server sends must be
+drawn (another `count` struck out, the new text beside it, the hint at the end of the line),
+Tab jumps to it, Tab applies it (the saved file is checked).
 
 The server's model load is held half a second longer than it takes (the same way as
 tests/test_progress.py), so that VS Code's rendering of its `$/progress` in the status bar is
 seen reliably while it loads.
 
-Screenshots (ghost text; the rewrite before and after) are written to the test's folder and,
-with DG_UPDATE_PICTURES=1, to editors/vscode/media/ for the READMEs (256-colour PNGs, Pillow).
+Screenshots (ghost text; the rewrite before and after; the next edit) are written to the test's
+folder and, with DG_UPDATE_PICTURES=1, to editors/vscode/media/ for the READMEs (256-colour
+PNGs, Pillow).
 Skipped, with the reason, where code-server, Chromium, Playwright or npm is missing.
 """
 
@@ -52,7 +56,17 @@ FIB_LINE = 8  # 1-based, as Go to Line takes it: `    ret`
 REWRITE_LINES = (4, 8)  # fibonacci's definition
 INSTRUCTION = "add type hints"
 PICTURES = {"ghost": "vscode-ghost-text.png", "before": "vscode-rewrite-before.png",
-            "after": "vscode-rewrite-after.png"}
+            "after": "vscode-rewrite-after.png", "next": "vscode-next-edit.png"}
+# The next edit: line 2's `count` becomes `total` as typed; the others may follow.
+PRICES = """def total_price(items):
+    count = 0
+    for item in items:
+        count += item.price
+    print(count)
+    return count
+"""
+PRICES_LINE = 2  # 1-based
+PRICES_RENAMED = PRICES.replace("    count = 0", "    total = 0")
 VIEWPORT = {"width": 820, "height": 420}
 SETTINGS = {
     "dg-lsp.engine": "inproc",
@@ -164,6 +178,7 @@ def vscode_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     folder.mkdir()
     source = folder / "fib.py"
     source.write_text(FIB_TYPED)
+    (folder / "prices.py").write_text(PRICES)
 
     port = free_port()
     log = (tmp / "code-server.log").open("wb")
@@ -208,21 +223,24 @@ def drive(page: Any, port: int, folder: Path, source: Path, tmp: Path,
     def editor_text() -> str:
         return page.inner_text(".monaco-editor .view-lines").replace("\xa0", " ")
 
-    def save_and_read() -> str:
-        before = source.stat().st_mtime_ns
+    def save_and_read(path: Path = source) -> str:
+        before = path.stat().st_mtime_ns
         page.keyboard.press("Control+s")
-        poll("the file saved", lambda: source.stat().st_mtime_ns != before)
-        return source.read_text()
+        poll("the file saved", lambda: path.stat().st_mtime_ns != before)
+        return path.read_text()
+
+    def open_file(name: str, marker: str) -> None:
+        page.keyboard.press("Control+p")
+        page.wait_for_selector(".quick-input-widget input")
+        page.keyboard.type(name)
+        poll(f"{name} in Quick Open", lambda: name in page.inner_text(".quick-input-list"))
+        page.keyboard.press("Enter")
+        poll(f"{name} in the editor", lambda: marker in editor_text())
 
     try:
         page.goto(f"http://127.0.0.1:{port}/?folder={folder}")
         page.wait_for_selector(".monaco-workbench", timeout=120_000)
-        page.keyboard.press("Control+p")
-        page.wait_for_selector(".quick-input-widget input")
-        page.keyboard.type("fib.py")
-        poll("fib.py in Quick Open", lambda: "fib.py" in page.inner_text(".quick-input-list"))
-        page.keyboard.press("Enter")
-        poll("fib.py in the editor", lambda: "def fibonacci" in editor_text())
+        open_file("fib.py", "def fibonacci")
         # typing before the language client runs asks nobody: wait as a person would for
         # the status bar's idle item
         poll("the server running", lambda: [label for label in status_labels()
@@ -296,6 +314,60 @@ def drive(page: Any, port: int, folder: Path, source: Path, tmp: Path,
     except PlaywrightTimeout as exc:
         raise TimeoutError(str(exc)) from exc
 
+    # The next edit, on its own file: a step that times out fails only its own test.
+    try:
+        next_edit(page, folder / "prices.py", open_file, save_and_read, shot, result)
+    except (PlaywrightTimeout, TimeoutError) as exc:
+        page.screenshot(path=str(tmp / "next-edit-timeout.png"))
+        result["next_error"] = f"{exc} (the window then: {tmp / 'next-edit-timeout.png'})"
+
+
+# What the extension's decorations draw: the struck-out text, and the `after` texts (the new
+# text, the jump hint), which VS Code renders as CSS ::after content.
+DECORATIONS_JS = """() => {
+  const struck = [], after = [];
+  for (const el of document.querySelectorAll('.monaco-editor .view-lines span')) {
+    if (getComputedStyle(el).textDecorationLine.includes('line-through')) {
+      struck.push(el.innerText);
+    }
+    const content = getComputedStyle(el, '::after').content;
+    if (content && content !== 'none' && content !== 'normal') {
+      after.push(JSON.parse(content));
+    }
+  }
+  return {struck, after};
+}"""
+
+
+def next_edit(page: Any, path: Path, open_file: Callable[[str, str], None],
+              save_and_read: Callable[[Path], str], shot: Callable[[str], None],
+              result: dict[str, Any]) -> None:
+    """Rename the first `count`, wait for the suggestion, Tab to it, Tab to apply it."""
+    open_file(path.name, "def total_price")
+    page.keyboard.press("Control+g")
+    page.keyboard.type(str(PRICES_LINE))
+    page.keyboard.press("Enter")
+    page.keyboard.press("Home")  # to `count`, after the indentation
+    page.keyboard.press("Control+Shift+ArrowRight")
+    page.keyboard.type("total", delay=50)
+
+    def drawn() -> dict[str, list[str]] | None:
+        found = page.evaluate(DECORATIONS_JS)
+        hint = any(text.strip().startswith("Tab ") for text in found["after"])
+        return found if found["struck"] and hint else None
+
+    result["next_drawn"] = poll("the next edit drawn", drawn, timeout=120)
+    # no ghost text over it, so that Tab is the next edit's (the when clause)
+    poll("no ghost text", lambda: page.query_selector(".ghost-text-decoration") is None,
+         timeout=30)
+    shot("next")
+    page.keyboard.press("Tab")  # to the suggestion
+    poll("the hint gone after the jump", lambda: not any(
+        text.strip().startswith("Tab ") for text in page.evaluate(DECORATIONS_JS)["after"]))
+    page.keyboard.press("Tab")  # apply it
+    poll("the next edit applied", lambda: not page.evaluate(DECORATIONS_JS)["struck"])
+    result["next_applied"] = save_and_read(path)
+
 
 def test_typing_in_vscode_shows_the_pipelines_completion_as_ghost_text(vscode_run):
     assert vscode_run["error"] is None, vscode_run["error"] + vscode_run["log"][-3000:]
@@ -344,3 +416,19 @@ def test_the_screenshots(vscode_run):
         assert path.stat().st_size < 80_000, (name, path.stat().st_size)
         if os.environ.get("DG_UPDATE_PICTURES") == "1":
             shutil.copyfile(path, VSCODE / "media" / path.name)
+
+
+def test_a_next_edit_is_drawn_and_tab_jumps_to_it_then_applies_it(vscode_run):
+    assert vscode_run.get("next_error") is None and vscode_run["error"] is None, \
+        (vscode_run.get("next_error") or vscode_run["error"]) + vscode_run["log"][-3000:]
+    drawn = vscode_run["next_drawn"]
+    assert drawn["struck"] == ["count"], drawn  # another `count`, struck out
+    assert any("next edit on line" in text for text in drawn["after"]), drawn
+    # the file: the rename as typed, and one other `count` replaced by the drawn text
+    applied = vscode_run["next_applied"]
+    new_texts = [text for text in drawn["after"] if not text.strip().startswith("Tab ")]
+    assert len(new_texts) == 1, drawn
+    candidates = {PRICES_RENAMED[:i] + new_texts[0] + PRICES_RENAMED[i + len("count"):]
+                  for i in range(len(PRICES_RENAMED)) if PRICES_RENAMED.startswith("count", i)}
+    assert applied in candidates, applied
+    ast.parse(applied)

@@ -32,6 +32,8 @@ export interface ExtensionConfig {
   minConfidence: number;
   languages: string[];
   completionMenu: boolean;
+  /** Next-edit suggestions (src/nextEdit.ts): the extension's own, not sent to the server. */
+  nextEdit: { enabled: boolean; debounceMs: number };
 }
 
 /** What the server reads; null means "the server's default" (bundled model, every language). */
@@ -56,7 +58,11 @@ export const DEFAULTS: ExtensionConfig = {
   minConfidence: 0.22,
   languages: [],
   completionMenu: false,
+  nextEdit: { enabled: true, debounceMs: 250 },
 };
+
+/** The longest wait after a change before asking for a next edit. */
+export const MAX_DEBOUNCE_MS = 5000;
 
 /** A team engine's URL (`dg-engine serve --ray`); the server checks the rest. */
 export function isEngineUrl(value: string): boolean {
@@ -106,6 +112,10 @@ export function readConfig(
     minConfidence: Math.min(1, num('minConfidence', DEFAULTS.minConfidence)),
     languages: strings('languages').map((id) => id.trim()).filter((id) => id !== ''),
     completionMenu: get('completionMenu') === true,
+    nextEdit: {
+      enabled: get('nextEdit.enabled') !== false,
+      debounceMs: Math.round(Math.min(MAX_DEBOUNCE_MS, num('nextEdit.debounceMs', DEFAULTS.nextEdit.debounceMs))),
+    },
   };
 }
 

@@ -3,7 +3,7 @@
  * completions come from the server's `textDocument/inlineCompletion`), shows the engine's
  * state in the status bar, maps `dg-lsp.*` settings to the server's settings, and asks for
  * the instruction of "Rewrite selection with instruction…" before the command reaches the
- * server.
+ * server, and shows the server's next-edit suggestions (src/nextEditView.ts).
  */
 
 import * as vscode from 'vscode';
@@ -17,6 +17,7 @@ import {
 } from 'vscode-languageclient/node';
 
 import { ExtensionConfig, SECTION, needsRestart, readConfig, serverCommand, serverSettings } from './config';
+import { NextEditView } from './nextEditView';
 import { REWRITE_COMMAND, checkInstruction, missingInstruction, rewriteArgs, withInstruction } from './rewrite';
 import { ENGINE_STATE_NOTIFICATION, parseEngineState, statusView } from './status';
 
@@ -68,6 +69,7 @@ class Controller implements vscode.Disposable {
   private client: LanguageClient | undefined;
   private config: ExtensionConfig = currentConfig();
   private state = 'starting';
+  private readonly nextEdit = new NextEditView(() => this.client, () => this.config.nextEdit, this.output);
 
   constructor() {
     this.status.command = 'dg-lsp.showOutput';
@@ -150,9 +152,11 @@ class Controller implements vscode.Disposable {
     const next = currentConfig();
     if (needsRestart(this.config, next) || this.client === undefined || !this.client.isRunning()) {
       await this.restart();
+      this.nextEdit.configurationChanged();
       return;
     }
     this.config = next;
+    this.nextEdit.configurationChanged();
     await this.client.sendNotification(DidChangeConfigurationNotification.type, {
       settings: { [SECTION]: serverSettings(next) },
     });
@@ -199,6 +203,7 @@ class Controller implements vscode.Disposable {
   }
 
   dispose(): void {
+    this.nextEdit.dispose();
     void this.stop();
     this.status.dispose();
     this.output.dispose();

@@ -91,6 +91,17 @@ test('values of the wrong type or out of range fall back to the defaults', () =>
   });
 });
 
+test('the next-edit settings: checked, kept by the extension, no restart', () => {
+  assert.deepEqual(settings({}).nextEdit, { enabled: true, debounceMs: 250 });
+  const config = settings({ 'nextEdit.enabled': false, 'nextEdit.debounceMs': 40.4 });
+  assert.deepEqual(config.nextEdit, { enabled: false, debounceMs: 40 });
+  assert.deepEqual(settings({ 'nextEdit.enabled': 'no', 'nextEdit.debounceMs': -5 }).nextEdit,
+    { enabled: true, debounceMs: 250 });
+  assert.equal(settings({ 'nextEdit.debounceMs': 1e9 }).nextEdit.debounceMs, 5000);
+  assert.equal('nextEdit' in serverSettings(config, HOME), false); // not the server's
+  assert.equal(needsRestart(settings({}), config), false);
+});
+
 test('only the executable and its arguments need a new server process', () => {
   const base = settings({});
   assert.equal(needsRestart(base, { ...base, path: '/opt/dg-lsp' }), true);

@@ -18,6 +18,7 @@ import { pathToFileURL } from 'node:url';
 import {
   ApplyWorkspaceEditParams,
   ApplyWorkspaceEditRequest,
+  DidChangeTextDocumentNotification,
   DidOpenTextDocumentNotification,
   ExecuteCommandRequest,
   ExitNotification,
@@ -25,7 +26,10 @@ import {
   InitializedNotification,
   InlineCompletionRequest,
   InlineCompletionTriggerKind,
+  LSPErrorCodes,
   ProtocolConnection,
+  ResponseError,
+  ServerCapabilities,
   ShutdownRequest,
   StreamMessageReader,
   StreamMessageWriter,
@@ -35,6 +39,15 @@ import {
 } from 'vscode-languageserver-protocol/node';
 
 import { readConfig, serverSettings } from '../src/config';
+import {
+  ACCEPTED_COMMAND,
+  CONTENT_MODIFIED,
+  DID_SHOW_INLINE_EDIT,
+  INLINE_EDIT_REQUEST,
+  inlineEditParams,
+  parseInlineEdits,
+  shownParams,
+} from '../src/nextEdit';
 import { REWRITE_COMMAND, rewriteArgs } from '../src/rewrite';
 import { ENGINE_STATE_NOTIFICATION, EngineStateParams } from '../src/status';
 
@@ -44,6 +57,19 @@ const SOURCE = fs.readFileSync(path.join(REPO, 'dg_lsp', 'examples', 'fib.py'), 
 // Line 8, column 11 (1-based): after "    return" in fibonacci's last line.
 const CURSOR = { line: 7, character: 10 };
 const STEP_TIMEOUT_MS = 300_000;
+// Next edits: the first `count` renamed to `total`, as typed (one change per keystroke).
+const PRICES = [
+  'def total_price(items):',
+  '    count = 0',
+  '    for item in items:',
+  '        count += item.price',
+  '    print(count)',
+  '    return count',
+  '',
+].join('\n');
+const RENAMED = PRICES.replace('    count = 0', '    total = 0');
+const RENAME_LINE = 1;
+const RENAME_COLUMN = 4;
 
 /** DG_LSP_COMMAND as an argv list. */
 function dgLspCommand(): string[] {
@@ -78,6 +104,9 @@ describe('dg-lsp over vscode-languageserver-protocol', () => {
   const logs: string[] = [];
   const applied: ApplyWorkspaceEditParams[] = [];
   const uri = pathToFileURL(path.join(REPO, 'dg_lsp', 'examples', 'fib.py')).toString();
+  // never written to disk: the server has the text the editor sent
+  const pricesUri = pathToFileURL(path.join(REPO, 'dg_lsp', 'examples', 'total_price.py')).toString();
+  let capabilities: ServerCapabilities;
 
   function race<T>(request: Promise<T>): Promise<T> {
     return Promise.race([request, died]);
@@ -135,6 +164,7 @@ describe('dg-lsp over vscode-languageserver-protocol', () => {
     }));
     assert.equal(init.serverInfo?.name, 'dg-lsp');
     assert.ok(init.capabilities.inlineCompletionProvider, 'no inline completion provider');
+    capabilities = init.capabilities;
     await connection.sendNotification(InitializedNotification.type, {});
     await connection.sendNotification(DidOpenTextDocumentNotification.type, {
       textDocument: { uri, languageId: 'python', version: 1, text: SOURCE },
@@ -191,5 +221,75 @@ describe('dg-lsp over vscode-languageserver-protocol', () => {
     assert.deepEqual(edits[0].range, range);
     assert.equal(typeof edits[0].newText, 'string');
     assert.deepEqual(result, applied[0].edit);
+  });
+  test('next edit: after a rename, copilotInlineEdit answers for the version it was asked', { timeout: STEP_TIMEOUT_MS }, async () => {
+    assert.deepEqual(capabilities.experimental, { copilotInlineEdit: true });
+    assert.ok(capabilities.executeCommandProvider?.commands.includes(ACCEPTED_COMMAND));
+    await connection.sendNotification(DidOpenTextDocumentNotification.type, {
+      textDocument: { uri: pricesUri, languageId: 'python', version: 1, text: PRICES },
+    });
+    // `count` selected and `t` typed over it, then `otal`: versions 2 to 6
+    const at = (character: number) => ({ line: RENAME_LINE, character });
+    const changes = [{ range: { start: at(RENAME_COLUMN), end: at(RENAME_COLUMN + 5) }, text: 't' }];
+    for (const [i, ch] of [...'otal'].entries()) {
+      const column = RENAME_COLUMN + 1 + i;
+      changes.push({ range: { start: at(column), end: at(column) }, text: ch });
+    }
+    let version = 1;
+    for (const change of changes) {
+      version += 1;
+      await connection.sendNotification(DidChangeTextDocumentNotification.type, {
+        textDocument: { uri: pricesUri, version },
+        contentChanges: [change],
+      });
+    }
+    assert.equal(version, 6);
+    const cursor = at(RENAME_COLUMN + 5); // after `total`
+    const result = await race(connection.sendRequest(
+      INLINE_EDIT_REQUEST, inlineEditParams(pricesUri, version, cursor))) as { edits: unknown };
+    assert.deepEqual(Object.keys(result), ['edits'], JSON.stringify(result));
+    assert.ok(Array.isArray(result.edits), JSON.stringify(result));
+    const edits = result.edits as Array<Record<string, unknown>>;
+    assert.ok(edits.length <= 1, JSON.stringify(result));
+    if (edits.length === 0) {
+      return; // the model kept the other `count`s: nothing to suggest is a valid answer
+    }
+    const [edit] = edits;
+    assert.deepEqual(Object.keys(edit).sort(), ['command', 'range', 'text', 'textDocument']);
+    assert.deepEqual(edit.textDocument, { uri: pricesUri, version });
+    assert.equal(typeof edit.text, 'string');
+    const command = edit.command as { title: string; command: string; arguments: unknown[] };
+    assert.equal(command.command, ACCEPTED_COMMAND);
+    assert.equal(typeof command.title, 'string');
+    assert.ok(Array.isArray(command.arguments));
+    // the range is one of the other `count`s of the renamed text, and the text is new
+    const suggestion = parseInlineEdits(result, pricesUri, version);
+    assert.ok(suggestion !== undefined, JSON.stringify(result));
+    assert.deepEqual(suggestion.range, edit.range);
+    const { start, end } = suggestion.range;
+    const lines = RENAMED.split('\n');
+    assert.equal(start.line, end.line, JSON.stringify(edit.range));
+    assert.notEqual(start.line, RENAME_LINE);
+    assert.equal(lines[start.line].slice(start.character, end.character), 'count', JSON.stringify(edit.range));
+    assert.notEqual(suggestion.text, 'count');
+    // what the extension does next: it says it showed it, and runs the command once applied
+    await connection.sendNotification(DID_SHOW_INLINE_EDIT, shownParams(suggestion));
+    const accepted = await race(connection.sendRequest(ExecuteCommandRequest.type, {
+      command: command.command,
+      arguments: command.arguments,
+    }));
+    assert.equal(accepted ?? null, null);
+  });
+
+  test('next edit: a request for a version the server no longer has is ContentModified', { timeout: STEP_TIMEOUT_MS }, async () => {
+    // version 6 is the server's (the previous test's rename); 5 is stale
+    const stale = race(connection.sendRequest(
+      INLINE_EDIT_REQUEST, inlineEditParams(pricesUri, 5, { line: RENAME_LINE, character: 8 })));
+    await assert.rejects(stale, (err: unknown) => {
+      assert.ok(err instanceof ResponseError, String(err));
+      assert.equal(err.code, CONTENT_MODIFIED);
+      assert.equal(err.code, LSPErrorCodes.ContentModified);
+      return true;
+    });
   });
 });
