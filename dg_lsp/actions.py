@@ -71,11 +71,15 @@ class ParsedText:
     """A document's text and its tree, with byte ↔ character conversion for tree positions."""
 
     def __init__(
-        self, text: str, language: LanguageSpec | None, tree: ts.Tree | None = None
+        self, text: str, language: LanguageSpec | None, tree: ts.Tree | None = None,
+        uri: str = "",
     ) -> None:
-        """`tree`: the tree of `text` where one is kept (dg_lsp.trees), else it is parsed."""
+        """`tree`: the tree of `text` where one is kept (dg_lsp.trees), else it is parsed.
+        `uri`: the document's identity (an editor's URI, a file's), sent beside the engine's
+        requests so a team's engine keeps the document on one replica; "" for none."""
         self.text = text
         self.language = language
+        self.uri = uri
         self.data = text.encode("utf-8")
         if tree is None and language is not None:
             tree = language.parser().parse(self.data)

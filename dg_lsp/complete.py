@@ -1,7 +1,12 @@
 """`dg-lsp complete FILE:LINE:COL`: print the suggestion an editor would show at that cursor.
 
 LINE and COL are 1-based, COL counted in characters. The completion goes through the same
-pipeline as the language server's, with the engine in this process.
+pipeline as the language server's, with the engine in this process (`--engine inproc`, the
+default), the resident engine, or a team's engine at a URL (`--engine URL --token-file F`;
+the file's URI is sent beside the request so the team's router keeps it on one replica).
+
+Exit status: 0 a suggestion printed, 1 none at this position, 2 bad input or no engine (a
+token file that cannot be used, a token the engine refuses, an engine that cannot be reached).
 """
 
 from __future__ import annotations
@@ -13,10 +18,16 @@ from pathlib import Path
 
 from lsprotocol import types
 
+from dg_lsp.engine_host import NoEngine, check_engine_arguments, open_for_command
 from dg_lsp.languages import language_for
 from dg_lsp.pipeline import Completion, CompletionRequest, Pipeline
 from dg_lsp.positions import UTF32, line_end, line_of, line_start, offset_at, position_at
-from dg_lsp.settings import add_model_arguments, settings_from_arguments
+from dg_lsp.settings import (
+    ENGINE_MODES,
+    add_engine_arguments,
+    add_model_arguments,
+    settings_from_arguments,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,6 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("location", metavar="FILE:LINE:COL", help="1-based line and column")
     parser.add_argument("--json", action="store_true", help="print text, range and stats")
     add_model_arguments(parser)
+    add_engine_arguments(parser, ENGINE_MODES, "inproc")
     parser.set_defaults(func=run)
 
 
@@ -54,20 +66,26 @@ def cursor_offset(text: str, line: int, col: int) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine import Engine
+    from engine.serve.client import EngineUnavailable
 
     try:
         path, line, col = parse_location(args.location)
+        check_engine_arguments(args.engine, args.token_file, [path])
         text = path.read_text(encoding="utf-8")
         offset = cursor_offset(text, line, col)
     except (ValueError, OSError) as exc:
         print(f"dg-lsp complete: {exc}", file=sys.stderr)
         return 2
-    settings = settings_from_arguments(args)
-    pipeline = Pipeline(Engine.load(args.model, device=args.device, dtype=args.dtype), settings)
+    settings = settings_from_arguments(args, engine=args.engine,
+                                       engine_token_file=args.token_file)
     request = CompletionRequest(text, offset, language_for(None, str(path)),
                                 path.resolve().as_uri())
-    completion = pipeline.complete(request)
+    try:
+        pipeline = Pipeline(open_for_command(settings), settings)
+        completion = pipeline.complete(request)
+    except (NoEngine, EngineUnavailable) as exc:
+        print(f"dg-lsp complete: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(_as_json(text, completion), ensure_ascii=False))
     elif completion is not None:

@@ -233,7 +233,8 @@ def _targets(server: DgLanguageServer, uri: str, lsp_range: types.Range
     if end < start or "\x00" in doc.text:
         return None
     language = language_for(doc.language_id, uri)
-    parsed = ParsedText(doc.text, language, server.trees.tree(uri, doc.text, language))
+    parsed = ParsedText(doc.text, language, server.trees.tree(uri, doc.text, language),
+                        uri)
     return parsed, targets_at(parsed, start, end)
 
 

@@ -91,7 +91,7 @@ async def inline_edit(server: DgLanguageServer, params: Any) -> dict[str, list]:
             return {"edits": []}
         text, seen_version = doc.text, doc.version
         language = language_for(doc.language_id, uri)
-        parsed = ParsedText(text, language, server.trees.tree(uri, text, language))
+        parsed = ParsedText(text, language, server.trees.tree(uri, text, language), uri)
         stepped = StepsOnWorker(server.engine.counting(backend), server.executor)
         found = await asyncio.get_running_loop().run_in_executor(
             None, suggest, stepped, parsed, doc.history.line_edits(), replace(doc.history.last),

@@ -164,7 +164,7 @@ def suggest(
                                 settings.canvas_length, settings.suffix_fraction,
                                 UnitEnd("line"))
         last = None
-        for draft in backend.infill_stream(request, cancel):
+        for draft in backend.infill_stream(request, cancel, document=doc.uri or None):
             last = draft
         if last is None or last.finish_reason == "cancelled":
             return None

@@ -77,7 +77,7 @@ class Pipeline:
         ask = InfillRequest(ctx.prefix, ctx.suffix, self.settings.hole_size[ctx.kind],
                             self.settings.sampler, self.settings.canvas_length,
                             self.settings.suffix_fraction, until=unit_end(ctx))
-        return ctx, self.backend.infill_stream(ask, cancel)
+        return ctx, self.backend.infill_stream(ask, cancel, document=request.uri or None)
 
     def finish(
         self, request: CompletionRequest, ctx: Context, last: Draft | None

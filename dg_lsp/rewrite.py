@@ -178,11 +178,11 @@ def _generate(
         drafts = backend.rewrite_stream(RewriteRequest(
             prefix, suffix, original, strength, target.max_tokens,
             replace(sampler, cache_refresh=1), settings.canvas_length,
-            settings.suffix_fraction), cancel)
+            settings.suffix_fraction), cancel, document=doc.uri or None)
     else:
         drafts = backend.infill_stream(InfillRequest(
             prefix, suffix, target.max_tokens, sampler, settings.canvas_length,
-            settings.suffix_fraction), cancel)
+            settings.suffix_fraction), cancel, document=doc.uri or None)
     last = None
     try:
         for draft in drafts:

@@ -5,9 +5,13 @@ writes the file (`--apply`, atomically, through a symbolic link to its target). 
 runs the other infill actions at the range's start (complete-body, docstring, fix-syntax).
 Lines and columns are 1-based, columns in characters. The file's line endings and BOM are
 kept in the diff and the written file (dg_lsp.files); `--json` offsets count characters of
-the text with "\n" newlines and no BOM. Exit status: 0 edited, 1 the model's edit was
-refused or the file could not be written (it changed while the model ran, it is read-only:
-the reason on stderr, the file untouched), 2 bad input; the file is never left half written.
+the text with "\n" newlines and no BOM. The model runs in this process (`--engine inproc`,
+the default), in the resident engine, or in a team's engine (`--engine URL --token-file F`;
+the file's URI goes beside each request so the team's router keeps it on one replica).
+Exit status: 0 edited, 1 the model's edit was refused or the file could not be written (it
+changed while the model ran, it is read-only: the reason on stderr, the file untouched), 2
+bad input or no engine (a token file that cannot be used, a token the engine refuses, an
+engine that cannot be reached); the file is never left half written.
 """
 
 from __future__ import annotations
@@ -19,10 +23,17 @@ from pathlib import Path
 
 from dg_lsp.actions import ACTIONS, REWRITE, ParsedText, targets_at
 from dg_lsp.complete import cursor_offset
+from dg_lsp.engine_host import NoEngine, check_engine_arguments, open_for_command
 from dg_lsp.files import SourceError, diff_label, read_source, unified_diff, write_source
 from dg_lsp.languages import language_for
 from dg_lsp.rewrite import DEFAULT_STRENGTH, RewriteError, compute_edit
-from dg_lsp.settings import add_model_arguments, bounded_argument, settings_from_arguments
+from dg_lsp.settings import (
+    ENGINE_MODES,
+    add_engine_arguments,
+    add_model_arguments,
+    bounded_argument,
+    settings_from_arguments,
+)
 from engine.bounds import STRENGTH_RANGE
 
 
@@ -41,6 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     out.add_argument("--apply", action="store_true", help="write the file")
     out.add_argument("--json", action="store_true", help="print the edit as JSON")
     add_model_arguments(parser)
+    add_engine_arguments(parser, ENGINE_MODES, "inproc")
     parser.set_defaults(func=run)
 
 
@@ -62,25 +74,30 @@ def parse_range(text: str, spec: str) -> tuple[int, int]:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        check_engine_arguments(args.engine, args.token_file, [args.file])
         source = read_source(args.file)
         text = source.text
         start, end = parse_range(text, args.range)
     except (SourceError, ValueError) as exc:
         print(f"dg-lsp rewrite: {exc}", file=sys.stderr)
         return 2
-    doc = ParsedText(text, language_for(None, str(args.file)))
+    doc = ParsedText(text, language_for(None, str(args.file)), uri=args.file.resolve().as_uri())
     target = next((t for t in targets_at(doc, start, end) if t.action == args.action), None)
     if target is None:
         what = "the range is empty" if args.action == REWRITE else "it does not apply here"
         print(f"dg-lsp rewrite: cannot {args.action}: {what}", file=sys.stderr)
         return 2
 
-    from engine import Engine
+    from engine.serve.client import EngineUnavailable
 
-    settings = settings_from_arguments(args)
-    engine = Engine.load(args.model, device=args.device, dtype=args.dtype)
+    settings = settings_from_arguments(args, engine=args.engine,
+                                       engine_token_file=args.token_file)
     try:
+        engine = open_for_command(settings)
         edit = compute_edit(engine, doc, target, settings, args.instruction, args.strength)
+    except (NoEngine, EngineUnavailable) as exc:
+        print(f"dg-lsp rewrite: {exc}; the file is unchanged", file=sys.stderr)
+        return 2
     except RewriteError as exc:
         print(f"dg-lsp rewrite: {exc}; the file is unchanged", file=sys.stderr)
         return 1

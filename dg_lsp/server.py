@@ -263,7 +263,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="share a resident engine process (default), load the model here, "
                         "or use a team's engine at http(s)://HOST:PORT (dg-engine serve --ray)")
     parser.add_argument("--token-file", default=None,
-                        help="the team engine's token (default ~/.config/dg-engine/token)")
+                        help="the team engine's token: a private file (mode 0600; default "
+                        "~/.config/dg-engine/token), read again at every reconnect, so not - "
+                        "or /dev/fd/N as the one-shot commands take")
     parser.set_defaults(func=serve)
 
 

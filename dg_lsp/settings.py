@@ -28,6 +28,7 @@ from engine.bounds import (
     bounded,
     bounds_of,
 )
+from engine.serve.token import INHERITED_TIMEOUT, MAX_FILE, inherited_descriptor
 from engine.types import CANVAS_LENGTH, SAMPLERS, SUFFIX_FRACTION, SamplerSettings
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -50,6 +51,13 @@ def _engine_url(value: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _token_file(value: Any) -> bool:
+    """A path the server may read the token from at every connect: a file, not a descriptor
+    handed to a one-shot command (engine.serve.token.inherited_descriptor), which is read once
+    (and the server's standard input is its LSP stream)."""
+    return value is None or (value != "" and inherited_descriptor(value) is None)
 
 
 def checked(default: Any, expected: str, ok: Callable[[Any], bool],
@@ -75,8 +83,12 @@ class Settings:
     dtype: str = checked("auto", "|".join(DTYPES), lambda v: v in DTYPES)  # engine.Engine.load
     engine: str = checked("resident", " or ".join(ENGINE_MODES) + " or an http(s):// URL",
                           lambda v: v in ENGINE_MODES or _engine_url(v), shown=_shown_url)
-    # None: engine.serve.token.default_token_file()
-    engine_token_file: str | None = checked(None, "a path", lambda v: v is None or v != "")
+    # None: engine.serve.token.default_token_file(). A command line may also name a descriptor
+    # ("-", /dev/fd/N); the language server reads the file again at every reconnect, so its
+    # setting must be a file.
+    engine_token_file: str | None = checked(
+        None, "the path of a token file (not - or /dev/fd/N: the server reads it again at "
+        "every reconnect)", _token_file)
     canvas_length: int = bounded(CANVAS_LENGTH, CANVAS_LENGTH_RANGE)  # tokens: context + hole
     hole_size: dict[str, int] = field(default_factory=lambda: {
         REST_OF_LINE: 24, BRACKETS: 24, COMMENT: 24, BLOCK: 96})
@@ -239,6 +251,48 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         help="auto (int8 linear layers on the CPU, bfloat16 on a GPU), int8, "
                         "float32, bfloat16, float16, float64")
     parser.add_argument("--seed", type=_seed, default=0, help="sampler seed (default 0)")
+
+
+TOKEN_FILE_HELP = (
+    "the team engine's token (with --engine URL): a private file (yours, mode 0600; default "
+    "~/.config/dg-engine/token), or a descriptor handed over by CI: '-' for standard input "
+    "(which then carries nothing else) or /dev/fd/N (bash: --token-file <(printenv DG_TOKEN)). "
+    f"A pipe is read without the owner and mode check, without blocking, for at most "
+    f"{INHERITED_TIMEOUT:g} s and {MAX_FILE} bytes; its first line is the token. The token is "
+    "never printed or logged")
+ENGINE_HELP = {"inproc": "inproc: load the model in this process",
+               "resident": "resident: the resident engine for the model, started if none runs"}
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser, modes: tuple[str, ...],
+                         default: str) -> None:
+    """--engine (one of `modes`, or a team engine's http(s):// URL) and --token-file, as
+    `dg-lsp serve` takes them; dg_lsp.engine_host.open_backend turns them into the engine."""
+    parser.add_argument("--engine", type=engine_argument(modes), default=default,
+                        metavar="|".join((*modes, "URL")),
+                        help="; ".join(ENGINE_HELP[m] for m in modes) + "; or a team's "
+                        "engine at http(s)://HOST:PORT (dg-engine serve --ray), whose model, "
+                        f"device and dtype are the deployment's (default: {default})")
+    parser.add_argument("--token-file", default=None, metavar="FILE|-", help=TOKEN_FILE_HELP)
+
+
+def engine_argument(modes: tuple[str, ...]) -> Callable[[str], str]:
+    """An argparse `type` for --engine: one of `modes` or a team engine's URL. A refused
+    value is not repeated (a URL may hold a password: engine.serve.remote.EngineURL)."""
+    def parse(text: str) -> str:
+        if text in modes:
+            return text
+        from engine.serve.remote import EngineURL, is_engine_url
+
+        if not is_engine_url(text):
+            raise argparse.ArgumentTypeError(f"expected {', '.join(modes)} or an "
+                                             "http(s)://HOST:PORT URL")
+        try:
+            EngineURL.parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+    return parse
 
 
 def bounded_argument(bounds: Bounds) -> Callable[[str], int | float]:

@@ -7,6 +7,11 @@ Two kinds implement it: `engine.Engine` (the model loaded in this process) and
 between them that a caller may need to know is written down in `EngineInfo`, never found
 out by probing for attributes.
 
+`document` names the document a request is about (an editor's URI, a file's path): transport
+metadata beside the request, not part of it. An engine over a wire sends it (a digest:
+engine.serve.protocol.document_key) so a team's engine keeps one document on one replica;
+an engine in this process has nothing to route and ignores it.
+
 No torch here: `dg-lsp` types against this without loading a model.
 """
 
@@ -34,15 +39,15 @@ class Backend(Protocol):
     @property
     def engine_info(self) -> EngineInfo: ...
 
-    def infill_stream(self, request: InfillRequest, cancel: Callable[[], bool] | None = None
-                      ) -> Iterator[Draft]:
+    def infill_stream(self, request: InfillRequest, cancel: Callable[[], bool] | None = None,
+                      *, document: str | None = None) -> Iterator[Draft]:
         """Drafts of the request's hole after every forward pass; the last has done=True and
         a finish_reason ("unit" when it ended at `request.until`). `cancel` is asked between
         passes: once it says so, the last draft is "cancelled"."""
         ...
 
-    def rewrite_stream(self, request: RewriteRequest, cancel: Callable[[], bool] | None = None
-                       ) -> Iterator[Draft]:
+    def rewrite_stream(self, request: RewriteRequest, cancel: Callable[[], bool] | None = None,
+                       *, document: str | None = None) -> Iterator[Draft]:
         """Drafts of `request.original` rewritten at `request.strength` (the share of its
         tokens generated again; 1.0: a fresh infill)."""
         ...
@@ -72,13 +77,13 @@ class WrappedBackend:
     def engine_info(self) -> EngineInfo:
         return self.backend.engine_info
 
-    def infill_stream(self, request: InfillRequest, cancel: Callable[[], bool] | None = None
-                      ) -> Iterator[Draft]:
-        return self._wrap(self.backend.infill_stream(request, cancel))
+    def infill_stream(self, request: InfillRequest, cancel: Callable[[], bool] | None = None,
+                      *, document: str | None = None) -> Iterator[Draft]:
+        return self._wrap(self.backend.infill_stream(request, cancel, document=document))
 
-    def rewrite_stream(self, request: RewriteRequest, cancel: Callable[[], bool] | None = None
-                       ) -> Iterator[Draft]:
-        return self._wrap(self.backend.rewrite_stream(request, cancel))
+    def rewrite_stream(self, request: RewriteRequest, cancel: Callable[[], bool] | None = None,
+                       *, document: str | None = None) -> Iterator[Draft]:
+        return self._wrap(self.backend.rewrite_stream(request, cancel, document=document))
 
     def completion_ids(self, draft: Draft) -> list[int]:
         return self.backend.completion_ids(draft)

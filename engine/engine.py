@@ -122,14 +122,16 @@ class Engine:
         return dataclasses.replace(settings or SamplerSettings(), **updates)
 
     def infill_stream(self, request: InfillRequest, cancel: Callable[[], bool] | None = None,
-                      *, stop_early: bool = True) -> Iterator[Draft]:
+                      *, stop_early: bool = True, document: str | None = None
+                      ) -> Iterator[Draft]:
         """The hole after every forward pass; the last Draft has done=True. `cancel` is
         asked before every pass. `stop_early=False`: stop tokens are forbidden and the hole
-        is filled to `max_tokens` (the evaluation's fixed-length protocol)."""
+        is filled to `max_tokens` (the evaluation's fixed-length protocol). `document` is for
+        engines over a wire (engine.backend); one in this process has nothing to route."""
         return self._stream(request, cancel, stop_early=stop_early)
 
-    def rewrite_stream(self, request: RewriteRequest, cancel: Callable[[], bool] | None = None
-                       ) -> Iterator[Draft]:
+    def rewrite_stream(self, request: RewriteRequest, cancel: Callable[[], bool] | None = None,
+                       *, document: str | None = None) -> Iterator[Draft]:
         """Drafts of `request.original` rewritten at `request.strength` (engine.remask)."""
         return self._stream(request, cancel)
 

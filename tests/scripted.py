@@ -15,14 +15,17 @@ class Scripted:
         self.texts = list(texts)
         self.score = score
         self.calls: list[tuple[str, str]] = []  # (prefix, suffix) of every request
+        self.documents: list[str | None] = []  # the document each request named
 
     def _drafts(self, prefix: str, suffix: str):
         self.calls.append((prefix, suffix))
         yield Draft(step=3, token_ids=[], committed=0, text=self.texts.pop(0), done=True,
                     finish_reason="stop", score=self.score)
 
-    def infill_stream(self, request, cancel=None):
+    def infill_stream(self, request, cancel=None, document=None):
+        self.documents.append(document)
         return self._drafts(request.prefix, request.suffix)
 
-    def rewrite_stream(self, request, cancel=None):
+    def rewrite_stream(self, request, cancel=None, document=None):
+        self.documents.append(document)
         return self._drafts(request.prefix, request.suffix)

@@ -191,7 +191,7 @@ def test_overlapping_and_conflicting_edits_are_dropped_and_recorded():
 
 def test_a_failing_target_is_recorded_and_the_others_still_run():
     class Failing(Scripted):
-        def infill_stream(self, request, cancel=None):
+        def infill_stream(self, request, cancel=None, document=None):
             if len(self.calls) == 1:
                 self.calls.append((request.prefix, request.suffix))
                 raise ConnectionError("the engine went away")

@@ -26,7 +26,7 @@ def test_each_error_code_raises_its_type_with_the_code(code: str, kind: type) ->
 
 def test_a_busy_target_is_recorded_with_its_exception_for_the_retry() -> None:
     class Busy(Scripted):
-        def infill_stream(self, request, cancel=None):
+        def infill_stream(self, request, cancel=None, document=None):
             raise EngineBusy("the queue is full")
 
     text = "def f(a):\n    return a\n"

@@ -22,7 +22,7 @@ class Dying:
     engine_info = EngineInfo(model="scripted", family="masked", device="cpu", resident=True,
                              counts_tokens=False)
 
-    def infill_stream(self, request, cancel=None):
+    def infill_stream(self, request, cancel=None, document=None):
         yield Draft(step=1, token_ids=[], committed=0, text="", done=False)
         raise EngineUnavailable("the engine closed the connection")
 
@@ -31,7 +31,7 @@ class Healthy:
     engine_info = EngineInfo(model="scripted", family="masked", device="cpu", resident=True,
                              counts_tokens=False)
 
-    def infill_stream(self, request, cancel=None):
+    def infill_stream(self, request, cancel=None, document=None):
         yield Draft(step=1, token_ids=[], committed=3, text="a + b", done=True,
                     finish_reason="stop")
 

@@ -122,10 +122,10 @@ class Scored:
         yield Draft(step=3, token_ids=[], committed=3, text=text, done=True,
                     finish_reason="stop", score=score)
 
-    def infill_stream(self, request, cancel=None):
+    def infill_stream(self, request, cancel=None, document=None):
         return self._drafts()
 
-    def rewrite_stream(self, request, cancel=None):
+    def rewrite_stream(self, request, cancel=None, document=None):
         return self._drafts()
 
 

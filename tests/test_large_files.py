@@ -29,7 +29,7 @@ class Scripted:
     def __init__(self, step_seconds: float = 0.0) -> None:
         self.step_seconds = step_seconds
 
-    def infill_stream(self, request, cancel=None):
+    def infill_stream(self, request, cancel=None, document=None):
         steps = 40 if "slow" in request.prefix else 2
         for step in range(1, steps + 1):
             time.sleep(self.step_seconds)
@@ -129,7 +129,7 @@ def test_a_long_rewrite_in_one_document_does_not_hold_up_a_completion_in_another
     from dg_lsp.actions import REWRITE
 
     class SlowRewrite(Scripted):
-        def rewrite_stream(self, request, cancel=None):
+        def rewrite_stream(self, request, cancel=None, document=None):
             for step in range(1, 41):
                 time.sleep(0.02)
                 yield Draft(step=step, token_ids=[], committed=step, text="return b",

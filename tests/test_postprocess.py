@@ -120,7 +120,7 @@ class ScriptedEngine:
     def __init__(self, texts: list[str]) -> None:
         self.texts, self.taken = texts, 0
 
-    def infill_stream(self, request, cancel=None):
+    def infill_stream(self, request, cancel=None, document=None):
         self.until = request.until
         return until_unit_ends(self._drafts(), self.until)
 

@@ -25,9 +25,9 @@ serve = pytest.importorskip("ray.serve", reason="needs ray[serve]")
 pytestmark = pytest.mark.e2e  # a local Ray cluster
 
 from engine.serve.client import EngineUnavailable  # noqa: E402
-from engine.serve.ray_app import APP_NAME, AppOptions, build_app, routing_key, token_digest  # noqa: E402
-from engine.serve.ray_router import rank  # noqa: E402
+from engine.serve.ray_app import APP_NAME, AppOptions, build_app, token_digest  # noqa: E402
 from engine.serve.remote import RemoteEngine, read_token  # noqa: E402
+from engine.serve.routing import rank, routing_key  # noqa: E402
 from engine.types import InfillRequest, RewriteRequest, SamplerSettings  # noqa: E402
 
 TOKEN = "team-s3cret"
@@ -221,25 +221,6 @@ def test_a_cancelled_request_leaves_its_replica_at_the_next_step(team):
     assert after["completed"] == before["completed"]
     # It stopped long before its 200 steps: the disconnect reached the scheduler.
     assert after["forwardPasses"] - before["forwardPasses"] < 100
-
-
-def test_a_document_key_ignores_typing_on_the_cursor_line_and_names_long_prefixes_by_their_start():
-    head = "import os\n" * 60
-    assert routing_key({"prefix": head + "de"}) == routing_key({"prefix": head + "def f():\n"})
-    assert routing_key({"prefix": "x = 1\ny"}) == routing_key({"prefix": "x = 1\nyy"})
-    assert routing_key({"prefix": "x = 1\ny"}) != routing_key({"prefix": "x = 2\ny"})
-    assert routing_key({"document": "file:///a.py", "prefix": "x"}) == routing_key(
-        {"document": "file:///a.py", "prefix": "y = 2\n"})
-
-
-def test_a_documents_home_moves_only_when_its_replica_goes():
-    from engine.serve.ray_router import rank
-
-    keys = [f"document:{i}" for i in range(200)]
-    three = {k: rank(k, ["a", "b", "c"])[0] for k in keys}
-    two = {k: rank(k, ["a", "c"])[0] for k in keys}
-    assert {k for k in keys if three[k] != two[k]} == {k for k in keys if three[k] == "b"}
-    assert min(Counter(three.values()).values()) > 40  # spread over all three
 
 
 @pytest.mark.parametrize("header", [None, "Bearer wrong", f"Basic {TOKEN}", "Bearer",

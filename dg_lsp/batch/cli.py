@@ -8,8 +8,10 @@ seconds. A failing target is recorded and the run goes on.
 
 The work goes to the resident engine by default, several targets at a time at "batch"
 priority (the engine steps them in one batched forward pass, after interactive requests);
-`--engine inproc` loads the model here and runs one target at a time; `--ray [ADDRESS]`
-spreads files over a Ray cluster (dg_lsp.batch.on_ray).
+`--engine URL --token-file F` sends them to a team's engine the same way (each with its file's
+URI, so the team's router keeps a file on one replica); `--engine inproc` loads the model here
+and runs one target at a time; `--ray [ADDRESS]` spreads files over a Ray cluster
+(dg_lsp.batch.on_ray).
 
 Exit status: 0 done, 1 `--check` found changes, 2 bad input or no engine (nothing written),
 3 a target failed with an error (not a refusal) or a Ray worker died, 130 interrupted.
@@ -39,17 +41,20 @@ from dg_lsp.batch.job import (
     run_target,
 )
 from dg_lsp.discover import discover
+from dg_lsp.engine_host import NoEngine, check_engine_arguments, open_for_command
 from dg_lsp.files import Source, SourceError, read_source, unified_diff, write_source
 from dg_lsp.languages import LANGUAGES, LanguageSpec, language_for
 from dg_lsp.settings import (
     ENGINE_MODES,
+    add_engine_arguments,
     add_model_arguments,
     bounded_argument,
     settings_from_arguments,
 )
+from engine.backend import Backend
 from engine.bounds import STRENGTH_RANGE
 
-RESIDENT_WORKERS = 8  # concurrent targets sent to the resident engine (its default batch size)
+RESIDENT_WORKERS = 8  # concurrent targets sent to a shared engine (its default batch size)
 BUSY_RETRIES = (1.0, 2.0, 4.0, 8.0, 0.0)  # seconds to wait after "busy" before trying again
 
 
@@ -85,10 +90,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", type=Path, default=None, metavar="REPORT",
                         help="write a report of every target")
     add_model_arguments(parser)
-    parser.add_argument("--engine", choices=ENGINE_MODES, default="resident")
+    add_engine_arguments(parser, ENGINE_MODES, "resident")
     parser.add_argument("--workers", type=int, default=None,
-                        help=f"concurrent targets (resident engine, default {RESIDENT_WORKERS})"
-                             " or Ray actors (default: one per GPU, else per CPU)")
+                        help=f"concurrent targets (resident or team engine, default "
+                             f"{RESIDENT_WORKERS}) or Ray actors (default: one per GPU, else "
+                             "per CPU)")
     parser.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                         help="distribute files over a Ray cluster (no ADDRESS: a local one)")
     parser.set_defaults(func=run)
@@ -120,9 +126,9 @@ def run(args: argparse.Namespace) -> int:
         if args.ray is not None:
             _run_ray(args, job, plans, finish, progress)
         elif args.engine == "inproc":
-            _run_inproc(args, job, plans, finish, progress)
+            _run_inproc(job, plans, finish, progress)
         else:
-            _run_resident(args, job, plans, finish, progress)
+            _run_shared(args, job, plans, finish, progress)
     except KeyboardInterrupt:
         progress.close()
         print(f"dg-lsp batch: interrupted; {len(written)} files written whole, the others "
@@ -157,6 +163,13 @@ def prepare(args: argparse.Namespace) -> tuple[BatchJob, dict[str, Plan], list[t
                        "code to rewrite)")
     if action == FIX_SYNTAX and args.query is not None:
         raise BadInput("--query does not apply to fix-syntax (its targets are syntax errors)")
+    try:
+        check_engine_arguments(args.engine, args.token_file, args.paths)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    if args.ray is not None and args.engine not in ENGINE_MODES:
+        raise BadInput("--ray runs the model on the cluster's workers; a team's engine "
+                       "(--engine URL) already spreads the work over its replicas: use one")
     if args.ray is not None:
         from dg_lsp.batch.on_ray import RayMissing, import_ray
 
@@ -175,7 +188,8 @@ def prepare(args: argparse.Namespace) -> tuple[BatchJob, dict[str, Plan], list[t
     except FileNotFoundError as exc:
         raise BadInput(str(exc)) from None
 
-    settings = settings_from_arguments(args, engine=args.engine)
+    settings = settings_from_arguments(args, engine=args.engine,
+                                       engine_token_file=args.token_file)
     job = BatchJob(action, settings, source, args.instruction, args.strength)
     queries = Queries(source, action)
     languages = {f.label: language_for(None, f.label) for f in files}
@@ -197,7 +211,7 @@ def prepare(args: argparse.Namespace) -> tuple[BatchJob, dict[str, Plan], list[t
         except QueryError as exc:
             skipped.append((file.label, f"the query does not fit {exc}"))
             continue
-        doc = ParsedText(source.text, language)
+        doc = ParsedText(source.text, language, uri=file.path.resolve().as_uri())
         targets = file_targets(doc, action, query)
         if targets:
             plans[file.label] = (source, doc, targets)
@@ -221,16 +235,25 @@ def _check_query(queries: Queries, present: list[LanguageSpec]) -> None:
 # -- running ----------------------------------------------------------------------------------
 
 
-def _run_inproc(args: argparse.Namespace, job: BatchJob, plans: dict[str, Plan],
-                finish: Callable[[FileResult], None], progress: Progress) -> None:
-    if not plans:
-        return
-    from engine import CheckpointError, Engine
+def _open(job: BatchJob) -> Backend:
+    """The engine the command line names (dg_lsp.engine_host.open_backend); BadInput when
+    there is none: the model cannot load here, the engine cannot be reached or started, the
+    token file cannot be used or the token is refused."""
+    from engine import CheckpointError
 
     try:
-        engine = Engine.load(args.model, device=args.device, dtype=args.dtype)
+        return open_for_command(job.settings, priority="batch")
+    except NoEngine as exc:
+        raise BadInput(str(exc)) from None
     except (CheckpointError, OSError, ValueError) as exc:
         raise BadInput(f"cannot load the model: {exc}") from None
+
+
+def _run_inproc(job: BatchJob, plans: dict[str, Plan], finish: Callable[[FileResult], None],
+                progress: Progress) -> None:
+    if not plans:
+        return
+    engine = _open(job)
     for label in sorted(plans):
         _, doc, targets = plans[label]
         outcomes = []
@@ -241,29 +264,21 @@ def _run_inproc(args: argparse.Namespace, job: BatchJob, plans: dict[str, Plan],
         progress.file_done()
 
 
-def _run_resident(args: argparse.Namespace, job: BatchJob, plans: dict[str, Plan],
-                  finish: Callable[[FileResult], None], progress: Progress) -> None:
-    """Several targets at once, each its own connection: the engine batches them."""
+def _run_shared(args: argparse.Namespace, job: BatchJob, plans: dict[str, Plan],
+                finish: Callable[[FileResult], None], progress: Progress) -> None:
+    """Several targets at once on the resident engine or a team's, each its own connection
+    (the client is shared: every stream opens its own): the engine batches them."""
     if not plans:
         return
-    from engine.serve.client import EngineBusy, EngineClient, EngineUnavailable
+    from engine.serve.client import EngineBusy
 
-    try:
-        first = EngineClient.connect_or_start(args.model, args.device, priority="batch",
-                                                  dtype=args.dtype)
-    except EngineUnavailable as exc:
-        raise BadInput(f"no engine: {exc}") from None
-    local = threading.local()
+    client = _open(job)
     stop = threading.Event()
 
     def one(label: str, index: int) -> tuple[str, int, Any]:
-        if not hasattr(local, "client"):
-            local.client = EngineClient(first.endpoint, args.model, args.device, "batch",
-                                        args.dtype)
-            local.client.info = first.info  # the hello: which ids end a completion
         _, doc, targets = plans[label]
         for wait in BUSY_RETRIES:  # the engine's queue is shared with every other client
-            outcome = run_target(local.client, doc, label, targets[index], job,
+            outcome = run_target(client, doc, label, targets[index], job,
                                  cancel=stop.is_set)
             if not isinstance(outcome[0].error, EngineBusy) or stop.wait(wait):
                 break

@@ -1,13 +1,21 @@
-"""`dg-lsp eval`: how well models fill holes, side by side with trivial baselines."""
+"""`dg-lsp eval`: how well models fill holes, side by side with trivial baselines.
+
+The models run in this process, or the model under test is a team's engine
+(`--engine URL --token-file F`, the fixed protocol: see dg_lsp.eval.runner.Predictor.backend)
+beside the baselines `--model` names. Exit status 2: bad input or no engine.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
+from dg_lsp.engine_host import NoEngine, check_engine_arguments, open_for_command
 from dg_lsp.eval import next_edit
+from dg_lsp.eval.baselines import BASELINES
 from dg_lsp.eval.heldout import SECOND_PACKAGE, SECOND_VERSION, heldout_sources
 from dg_lsp.eval.humaneval import SUITES, load_suite
 from dg_lsp.eval.runner import (
@@ -15,11 +23,12 @@ from dg_lsp.eval.runner import (
     DEFAULT_HOLE_TOKENS,
     PROTOCOLS,
     CaseResult,
+    Predictor,
     Summary,
     evaluate,
     load_predictor,
 )
-from dg_lsp.settings import bounded_argument, sampler_argument
+from dg_lsp.settings import Settings, add_engine_arguments, bounded_argument, sampler_argument
 from engine.bounds import CANVAS_LENGTH_RANGE
 from engine.cases import KINDS, Case, cut_cases
 from engine.types import CANVAS_LENGTH, SAMPLERS, SamplerSettings
@@ -45,8 +54,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--model", action="append", dest="models", metavar="MODEL",
                    help="checkpoint folder, hub id, 'bundled', 'empty' or 'copy-prev-line'; "
                         f"repeat to compare (default: {' '.join(DEFAULT_MODELS)})")
-    p.add_argument("--protocol", choices=[*PROTOCOLS, "both"], default="both",
-                   help="hole length: the true middle's (oracle) or a fixed size per kind")
+    p.add_argument("--protocol", choices=[*PROTOCOLS, "both"], default=None,
+                   help="hole length: the true middle's (oracle) or a fixed size per kind "
+                   "(default: both; with --engine URL: fixed, the only one it runs)")
     p.add_argument("--hole-tokens", action="append", default=[], metavar="KIND=N",
                    help="fixed-protocol hole size for a kind (default: "
                         + ", ".join(f"{k}={n}" for k, n in DEFAULT_HOLE_TOKENS.items()) + ")")
@@ -84,16 +94,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--samples", type=Path, metavar="FILE",
                    help="also write every case's completion and scores as JSON lines")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    add_engine_arguments(p, ("inproc",), "inproc")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from engine.serve.client import EngineUnavailable
+
+    remote = args.engine != "inproc"
+    try:
+        check_engine_arguments(args.engine, args.token_file, [])
+        if remote:
+            check_remote(args)
+    except ValueError as exc:
+        print(f"dg-lsp eval: {exc}", file=sys.stderr)
+        return 2
     if args.suite == NEXT_EDIT:
         return run_next_edit(args)
 
     hole_tokens = parse_hole_tokens(args.hole_tokens)
     cases = select_cases(args)
-    protocols = list(PROTOCOLS) if args.protocol == "both" else [args.protocol]
+    protocol = args.protocol or ("fixed" if remote else "both")
+    protocols = list(PROTOCOLS) if protocol == "both" else [protocol]
     settings = SamplerSettings(sampler=args.sampler, threshold=args.threshold,
                                cutoff=args.cutoff,
                                eos_penalty=args.eos_penalty, seed=args.seed,
@@ -101,10 +123,25 @@ def run(args: argparse.Namespace) -> int:
                                cache_refresh=args.cache_refresh,
                                refresh_window=None if args.refresh_window < 0
                                else args.refresh_window)
-    models = args.models or DEFAULT_MODELS
-    # A generator, so only one model is held in memory at a time.
-    predictors = (load_predictor(m, settings, hole_tokens, args.device, args.dtype,
-                                 args.canvas_length) for m in models)
+    if remote:
+        try:
+            backend = open_for_command(Settings(engine=args.engine,
+                                                engine_token_file=args.token_file))
+        except NoEngine as exc:
+            print(f"dg-lsp eval: {exc}", file=sys.stderr)
+            return 2
+        from engine.serve.remote import shown_url
+
+        under_test = Predictor.backend(shown_url(args.engine), backend, settings, hole_tokens,
+                                       args.canvas_length)
+        baselines = args.models or [m for m in DEFAULT_MODELS if m in BASELINES]
+        predictors: Iterable[Predictor] = [*(load_predictor(m) for m in baselines),
+                                           under_test]
+    else:
+        models = args.models or DEFAULT_MODELS
+        # A generator, so only one model is held in memory at a time.
+        predictors = (load_predictor(m, settings, hole_tokens, args.device, args.dtype,
+                                     args.canvas_length) for m in models)
 
     samples = open(args.samples, "w", encoding="utf-8") if args.samples else None
     try:
@@ -113,6 +150,9 @@ def run(args: argparse.Namespace) -> int:
                 samples.write(json.dumps({"model": model, **vars(result)}) + "\n")
 
         summaries = evaluate(predictors, cases, protocols, args.exec_timeout, write_sample)
+    except EngineUnavailable as exc:  # the team's engine went away mid-run
+        print(f"dg-lsp eval: {exc}", file=sys.stderr)
+        return 2
     finally:
         if samples is not None:
             samples.close()
@@ -134,6 +174,24 @@ def run(args: argparse.Namespace) -> int:
         print(f"suite {args.suite}: {len(cases)} cases, seed {args.seed}")
         print(format_table(summaries))
     return 0
+
+
+def check_remote(args: argparse.Namespace) -> None:
+    """ValueError for what a team's engine cannot measure: another model beside it (only
+    baselines), the oracle protocol, the next-edit suite."""
+    if args.suite == NEXT_EDIT:
+        raise ValueError(f"--suite {NEXT_EDIT} runs the model inside dg-lsp serve, which "
+                         "reads a token file at every reconnect; measure a team's engine on "
+                         "the infill suites")
+    if args.protocol not in (None, "fixed"):
+        raise ValueError("a team's engine runs the fixed protocol only (the oracle one "
+                         "counts the middle's tokens with the model's own tokenizer): use "
+                         "--protocol fixed")
+    others = [m for m in args.models or [] if m not in BASELINES]
+    if others:
+        raise ValueError(f"with --engine URL the model under test is the engine's; --model "
+                         f"names only baselines ({', '.join(BASELINES)}), not "
+                         f"{', '.join(others)}")
 
 
 def run_next_edit(args: argparse.Namespace) -> int:

@@ -86,6 +86,38 @@ class Predictor:
 
         return cls(name, fill)
 
+    @classmethod
+    def backend(
+        cls,
+        name: str,
+        backend: Any,
+        settings: Any,
+        hole_tokens: dict[str, int],
+        canvas_length: int = CANVAS_LENGTH,
+    ) -> Predictor:
+        """A model behind engine.backend.Backend (a team's engine by URL): the fixed protocol
+        only (the oracle one counts the middle's tokens with the model's tokenizer and forbids
+        early stops, which only an engine in this process offers). Each case is the request
+        Engine.infill makes of the same arguments, so the numbers compare with a local run."""
+        from engine.types import InfillRequest
+
+        def fill(case: Case, protocol: str) -> Prediction:
+            if protocol != "fixed":
+                raise ValueError(f"{name} runs the fixed protocol only, not {protocol}")
+            size = hole_tokens[case.kind]
+            request = InfillRequest(case.prefix, case.suffix, size, settings,
+                                    max(canvas_length, size + MIN_CONTEXT_TOKENS))
+            last = None
+            for draft in backend.infill_stream(request):
+                last = draft
+            if last is None:
+                raise ValueError(f"{name} answered no draft")
+            tokens = (len(backend.completion_ids(last)) if backend.engine_info.counts_tokens
+                      else 0)
+            return Prediction(last.text, last.step, tokens, last.finish_reason)
+
+        return cls(name, fill)
+
 
 def load_predictor(
     spec: str,

@@ -75,7 +75,8 @@ class EngineRefused(ValueError):
 
 class WireBackend:
     """The Backend methods every client of an engine over a wire shares (the local engine's
-    socket, a team's URL): requests sent as protocol.to_wire writes them, completions ended
+    socket, a team's URL): requests sent as protocol.to_wire writes them (with the document
+    they are about, for a team's router), completions ended
     by the ids the engine's hello names. Subclasses say hello into `info` and implement
     `_stream`."""
 
@@ -85,14 +86,14 @@ class WireBackend:
                 ) -> Iterator[Draft]:
         raise NotImplementedError
 
-    def infill_stream(self, request: InfillRequest, cancel: Callable[[], bool] | None = None
-                      ) -> Iterator[Draft]:
+    def infill_stream(self, request: InfillRequest, cancel: Callable[[], bool] | None = None,
+                      *, document: str | None = None) -> Iterator[Draft]:
         """Drafts as the engine denoises (the last has done=True)."""
-        return self._stream(protocol.to_wire(request), cancel)
+        return self._stream(protocol.to_wire(request, document), cancel)
 
-    def rewrite_stream(self, request: RewriteRequest, cancel: Callable[[], bool] | None = None
-                       ) -> Iterator[Draft]:
-        return self._stream(protocol.to_wire(request), cancel)
+    def rewrite_stream(self, request: RewriteRequest, cancel: Callable[[], bool] | None = None,
+                       *, document: str | None = None) -> Iterator[Draft]:
+        return self._stream(protocol.to_wire(request, document), cancel)
 
     def completion_ids(self, draft: Draft) -> list[int]:
         ends = protocol.completion_ends(self.info)

@@ -20,7 +20,12 @@ connection):
     {"op": "rewrite", "id": 3, ...infill fields..., "original": str, "strength": float}
 
 An infill or rewrite message is one engine.types.InfillRequest or RewriteRequest, field for
-field (`to_wire`, `from_wire`); "id", "stream" and "priority" are the connection's.
+field (`to_wire`, `from_wire`); "id", "stream" and "priority" are the connection's, and
+"document" (optional) names the document the request is about: transport metadata beside the
+request, never part of it (the model's answer does not depend on it). A client sends
+`document_key` of the editor's URI or the file's path, a digest, so the engine learns no file
+names; a team's engine routes one document's requests to one replica by it
+(engine.serve.routing), and a request without it is routed by its prefix's start.
     {"op": "cancel", "id": 4, "target": 2}
     {"op": "stats", "id": 5}   {"op": "ping", "id": 6}   {"op": "shutdown", "id": 7}
 
@@ -64,6 +69,7 @@ over the model's positions or the per-request memory budget), "unknown-op", "too
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import socket
@@ -88,6 +94,7 @@ VERSION = 1
 MAX_MESSAGE = 8 * 1024 * 1024  # a 256-token canvas's text is a few KB; this is generous
 MAX_UNAUTHENTICATED = 4096  # a TCP peer's first frame: a hello with its token
 MAX_ID = 256  # characters of a string id
+MAX_DOCUMENT = 256  # characters of a request's "document" (document_key writes 32)
 # characters of a unit's line_prefix / base_indent: the cursor's line before the cursor
 MAX_UNIT_TEXT = 4096
 HEADER = struct.Struct(">I")
@@ -261,9 +268,24 @@ def unit_from_wire(raw: Any) -> UnitEnd | None:
     return UnitEnd(**raw)
 
 
-def to_wire(request: InfillRequest | RewriteRequest) -> dict[str, Any]:
+def document_key(document: str) -> str:
+    """What a request's "document" carries for a document's identity (an editor's URI, a
+    file's path): 32 hex digits of its digest, the same for every client that names it alike."""
+    return hashlib.blake2b(document.encode("utf-8", "surrogatepass"),
+                           digest_size=16).hexdigest()
+
+
+def to_wire(request: InfillRequest | RewriteRequest, document: str | None = None
+            ) -> dict[str, Any]:
     """An "infill" or "rewrite" message of `request` (every client builds it here; the id,
-    "stream" and "priority" are the client's)."""
+    "stream" and "priority" are the client's), with `document_key(document)` beside it."""
+    message = _request_to_wire(request)
+    if document:
+        message["document"] = document_key(document)
+    return message
+
+
+def _request_to_wire(request: InfillRequest | RewriteRequest) -> dict[str, Any]:
     if isinstance(request, RewriteRequest):
         message = {"op": "rewrite", "prefix": request.prefix, "suffix": request.suffix,
                    "original": request.original, "strength": request.strength,
@@ -299,6 +321,9 @@ def from_wire(message: dict[str, Any]) -> InfillRequest | RewriteRequest:
         return value
 
     prefix, suffix = text("prefix"), text("suffix")
+    document = text("document")  # the router's (engine.serve.routing), not the request's
+    if len(document) > MAX_DOCUMENT:
+        raise ProtocolError("bad-request", f"document: at most {MAX_DOCUMENT} characters")
     rewrite = message.get("op") == "rewrite"
     max_tokens = (field("max_tokens", (int, type(None))) if rewrite
                   else field("max_tokens", int, 32))

@@ -11,7 +11,8 @@
 - `Ingress` answers HTTP (engine.serve.remote describes the paths). It checks the token
   before anything else, in constant time, against a digest: the token itself is never stored
   in the application's config, which Ray keeps in its control store. It routes a request by
-  `routing_key`, and turns a replica lost mid-request into an "unavailable" error for that
+  `routing_key` (engine.serve.routing: the document the client names, else its prefix's
+  start), and turns a replica lost mid-request into an "unavailable" error for that
   request alone: the client's next request goes to a live replica.
 - `StatusBoard` keeps the latest report of each replica for `dg-engine status URL`, and
   counts the requests refused for their token (here and at engine.serve.front).
@@ -41,10 +42,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from engine.serve import protocol
 from engine.serve.limits import DEFAULT_REQUEST_TIMEOUT, Limits, free_memory, parse_request
 from engine.serve.remote import reply_line
+from engine.serve.routing import routing_key
 from engine.types import Draft
 
 APP_NAME = "dg-engine"
-ROUTE_CHARS = 512  # characters of a prefix's start that name its document for routing
 REPORT_PERIOD = 1.0  # seconds between a replica's reports to the status board
 RATE_WINDOW = 30.0  # seconds over which a replica's tokens/s is averaged
 STALE_AFTER = 10.0  # seconds without a report before the board forgets a replica
@@ -74,22 +75,6 @@ class AppOptions:
 
 def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def routing_key(message: dict[str, Any]) -> str:
-    """What names a request's document for the router: the client's "document" when it sends
-    one, else the start of the prefix, whose tokens are what a replica's prefix cache reuses.
-    A short prefix counts only its complete lines, so typing on a line keeps its key."""
-    document = message.get("document")
-    if isinstance(document, str) and document:
-        return "document:" + document
-    prefix = message.get("prefix")
-    prefix = prefix if isinstance(prefix, str) else ""
-    head = prefix[:ROUTE_CHARS]
-    if len(prefix) < ROUTE_CHARS:
-        head = head[: head.rfind("\n") + 1]
-    return "prefix:" + hashlib.blake2b(head.encode("utf-8", "surrogatepass"),
-                                       digest_size=12).hexdigest()
 
 
 def _replica_id() -> str:

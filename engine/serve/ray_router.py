@@ -1,11 +1,13 @@
 """Keep a document's requests on the replica that holds its prefix keys/values.
 
 A Ray Serve request router (ray.serve.request_router) for the engine's replicas. Each request
-to a replica carries a routing key as its first argument (engine.serve.ray_app.routing_key:
-the document, or the start of its prefix). The key's home replica is chosen by rendezvous
-hashing over the live replicas' ids: every router instance (one per ingress replica and
-proxy) agrees on it without talking to the others, and when a replica dies or is added only
-the keys whose home it was or becomes move, so every other document keeps its warm cache.
+to a replica carries a routing key as its first argument (engine.serve.routing.routing_key:
+the document the client names, or the start of its prefix). The choice itself is
+engine.serve.routing.choose, a pure function tested without Ray. The key's home replica is
+chosen by rendezvous hashing over the live replicas' ids: every router instance (one per
+ingress replica and proxy) agrees on it without talking to the others, and when a replica
+dies or is added only the keys whose home it was or becomes move, so every other document
+keeps its warm cache.
 
 The home replica is ranked first; when it is gone (Ray drops a dead replica from the
 candidates), its queue is full (max_ongoing_requests), or it holds `imbalance` more requests
@@ -16,18 +18,13 @@ one full forward pass, a queue behind a full batch costs every step of every req
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
 
+from engine.serve.routing import DEFAULT_IMBALANCE, choose, rank
 
-def rank(key: str, replica_ids: list[str]) -> list[str]:
-    """`replica_ids` ordered by preference for `key`: its home replica first."""
-    def weight(replica_id: str) -> bytes:
-        return hashlib.blake2b(f"{key}\0{replica_id}".encode(), digest_size=8).digest()
-
-    return sorted(replica_ids, key=weight, reverse=True)
+__all__ = ["DEFAULT_IMBALANCE", "DocumentAffinityRouter", "rank", "request_key"]
 
 
 def request_key(pending_request: PendingRequest | None) -> str | None:
@@ -36,9 +33,6 @@ def request_key(pending_request: PendingRequest | None) -> str | None:
         return None
     key: Any = pending_request.args[0]
     return key if isinstance(key, str) and key else None
-
-
-DEFAULT_IMBALANCE = 8  # requests: a full batch of the scheduler's default size
 
 
 class DocumentAffinityRouter(RequestRouter):
@@ -59,15 +53,8 @@ class DocumentAffinityRouter(RequestRouter):
             # Past the ranks below, every replica was tried: wait before trying again
             # rather than spin while they are all full.
             pending_request.routing_context.should_backoff = True
-        key = request_key(pending_request)
-        if key is None or len(candidate_replicas) < 2:
-            return [candidate_replicas]
         by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
-        order = rank(key, list(by_id))
-        home, others = by_id[order[0]], [by_id[i] for i in order[1:]]
-        loads = [self.replica_queue_len_cache.get(r.replica_id) for r in candidate_replicas]
-        home_load = self.replica_queue_len_cache.get(home.replica_id)
-        known = [load for load in loads if load is not None]
-        if home_load is not None and known and home_load - min(known) >= self.imbalance:
-            return [others, [home]]
-        return [[home], others]
+        loads = {unique_id: self.replica_queue_len_cache.get(r.replica_id)
+                 for unique_id, r in by_id.items()}
+        ranks = choose(request_key(pending_request), loads, self.imbalance)
+        return [[by_id[unique_id] for unique_id in ids] for ids in ranks]

@@ -12,7 +12,8 @@ HTTP paths (engine.serve.ray_app answers them):
 
     GET  /v1/hello    the hello of engine.serve.protocol, plus "replicas"
     GET  /v1/status   every replica's model, device, queue and tokens/s
-    POST /v1/stream   body: an infill or rewrite request of engine.serve.protocol; answer:
+    POST /v1/stream   body: an infill or rewrite request of engine.serve.protocol (with the
+                      "document" it is about, which routes it); answer:
                       one JSON message per line ("draft" after every step, then "result"
                       or "error"), each naming the replica that served it
 
@@ -104,8 +105,7 @@ class EngineURL:
 
 class RemoteEngine(WireBackend):
     def __init__(self, url: str, token: str, *, priority: str = "interactive",
-                 read_timeout: float = READ_TIMEOUT, ca_file: str | None = None,
-                 document: str | None = None) -> None:
+                 read_timeout: float = READ_TIMEOUT, ca_file: str | None = None) -> None:
         if not token:
             raise ValueError("a remote engine needs a token")
         if not TOKEN_CHARACTERS.fullmatch(token):  # the message must not hold it
@@ -116,9 +116,6 @@ class RemoteEngine(WireBackend):
         self.priority = priority
         self.read_timeout = read_timeout
         self.ca_file = ca_file
-        # Sent with every request so the team's router keeps one document on one replica;
-        # without it the router keys on the start of the prefix.
-        self.document = document
         self.info: dict[str, Any] = {}
         self.last_replica = ""  # the replica that answered the last request
         self._ids = 0
@@ -215,9 +212,9 @@ class RemoteEngine(WireBackend):
     def _stream(self, request: dict[str, Any], cancel: Callable[[], bool] | None
                 ) -> Iterator[Draft]:
         self._ids += 1
+        # The request's "document" (protocol.to_wire) keeps one document on one replica;
+        # without it the team's router keys on the start of the prefix.
         request |= {"id": self._ids, "stream": True, "priority": self.priority}
-        if self.document is not None:
-            request["document"] = self.document
         try:
             body = protocol.encode(request)[protocol.HEADER.size:]
         except protocol.ProtocolError as exc:

@@ -1,0 +1,110 @@
+"""A team's engine endpoint without Ray, for tests of the clients that reach one by URL.
+
+The real front door (engine.serve.front: the deployment's token check, before anything else
+is read) in front of a small stand-in for the Ray Serve ingress behind it, which answers
+`/v1/hello` and `/v1/stream` as engine.serve.ray_app does: a hello of engine.serve.protocol,
+then one "result" line per request with a scripted completion. Every request body that got
+through is kept, so a test sees what a client sent (its "document" included); every
+connection the front accepted is counted, so a test sees that nothing was sent at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.serve import protocol
+from engine.serve.front import Front
+from engine.serve.remote import reply_line
+from engine.types import Draft
+
+
+@dataclass
+class TeamEngine:
+    url: str
+    texts: list[str]  # the completions the replica writes, in order (the last one repeats)
+    requests: list[dict[str, Any]] = field(default_factory=list)  # /v1/stream bodies
+    connections: int = 0  # accepted by the front, authorized or not
+
+    def hello(self) -> dict[str, Any]:
+        return {"type": "hello", "id": None, "version": protocol.VERSION, "model": "team-model",
+                "device": "cuda:0", "family": "masked", "completion_ends": [0], "replicas": 2}
+
+    def answer(self, message: dict[str, Any]) -> dict[str, Any]:
+        self.requests.append(message)
+        text = self.texts.pop(0) if len(self.texts) > 1 else self.texts[0]
+        draft = Draft(step=2, token_ids=[7, 8, 0], committed=3, text=text, done=True,
+                      finish_reason="stop")
+        return {**protocol.draft_message("result", message.get("id"), draft), "replica": "r1"}
+
+
+class CountingFront(Front):
+    def __init__(self, team: TeamEngine, *args: Any) -> None:
+        super().__init__(*args)
+        self.team = team
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.team.connections += 1
+        await super().handle(reader, writer)
+
+
+async def _ingress(team: TeamEngine, reader: asyncio.StreamReader,
+                   writer: asyncio.StreamWriter) -> None:
+    head = await reader.readuntil(b"\r\n\r\n")
+    request_line = head.split(b"\r\n", 1)[0].decode()
+    method, path, _ = request_line.split(" ", 2)
+    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), 0)
+    body = await reader.readexactly(length)
+    if method == "GET" and path.endswith("/v1/hello"):
+        reply = json.dumps(team.hello()).encode()
+    elif method == "POST" and path.endswith("/v1/stream"):
+        reply = reply_line(team.answer(protocol.decode(body)))
+    else:
+        reply = b'{"type": "error", "code": "unknown-op", "message": "no such path"}'
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n"
+                 b"Connection: close\r\n\r\n" + reply)
+    await writer.drain()
+    writer.close()
+
+
+@contextlib.contextmanager
+def team_engine(token: str, *texts: str) -> Iterator[TeamEngine]:
+    """A team's engine on a loopback port (http://127.0.0.1:PORT), in a thread of its own,
+    that takes `token` and writes `texts`."""
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    box: dict[str, Any] = {}
+    team = TeamEngine("", list(texts) or ["a + b"])
+
+    async def main() -> None:
+        up = await asyncio.start_server(lambda r, w: _ingress(team, r, w), "127.0.0.1", 0)
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        front = CountingFront(team, ("127.0.0.1", up.sockets[0].getsockname()[1]), digest)
+        server = await front.start("127.0.0.1", 0)
+        team.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        box["stop"] = asyncio.Event()
+        ready.set()
+        await box["stop"].wait()
+        server.close()
+        up.close()
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    try:
+        yield team
+    finally:
+        loop.call_soon_threadsafe(box["stop"].set)
+        thread.join(10)
+        loop.close()
