@@ -11,9 +11,10 @@ follows. The suggestion is found in three steps:
    nearest the cursor first. An edit that removed no word and only added text at a line's
    end or a new line (a statement being written) implies nothing, and a span at the cursor
    is the inline completion's.
-2. **What**: the model writes each span (an infill of a few tokens) with the recent edits
-   shown as comments above its line (engine.edits.infill_text), through the same Backend and
-   resident engine as every completion, cancelled like them.
+2. **What**: the model writes what each span becomes (an infill of a few tokens ending a
+   comment above the span's line, `# count ->`, under the recent edits shown as comments:
+   engine.edits.infill_text), through the same Backend and resident engine as every
+   completion, cancelled like them.
 3. **Whether**: a suggestion is offered only if the model changed the span, the edited
    document parses no worse, uses no name the file lacks (dg_lsp.names), and the model was
    at least `minEditConfidence` sure of it (dg_lsp.gate). The user's own edit is never
@@ -157,7 +158,8 @@ def suggest(
     steps = 0
     for span in spans(doc, edit, cursor)[:MAX_SPANS]:
         start, end = span.start, span.end
-        prefix, suffix = infill_text(doc.text, start, end, history, comment)
+        prefix, suffix = infill_text(doc.text, start, end, history, comment,
+                                     line=span.kind == "line")
         prefix, suffix = windows(prefix, suffix, char_budget(settings.canvas_length, span.tokens),
                                  settings.suffix_fraction)
         request = InfillRequest(prefix, suffix, span.tokens, settings.sampler,
@@ -173,7 +175,7 @@ def suggest(
         if span.kind == "word":
             text = _word(last.text, original)
         else:
-            text = last.text.split("\n", 1)[0].rstrip() or None
+            text = last.text.split("\n", 1)[0].strip() or None
         if text is None or text == original:
             continue  # the model keeps this one as it is
         if gate.refusal(last.score, settings.min_edit_confidence) is not None:

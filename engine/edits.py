@@ -1,14 +1,24 @@
 """Edits as a model reads them, and the synthetic edits it learns from and is judged on.
 
-A next-edit suggestion (dg_lsp.next_edit) asks the model to fill one span, an occurrence of
-what the user's last edit removed, with the user's recent edits written as comments just
-above the span's line:
+A next-edit suggestion (dg_lsp.next_edit) asks the model what one span becomes (an
+occurrence of a word the user's last edit removed, or a line alike the edited one), with the
+user's recent edits written as comments just above the span's line and the question as the
+last comment, which the model ends:
 
     # was: count = 0
     # now: total = 0
+    # count -> total                          (a word: the model writes " total")
+    count += item.price                       (the span's line, as it is)
 
-A form every code model has read (no prompt template, as the rewrite's instruction comment),
-so real checkpoints read it zero-shot; the bundled model is also trained on it
+    # was: width = raw.width + 1
+    # now: width = int(raw.width + 1)
+    # was: height = raw.height + 1
+    # now: height = int(raw.height + 1)       (a line: the model writes the new line)
+    height = raw.height + 1
+
+The model sees the span it rewrites, the edits that imply the change, and the code around
+it. A form every code model has read (comments; no prompt template, as the rewrite's
+instruction comment), so real checkpoints read it zero-shot; the bundled model is also trained on it
 (engine.train.edit_examples). The same rendering builds the training examples and the
 held-out evaluation (`dg-lsp eval --suite next-edit`), so the model learns what it is shown.
 """
@@ -317,18 +327,23 @@ def noop_edit(text: str, rng: np.random.Generator) -> SyntheticEdit | None:
     return SyntheticEdit(NOOP, original, at, removed, inserted, after, edit, -1, -1, "")
 
 
-def infill_text(text: str, start: int, end: int, edits: Sequence[LineEdit], comment: str
-                ) -> tuple[str, str]:
-    """(prefix, suffix) around the span text[start:end] the model writes: the history comment
-    just above the span's line, with that line's indentation."""
+def infill_text(text: str, start: int, end: int, edits: Sequence[LineEdit], comment: str,
+                line: bool = False) -> tuple[str, str]:
+    """(prefix, suffix) around the hole where the model writes the new text of text[start:end]:
+    the edits shown as comments above the span's line, then the question, a comment the
+    model ends (`# count ->` for a word; `# was: <the line>` / `# now:` for a line), then the
+    span's line and the rest of the document as they are."""
     line_lo, _ = line_span(text, start)
     indent = re.match(r"[ \t]*", text[line_lo:start]).group()  # type: ignore[union-attr]
     note = history_comment(edits, comment, indent)
-    return text[:line_lo] + note + text[line_lo:start], text[end:]
+    span = text[start:end]
+    ask = (f"{indent}{comment} was: {span}\n{indent}{comment} now:" if line
+           else f"{indent}{comment} {span} ->")
+    return text[:line_lo] + note + ask, "\n" + text[line_lo:]
 
 
 def model_text(example: SyntheticEdit, comment: str = "#") -> tuple[str, str, str]:
     """(prefix, middle, suffix) the model reads and writes for `example`."""
     prefix, suffix = infill_text(example.text, example.start, example.end, [example.edit],
-                                 comment)
-    return prefix, example.expected, suffix
+                                 comment, line=example.kind == "pattern")
+    return prefix, " " + example.expected, suffix

@@ -163,8 +163,8 @@ def test_suggest_writes_the_first_span_the_model_changes_and_shows_it_the_edit()
     assert prefix.endswith("    for item in items:\n"
                            "        # was: count = 0\n"
                            "        # now: total = 0\n"
-                           "        ")
-    assert suffix.startswith(" += item.price\n")
+                           "        # count ->")
+    assert suffix.startswith("\n        count += item.price\n")
 
 
 def test_a_kept_span_an_unknown_name_and_an_unsure_model_suggest_nothing():
@@ -220,8 +220,11 @@ def test_synthetic_edits_are_consistent_with_what_the_model_is_shown():
         line = case.text.rfind("\n", 0, case.start) + 1
         indent = re.match(r"[ \t]*", case.text[line:]).group()
         note = history_comment([case.edit], "#", indent)
-        assert prefix == case.text[:line] + note + case.text[line:case.start]
-        assert (middle, suffix) == (case.expected, case.text[case.end:])
+        span = case.text[case.start:case.end]
+        ask = (f"{indent}# was: {span}\n{indent}# now:" if kind == "pattern"
+               else f"{indent}# {span} ->")
+        assert prefix == case.text[:line] + note + ask
+        assert (middle, suffix) == (" " + case.expected, "\n" + case.text[line:])
     assert seen == {"rename", "literal", "keep", "pattern", NOOP}
 
 
