@@ -1,6 +1,6 @@
 """`dg-lsp bench`: the speeds users feel, side by side in one run (table, or `--json`).
 
-Sections (all by default, `--section` to pick):
+Sections (all but batch by default, `--section` to pick):
 
 - lsp: `textDocument/inlineCompletion` through a real LSP client against `dg-lsp serve` as an
   editor starts it (the resident engine, default settings) and, on the same requests, with the
@@ -17,7 +17,10 @@ Sections (all by default, `--section` to pick):
 - concurrency: 1 / 4 / 8 clients through the resident engine's scheduler, from
   `dg-engine bench`;
 - memory: peak RSS of the `dg-lsp` servers (with the engine each used) and of this process
-  (which holds the engine the other sections use).
+  (which holds the engine the other sections use);
+- batch (only when asked: it deploys a team's engine on a local Ray cluster, twice): batch
+  mode's files per minute and tokens per second through the resident engine and through a
+  team's engine of one and of two replicas, over `--limit` files (dg_lsp/bench_batch.py).
 
 Cases come from `--cases-from`, by default held-out third-party code no model here trained on
 (dg_lsp/eval/heldout.py: a pinned PyPI package, fetched once).
@@ -35,7 +38,8 @@ from typing import Any
 
 from engine.checkpoint import BUNDLED_MODELS
 
-SECTIONS = ("lsp", "gate", "samplers", "cache", "concurrency", "memory")
+SECTIONS = ("lsp", "gate", "samplers", "cache", "concurrency", "memory", "batch")
+DEFAULT_SECTIONS = SECTIONS[:-1]  # batch starts Ray clusters: only when asked
 AR_BASELINE = BUNDLED_MODELS / "ar-baseline"
 SINGLE_LINE_TOKENS = 24  # the server's rest-of-line hole
 
@@ -43,11 +47,12 @@ SINGLE_LINE_TOKENS = 24  # the server's rest-of-line hole
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("bench", help="latency, throughput, quality and memory")
     parser.add_argument("--section", action="append", choices=SECTIONS,
-                        help="sections to run (repeatable; default: all)")
+                        help="sections to run (repeatable; default: all but batch)")
     parser.add_argument("--cases-from", type=Path, default=None,
                         help="folder of Python sources to cut cases from (default: the "
                         "held-out third-party package, see dg_lsp/eval/heldout.py)")
-    parser.add_argument("--limit", type=int, default=80, help="cases per section")
+    parser.add_argument("--limit", type=int, default=80,
+                        help="cases per section (batch: files, three functions each)")
     parser.add_argument("--functions", type=int, default=2,
                         help="whole functions typed keystroke by keystroke (lsp section)")
     parser.add_argument("--model", default=None, help="checkpoint (default: bundled)")
@@ -70,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     from dg_lsp.eval.heldout import PACKAGE, VERSION, heldout_sources
     from engine.cases import cut_cases, cut_cursor_cases
 
-    sections = args.section or list(SECTIONS)
+    sections = args.section or list(DEFAULT_SECTIONS)
     try:
         folder = args.cases_from or heldout_sources()
         cases = cut_cases(folder, args.limit, seed=args.seed, kinds=("single-line",))
@@ -121,6 +126,13 @@ def run(args: argparse.Namespace) -> int:
         report["memory"] = {"benchPeakRssMb": peak_rss_mb(os.getpid()),
                             **report.get("lsp", {}).get("memory", {})}
         _show(args, "memory", [report["memory"]])
+    if "batch" in sections:
+        from dg_lsp.bench_batch import FUNCTIONS_PER_FILE, batch_section
+
+        report["batch"] = batch_section(folder, args.limit, args.model, args.device, args.seed)
+        _show(args, "batch mode: `dg-lsp batch --action docstrings --check`, the same files "
+              f"(up to {args.limit}, {FUNCTIONS_PER_FILE} functions each, from {source})",
+              report["batch"])
     if args.json:
         print(json.dumps(report, indent=2))
     return 0

@@ -245,7 +245,7 @@ def test_a_query_replaces_the_built_in_one_and_files_it_does_not_fit_are_skipped
         " body: (block) @body) @function))")
     args = build_parser().parse_args(["batch", "src", "--action", "docstrings",
                                       "--query", "methods.scm"])
-    _, plans, skipped = prepare(args)
+    _, plans, skipped, _ = prepare(args)
     assert {label: [t.name for t in plan[2]] for label, plan in plans.items()} == {
         "src/shapes.py": ["__init__", "diameter"]}
     assert [(label, reason.split(":")[0]) for label, reason in skipped] == [

@@ -134,15 +134,18 @@ def team_token(tmp: Path) -> Path:
     return path
 
 
-def serve_ray(tmp: Path, env: dict[str, str], dream_ckpt: Path, *address: str
+def serve_ray(tmp: Path, env: dict[str, str], dream_ckpt: Path, *address: str,
+              options: tuple[str, ...] = ("--dtype", "float32")
               ) -> tuple[subprocess.Popen, int, int]:
+    """`dg-engine serve --ray` in its own session, logging to tmp/serve.log; `options` are
+    added to its command line (other tests: replicas, autoscaling)."""
     listen, serve_port = free_port(), free_port()
     log = (tmp / "serve.log").open("wb")
     process = subprocess.Popen(
         [str(BIN / "dg-engine"), "serve", "--ray", *address, "--model", str(dream_ckpt),
-         "--device", "cpu", "--dtype", "float32", "--token-file", str(team_token(tmp)),
+         "--device", "cpu", "--token-file", str(team_token(tmp)),
          "--listen", f"127.0.0.1:{listen}", "--serve-port", str(serve_port),
-         "--replica-cpus", "0.5", "--threads", "1"],
+         "--replica-cpus", "0.5", "--threads", "1", *options],
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     log.close()
     return process, listen, serve_port

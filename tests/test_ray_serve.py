@@ -344,6 +344,7 @@ def test_killing_a_replica_mid_request_fails_that_request_alone_and_the_app_heal
 
 def test_serve_ray_options_are_checked_before_anything_is_deployed(token_file, capsys):
     from engine.cli import build_parser, main
+    from engine.serve.ray_app import autoscaling_config
     from engine.serve.ray_cli import front_address, options_from_args, tls_context
 
     def parse(*extra: str):
@@ -354,9 +355,21 @@ def test_serve_ray_options_are_checked_before_anything_is_deployed(token_file, c
     assert (options.min_replicas, options.max_replicas, options.gpus) == (1, 4, 1.0)
     assert options.token_digest == token_digest(TOKEN) and TOKEN not in repr(options)
     for bad in (("--min-replicas", "3", "--max-replicas", "2"), ("--min-replicas", "1"),
-                ("--replicas", "0")):
+                ("--replicas", "0"), ("--autoscale-window", "0"), ("--upscale-delay", "-1"),
+                ("--downscale-delay", "inf")):
         with pytest.raises(ValueError):
             options_from_args(parse(*bad), TOKEN, gpus=False)
+    # The delays and the window reach Ray Serve's autoscaling config (the defaults: a service's).
+    quick = options_from_args(parse("--min-replicas", "1", "--max-replicas", "2",
+                                    "--upscale-delay", "2", "--downscale-delay", "5",
+                                    "--autoscale-window", "4", "--max-batch", "2"), TOKEN,
+                              gpus=False)
+    assert autoscaling_config(quick) == {
+        "min_replicas": 1, "max_replicas": 2, "initial_replicas": 1,
+        "target_ongoing_requests": 2, "upscale_delay_s": 2.0, "downscale_delay_s": 5.0,
+        "look_back_period_s": 4.0, "metrics_interval_s": 1.0}
+    assert {k: v for k, v in autoscaling_config(options).items() if k.endswith("_s")} == {
+        "upscale_delay_s": 5.0, "downscale_delay_s": 120.0, "look_back_period_s": 30.0}
     with pytest.raises(ValueError, match="together"):
         tls_context(Path("cert.pem"), None)
     with pytest.raises(ValueError, match="HOST:PORT"):

@@ -71,6 +71,8 @@ class Record:
     steps: int = 0
     tokens: int | None = None
     seconds: float = 0.0
+    replica: str = ""  # the team engine's replica that served it, where the answer says
+    attempts: int = 1  # tries: more than one when the engine was busy or a replica was lost
     # The exception behind an "error: ..." result, for callers that retry on its type.
     error: Exception | None = field(default=None, repr=False, compare=False)
 
@@ -91,6 +93,7 @@ class FileResult:
     new: str
     records: list[Record]
     worker: str = ""  # the Ray worker that computed it (host:pid); "" when local
+    failure: str = ""  # why the file was left as it was (a target failed, it was not written)
 
 
 # -- targets ----------------------------------------------------------------------------------
@@ -172,8 +175,7 @@ def process_file(backend: Backend, label: str, text: str, job: BatchJob,
 def run_target(backend: Backend, doc: ParsedText, label: str, target: Target, job: BatchJob,
                cancel: Callable[[], bool] | None = None) -> tuple[Record, Edit | None]:
     """(its record, the Edit or None) for one target; failures are recorded, never raised."""
-    record = Record(label, _position(doc.text, target.start), _position(doc.text, target.end),
-                    target.action, target.name, "")
+    record = target_record(doc, label, target)
     counting = CountingBackend(backend)
     started = time.perf_counter()
     edit = None
@@ -190,6 +192,12 @@ def run_target(backend: Backend, doc: ParsedText, label: str, target: Target, jo
     record.tokens = counting.tokens
     record.seconds = time.perf_counter() - started
     return record, edit
+
+
+def target_record(doc: ParsedText, label: str, target: Target, result: str = "") -> Record:
+    """A record for `target` of `doc`, with no work done yet."""
+    return Record(label, _position(doc.text, target.start), _position(doc.text, target.end),
+                  target.action, target.name, result)
 
 
 def merge(label: str, doc: ParsedText, outcomes: list[tuple[Record, Edit | None]]) -> FileResult:

@@ -18,7 +18,10 @@
   counts the requests refused for their token (here and at engine.serve.front).
 
 Replica count is fixed or autoscaled by Ray Serve on ongoing requests per replica (queued and
-live in its scheduler): the queue length.
+live in its scheduler): the queue length, averaged over `autoscale_window` seconds, aiming at
+`max_batch` per replica; a replica is added after `upscale_delay` seconds above that and one
+removed after `downscale_delay` seconds below (Ray Serve's defaults for a service: 5 s up,
+120 s down, a 30 s window; shorter in the tests).
 """
 
 from __future__ import annotations
@@ -62,6 +65,9 @@ class AppOptions:
     replicas: int = 1
     min_replicas: int | None = None  # both set: autoscaled between them
     max_replicas: int | None = None
+    upscale_delay: float = 5.0  # seconds over the target before a replica is added
+    downscale_delay: float = 120.0  # seconds under it before one is removed
+    autoscale_window: float = 30.0  # seconds the ongoing requests are averaged over
     max_batch: int = 8
     max_queue: int = 64
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT
@@ -289,6 +295,23 @@ def _error(request_id: Any, code: str, message: str) -> dict[str, Any]:
     return {"type": "error", "id": request_id, "code": code, "message": message}
 
 
+def autoscaling_config(options: AppOptions) -> dict[str, Any]:
+    """Ray Serve's autoscaling config for `options` (min_replicas and max_replicas set)."""
+    config: dict[str, Any] = {
+        "min_replicas": options.min_replicas, "max_replicas": options.max_replicas,
+        "initial_replicas": max(options.min_replicas or 0, 1),
+        # Ongoing requests per replica: its scheduler's queue and live batch.
+        "target_ongoing_requests": options.max_batch,
+        "upscale_delay_s": options.upscale_delay, "downscale_delay_s": options.downscale_delay,
+        "look_back_period_s": options.autoscale_window}
+    if options.autoscale_window <= 10.0:
+        # Serve's metrics are pushed every 10 s by default, and must come more often than the
+        # window; the field is deprecated (an environment variable will replace it), so only a
+        # short window sets it.
+        config["metrics_interval_s"] = options.autoscale_window / 4
+    return config
+
+
 def build_app(options: AppOptions) -> Any:
     """The Serve application for `options` (serve.run it)."""
     if options.gpus:
@@ -297,12 +320,7 @@ def build_app(options: AppOptions) -> Any:
         actor = {"num_cpus": options.cpus}
     scaling: dict[str, Any]
     if options.min_replicas is not None and options.max_replicas is not None:
-        scaling = {"autoscaling_config": {
-            "min_replicas": options.min_replicas, "max_replicas": options.max_replicas,
-            "initial_replicas": max(options.min_replicas, 1),
-            # Ongoing requests per replica: its scheduler's queue and live batch.
-            "target_ongoing_requests": options.max_batch,
-            "upscale_delay_s": 5.0, "downscale_delay_s": 120.0}}
+        scaling = {"autoscaling_config": autoscaling_config(options)}
     else:
         scaling = {"num_replicas": options.replicas}
     replica = serve.deployment(

@@ -45,6 +45,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--min-replicas", type=int, default=None,
                        help="autoscale on queue length between --min- and --max-replicas")
     group.add_argument("--max-replicas", type=int, default=None)
+    group.add_argument("--upscale-delay", type=float, default=5.0, metavar="S",
+                       help="autoscaling: seconds above --max-batch ongoing requests per "
+                       "replica before one is added (default 5)")
+    group.add_argument("--downscale-delay", type=float, default=120.0, metavar="S",
+                       help="autoscaling: seconds below it before one is removed (default 120)")
+    group.add_argument("--autoscale-window", type=float, default=30.0, metavar="S",
+                       help="autoscaling: seconds the ongoing requests are averaged over "
+                       "(default 30)")
     group.add_argument("--replica-cpus", type=float, default=1.0,
                        help="CPUs each replica reserves when the cluster has no GPU")
     group.add_argument("--tls-cert", type=Path, help="serve HTTPS with this certificate")
@@ -114,9 +122,16 @@ def options_from_args(args: argparse.Namespace, token: str, gpus: bool) -> Any:
                          "0 <= min <= max, max >= 1")
     if args.replicas < 1:
         raise ValueError("--replicas must be at least 1")
+    for name in ("upscale_delay", "downscale_delay", "autoscale_window"):
+        value = getattr(args, name)
+        if not 0 <= value < float("inf") or (name == "autoscale_window" and value <= 0):
+            raise ValueError(f"--{name.replace('_', '-')} must be a finite number of seconds"
+                             + (" above 0" if name == "autoscale_window" else ""))
     return AppOptions(model=args.model, device=args.device, dtype=args.dtype,
                       token_digest=token_digest(token), replicas=args.replicas,
                       min_replicas=args.min_replicas, max_replicas=args.max_replicas,
+                      upscale_delay=args.upscale_delay, downscale_delay=args.downscale_delay,
+                      autoscale_window=args.autoscale_window,
                       max_batch=args.max_batch, max_queue=args.max_queue,
                       request_timeout=args.request_timeout, gpus=1.0 if gpus else 0.0,
                       cpus=args.replica_cpus, threads=args.threads)

@@ -15,11 +15,18 @@ HTTP paths (engine.serve.ray_app answers them):
     POST /v1/stream   body: an infill or rewrite request of engine.serve.protocol (with the
                       "document" it is about, which routes it); answer:
                       one JSON message per line ("draft" after every step, then "result"
-                      or "error"), each naming the replica that served it
+                      or "error"), each "draft" and "result" with a "replica" (transport
+                      metadata, optional: an engine that predates it sends none)
 
 `RemoteEngine` implements engine.backend.Backend, as `EngineClient` does. Cancelling a stream
 closes its connection: the ingress sees the disconnect and the replica drops the request at
 its next step boundary, as the resident engine does when a socket closes.
+
+What a client sees when a replica is lost: EngineUnavailable with code "unavailable" (the
+ingress's answer for a replica lost mid-request, the front's 502 when Ray Serve's proxy does
+not answer, or any 5xx that is not the engine's own answer), or with no code (the connection
+reset or closed before the result, nothing heard for `read_timeout`). Either way the same
+request, sent again, goes to a live replica (batch mode retries it: dg_lsp.batch.shared).
 
 No torch and no Ray here: a developer's dg-lsp talking to the team's engine needs neither.
 """
@@ -30,6 +37,7 @@ import dataclasses
 import http.client
 import json
 import ssl
+import threading
 import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -117,11 +125,18 @@ class RemoteEngine(WireBackend):
         self.read_timeout = read_timeout
         self.ca_file = ca_file
         self.info: dict[str, Any] = {}
-        self.last_replica = ""  # the replica that answered the last request
+        self._local = threading.local()  # per thread: the replica that served its last request
         self._ids = 0
 
     def __repr__(self) -> str:  # never the token
         return f"RemoteEngine({str(self.url)!r})"
+
+    @property
+    def last_replica(self) -> str:
+        """The replica that served this thread's last request ("" when its answer named none:
+        an engine that predates the "replica" field, or a request that failed before its first
+        answer). Per thread: batch mode streams from several threads through one client."""
+        return getattr(self._local, "replica", "")
 
     @classmethod
     def connect(cls, url: str, token_file: Path | str | None = None, **kwargs: Any
@@ -190,7 +205,12 @@ class RemoteEngine(WireBackend):
             try:
                 reply = protocol.decode(response.read(protocol.MAX_UNAUTHENTICATED))
             except (OSError, http.client.HTTPException, protocol.ProtocolError):
-                reply = {"type": "error", "code": "failed", "message": f"HTTP {response.status}"}
+                # Not the engine's answer: a proxy's. A 5xx there (no replica to take the
+                # request, a replica or the ingress lost) is about the engine's state: the same
+                # request may be answered in a moment ("unavailable", as the ingress says).
+                code = "unavailable" if response.status >= 500 else "failed"
+                reply = {"type": "error", "code": code,
+                         "message": f"HTTP {response.status} from the engine's proxy"}
             finally:
                 connection.close()
             raise_error(reply)
@@ -219,6 +239,7 @@ class RemoteEngine(WireBackend):
             body = protocol.encode(request)[protocol.HEADER.size:]
         except protocol.ProtocolError as exc:
             raise EngineRefused(str(exc)) from None
+        self._local.replica = ""
         connection, response = self._open("POST", "/v1/stream", body)
         last: Draft | None = None
         try:
@@ -231,7 +252,7 @@ class RemoteEngine(WireBackend):
                     return
                 reply = self._next_line(response)
                 raise_error(reply)
-                self.last_replica = str(reply.get("replica", self.last_replica))
+                self._local.replica = str(reply.get("replica", self.last_replica))
                 last = protocol.draft_from_wire(reply["draft"], reply.get("score"))
                 yield last
                 if reply.get("type") == "result":
