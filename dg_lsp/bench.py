@@ -8,7 +8,9 @@ Sections (all but batch by default, `--section` to pick):
   what was shown scored per cursor class (dg_lsp/bench_lsp.py says how);
 - gate: the confidence gate's curve on the same cursors: the share shown against the exact
   match and edit similarity of what is shown, per cursor class and pooled, at a range of
-  `minConfidence` thresholds, and the one the README's rule picks (dg_lsp/bench_gate.py);
+  `minConfidence` thresholds on the calibrated probability, and the one the rule of
+  docs/usage.md picks; beside it the pooled curve of the least confident token alone
+  (dg_lsp/bench_gate.py);
 - samplers: per-completion latency, forward passes, tokens per forward and edit similarity for
   top-k k=1 (one token per step), confidence threshold and entropy bound, and the
   autoregressive baseline (KV cache) on single-line holes;
@@ -100,12 +102,16 @@ def run(args: argparse.Namespace) -> int:
 
         cursors = cut_cursor_cases(folder, args.limit, seed=args.seed)
         report["gate"] = gate_section(cursors, args.model, args.device)
-        _show(args, "confidence gate, all cursors (minConfidence: shown rate, quality of what "
-              f"is shown); the rule picks {report['gate']['chosen']}", report["gate"]["pooled"])
+        _show(args, "confidence gate, all cursors (minConfidence on the calibrated "
+              "probability: shown rate, quality of what is shown); the rule picks "
+              f"{report['gate']['chosen']}", report["gate"]["pooled"])
+        _show(args, "the least confident token alone (Score.lowest) on the same cursors; the "
+              f"rule picks {report['gate']['lowestChosen']}", report["gate"]["lowest"])
         for kind, rows in report["gate"]["perClass"].items():
             _show(args, f"confidence gate, cursor class '{kind}'", rows)
-        _show(args, "what the score adds to a completion (96-token hole, 24 passes)",
-              [{"scoreCostMs": report["gate"]["scoreCostMs"]}])
+        _show(args, "what the score and the calibrator add to a completion (score: 96-token "
+              "hole, 24 passes)", [{"scoreCostMs": report["gate"]["scoreCostMs"],
+                                    "calibratorCostMs": report["gate"]["calibratorCostMs"]}])
     engine = None
     if {"samplers", "cache", "concurrency"} & set(sections):
         from engine import Engine

@@ -2,9 +2,12 @@
 
 The cursors are the lsp section's (engine/cases.py `cut_cursor_cases`, the same seed and
 documents). Each runs the default path once in process (`Pipeline`, default settings but
-`minConfidence` 0) and keeps what it would show with the engine's Score of it; the gate is a
-filter on that Score (dg_lsp.gate), so the curve at every threshold comes from the one run.
-What is shown is scored as the lsp section scores it (cut to as many lines as the reference).
+`minConfidence` 0) and keeps what it would show with the engine's Score of it and what the
+server knows when it decides; the gate is a filter on those (dg_lsp.gate.hides: the
+calibrator's probability, `calibrated`), so the curve at every threshold comes from the one
+run. Beside it, the same curve for the least confident token alone (`lowest`, what the gate
+read before the calibrator). What is shown is scored as the lsp section scores it (cut to as
+many lines as the reference).
 
 The default threshold is chosen by `choose`: the most right suggestions per wrong one shown,
 among the thresholds that still show a suggestion at at least a third of the cursors.
@@ -15,14 +18,21 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from dg_lsp.eval.scoring import edit_similarity, exact_match
+from dg_lsp.gate import features
 from engine.cases import Case
+from engine.types import Score
 
 # Denser where the bundled model's curve crosses a third of the cursors shown.
 THRESHOLDS = (0.0, 0.05, 0.1, 0.12, 0.14, 0.16, 0.18, 0.2, 0.22, 0.25, 0.3, 0.4, 0.5, 0.6, 0.8)
+# The calibrator's probabilities (dg_lsp.gate.Calibrator): denser where its curve crosses a
+# third of the training cursors shown (about 0.05).
+PROBABILITIES = (0.0, 0.02, 0.03, 0.04, 0.045, 0.05, 0.055, 0.06, 0.07, 0.08, 0.1, 0.12, 0.15,
+                 0.2, 0.3, 0.5)
 MIN_SHOWN = 1 / 3  # the rule's floor: at least this share of cursors still gets a suggestion
 
 
@@ -35,12 +45,34 @@ class Shown:
     lowest: float | None  # engine.types.Score.lowest; None: no suggestion (or no score)
     exact: bool
     similarity: float
-    mean: float | None = None  # engine.types.Score.mean (compared in the README, not gated)
-    shown: str = ""
+    mean: float | None = None  # engine.types.Score.mean
+    shown: str = ""  # what is scored: the suggestion cut to as many lines as the reference
+    # What the server knows when it decides (dg_lsp.gate.features reads the Score, the hole
+    # and the text; scripts/experiments/gate_features.py tries the line and finish reason):
+    tokens: int = 0  # Score.tokens
+    passes: int = 0  # Score.passes
+    hole: str = ""  # the hole kind (dg_lsp.context HOLE_KINDS)
+    line_prefix: str = ""  # the cursor's line before the cursor
+    text: str = ""  # the whole suggestion (after post-processing)
+    finish_reason: str = ""  # the last draft's
+
+    def score(self) -> Score | None:
+        if self.lowest is None:
+            return None
+        return Score(self.lowest, self.mean if self.mean is not None else self.lowest,
+                     self.tokens, self.passes)
+
+    def features(self) -> list[float] | None:
+        """dg_lsp.gate.features of the suggestion; None: none was made."""
+        score = self.score()
+        if score is None:
+            return None
+        return features(score, self.hole, self.text)
 
 
-def run_cursors(cases: list[Case], model: str | None, device: str) -> list[Shown]:
-    """Every cursor through the default path with the gate off."""
+def run_cursors(cases: list[Case], model: str | None, device: str,
+                on_row: Callable[[Shown], None] | None = None) -> list[Shown]:
+    """Every cursor through the default path with the gate off (`on_row` sees each row)."""
     from dg_lsp.languages import language_for
     from dg_lsp.pipeline import CompletionRequest, Pipeline, _last_draft
     from dg_lsp.settings import Settings
@@ -57,20 +89,39 @@ def run_cursors(cases: list[Case], model: str | None, device: str) -> list[Shown
         completion = pipeline.finish(request, ctx, last)
         if completion is None or last is None or last.score is None:
             rows.append(Shown(case.id, case.kind, None, False, 0.0))
-            continue
-        seen = "\n".join(completion.text.split("\n")[: case.middle.count("\n") + 1])
-        rows.append(Shown(case.id, case.kind, last.score.lowest, exact_match(seen, case.middle),
-                          round(edit_similarity(seen, case.middle), 3),
-                          round(last.score.mean, 4), seen))
+        else:
+            score = last.score
+            seen = "\n".join(completion.text.split("\n")[: case.middle.count("\n") + 1])
+            rows.append(Shown(case.id, case.kind, score.lowest, exact_match(seen, case.middle),
+                              round(edit_similarity(seen, case.middle), 3), score.mean, seen,
+                              score.tokens, score.passes, ctx.kind, ctx.line_prefix,
+                              completion.text, last.finish_reason))
+        if on_row is not None:
+            on_row(rows[-1])
     return rows
 
 
-def curve(rows: list[Shown], thresholds: tuple[float, ...] = THRESHOLDS) -> list[dict]:
-    """At each threshold: the share of cursors shown, and the exact match, edit similarity
-    and right-per-wrong of what is shown."""
+def lowest(row: Shown) -> float | None:
+    return row.lowest
+
+
+def calibrated(row: Shown) -> float | None:
+    """What the gate thresholds: the calibrator's probability that the row's suggestion is
+    close to right (dg_lsp.gate.confidence)."""
+    from dg_lsp.gate import confidence
+
+    score = row.score()
+    return None if score is None else confidence(score, row.hole, row.text)
+
+
+def curve(rows: list[Shown], thresholds: tuple[float, ...] = THRESHOLDS,
+          score: Callable[[Shown], float | None] = lowest) -> list[dict]:
+    """At each threshold on `score`: the share of cursors shown, and the exact match, edit
+    similarity and right-per-wrong of what is shown."""
     out = []
+    scores = [score(r) for r in rows]
     for threshold in thresholds:
-        shown = [r for r in rows if r.lowest is not None and r.lowest >= threshold]
+        shown = [r for r, v in zip(rows, scores, strict=True) if v is not None and v >= threshold]
         right = sum(r.exact for r in shown)
         out.append({
             "minConfidence": threshold, "cursors": len(rows), "shown": len(shown),
@@ -121,15 +172,34 @@ def score_cost_ms(hole: int, passes: int, repeats: int = 2000) -> float:
     return round(1000 * passes * statistics.median(seconds), 4)
 
 
+def calibrator_cost_ms(repeats: int = 2000) -> float:
+    """The median time the calibrator adds to a completion: its features and probability
+    (dg_lsp.gate.confidence) of a 40-character suggestion."""
+    from dg_lsp.gate import confidence
+
+    score = Score(0.3, 0.7, 12, 9)
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        confidence(score, "rest_of_line", "self.assertEqual(result, expected_value)")
+        seconds.append(time.perf_counter() - start)
+    return round(1000 * statistics.median(seconds), 4)
+
+
 def gate_section(cases: list[Case], model: str | None, device: str) -> dict[str, Any]:
-    """The curve per cursor class and pooled, the threshold the rule picks (pooled), and the
-    score's cost per completion at the largest hole (a block, 96 tokens) and 24 passes."""
+    """The gate's curve (the calibrated probability) per cursor class and pooled, the
+    threshold the rule picks (pooled), the same pooled for `lowest` alone, and the score's
+    cost per completion at the largest hole (a block, 96 tokens) and 24 passes, and the
+    calibrator's."""
     start = time.perf_counter()
     rows = run_cursors(cases, model, device)
     classes = sorted({r.kind for r in rows})
-    per_class = {kind: curve([r for r in rows if r.kind == kind]) for kind in classes}
-    pooled = curve(rows)
+    per_class = {kind: curve([r for r in rows if r.kind == kind], PROBABILITIES, calibrated)
+                 for kind in classes}
+    pooled = curve(rows, PROBABILITIES, calibrated)
+    by_lowest = curve(rows, THRESHOLDS, lowest)
     return {"pooled": pooled, "perClass": per_class, "chosen": choose(pooled),
-            "scoreCostMs": score_cost_ms(96, 24),
+            "lowest": by_lowest, "lowestChosen": choose(by_lowest),
+            "scoreCostMs": score_cost_ms(96, 24), "calibratorCostMs": calibrator_cost_ms(),
             "cursors": [dataclasses.asdict(r) for r in rows],
             "seconds": round(time.perf_counter() - start, 1)}

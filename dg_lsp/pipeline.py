@@ -84,10 +84,9 @@ class Pipeline:
     ) -> Completion | None:
         if last is None or last.finish_reason == "cancelled":
             return None
-        if gate.refusal(last.score, self.settings.min_confidence) is not None:
-            return None
         suggestion = postprocess(last.text, ctx)
-        if suggestion is None:
+        if suggestion is None or gate.hides(last.score, ctx.kind, suggestion.text,
+                                             self.settings.min_confidence):
             return None
         self.cache.put(request.uri, request.text, request.offset, suggestion)
         return _completion(request, suggestion, ctx.kind, last.step)

@@ -38,8 +38,9 @@ DTYPES = ("auto", "int8", "float32", "bfloat16", "float16", "float64")  # engine
 # http(s):// URL instead names a team's engine (`dg-engine serve --ray`), reached with the
 # token in `engine_token_file`.
 ENGINE_MODES = ("resident", "inproc")
-# README, "Confidence gate": measured by `dg-lsp bench --gate` on the bench's held-out cursors.
-DEFAULT_MIN_CONFIDENCE = 0.22
+# docs/usage.md, "Confidence gate": the calibrated probability (dg_lsp.gate) the rule picks on
+# the bench's held-out cursors (`dg-lsp bench --section gate`).
+DEFAULT_MIN_CONFIDENCE = 0.05
 
 
 def _engine_url(value: str) -> bool:
@@ -99,12 +100,13 @@ class Settings:
     languages: list[str] | None = checked(None, "a list of language ids",
                                           lambda v: v is None or isinstance(v, list))
     extra_context: bool = checked(True, "true or false", lambda v: True)  # other open documents
-    # A completion whose least confident token is below this is not shown (dg_lsp.gate);
-    # 0 shows everything. The default is chosen on held-out cursors by the rule in README,
-    # "Confidence gate".
+    # A completion whose calibrated probability of being close to right is below this is not
+    # shown (dg_lsp.gate.hides); 0 shows everything. The default is chosen on held-out
+    # cursors by the rule in docs/usage.md, "Confidence gate".
     min_confidence: float = bounded(DEFAULT_MIN_CONFIDENCE, MIN_CONFIDENCE_RANGE)
-    # The same gate for code actions, rewrites and batch edits. 0 by default: no held-out
-    # measurement says where a rewrite's score separates right from wrong (README).
+    # The gate for code actions, rewrites and batch edits, on the least confident token
+    # (dg_lsp.gate.refusal). 0 by default: no held-out measurement says where a rewrite's
+    # score separates right from wrong (docs/usage.md).
     min_edit_confidence: float = bounded(0.0, MIN_CONFIDENCE_RANGE)
 
     def enabled(self, language_id: str) -> bool:

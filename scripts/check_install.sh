@@ -34,7 +34,8 @@ sdist=$(ls "$work"/dist/*.tar.gz)
 "$python" -m zipfile -l "$wheel" > "$work/wheel.txt"
 tar -tzf "$sdist" > "$work/sdist.txt"
 for data in dg_lsp/grammars/python/context.scm dg_lsp/grammars/go/actions.scm \
-            dg_lsp/examples/fib.py engine/bundled/default/config.json; do
+            dg_lsp/examples/fib.py dg_lsp/gate_calibrator.json \
+            engine/bundled/default/config.json; do
   grep -q "^$data " "$work/wheel.txt" || { echo "the wheel lacks $data"; exit 1; }
   grep -q "/$data$" "$work/sdist.txt" || { echo "the sdist lacks $data"; exit 1; }
 done

@@ -1,6 +1,7 @@
-"""The confidence gate (issue #32 items 1-3): the engine scores what it commits, the score
-travels with the draft (in process and over the wire alike), and a completion or edit the
-model is not sure of is not shown."""
+"""The confidence gate (issue #32): the engine scores what it commits, the score travels with
+the draft (in process and over the wire alike), and a completion or edit the model is not
+sure of is not shown: a completion by the calibrator's probability (dg_lsp.gate.Calibrator,
+fitted by dg_lsp.gate_fit), an edit by its least confident token."""
 
 from __future__ import annotations
 
@@ -132,19 +133,75 @@ class Scored:
 SOURCE = "def f(x):\n    return \n"
 
 
-def complete(lowest: float | None, min_confidence: float) -> str | None:
+def complete(lowest: float | None, min_confidence: float, text: str = "x + 1") -> str | None:
     request = CompletionRequest(SOURCE, SOURCE.index("\n", 10), language_for("python"))
-    pipeline = Pipeline(Scored(("x + 1", lowest)), Settings(min_confidence=min_confidence))
+    pipeline = Pipeline(Scored((text, lowest)), Settings(min_confidence=min_confidence))
     completion = pipeline.complete(request)
     return None if completion is None else completion.text
 
 
-def test_the_gate_hides_what_the_model_is_unsure_of_and_zero_shows_everything():
-    assert complete(0.3, 0.45) is None
-    assert complete(0.45, 0.45) == "x + 1"
-    assert complete(0.3, 0.0) == "x + 1"
+# A calibrator made by hand: p = sigmoid(-1 + 4 (lowest - 0.5) - 2 lines), the other inputs
+# weighted 0 (dg_lsp.gate.FEATURES: lowest, mean, log_tokens, block, log_chars, lines).
+HAND_MADE = gate.Calibrator(mean=(0.5, 0, 0, 0, 0, 0), std=(0.25, 1, 1, 1, 1, 1),
+                            weight=(1.0, 0, 0, 0, 0, -2.0), bias=-1.0)
+
+
+@pytest.fixture
+def hand_made(monkeypatch):
+    monkeypatch.setattr(gate, "calibrator", lambda: HAND_MADE)
+
+
+def sigmoid(z: float) -> float:
+    return 1 / (1 + math.exp(-z))
+
+
+def test_the_gate_hides_what_the_calibrator_is_unsure_of_and_zero_shows_everything(hand_made):
+    # "x + 1", one line: p = sigmoid(-1 + 4 (lowest - 0.5))
+    assert gate.confidence(Score(0.75, 0.9, 3, 3), "rest_of_line", "x + 1") == sigmoid(0.0)
+    assert gate.confidence(Score(0.5, 0.9, 3, 3), "rest_of_line", "x + 1") == sigmoid(-1.0)
+    assert complete(0.5, 0.3) is None  # 0.269 < 0.3
+    assert complete(0.75, 0.3) == "x + 1"  # 0.5
+    assert complete(0.75, 0.5) == "x + 1"  # at the threshold: shown
+    assert complete(0.75, 0.51) is None
+    assert complete(0.5, 0.0) == "x + 1"
     assert complete(0.0, 0.0) == "x + 1"
     assert complete(None, 0.9) == "x + 1"  # an old engine's draft has no score: shown
+    assert not gate.hides(None, "block", "x", 0.9)
+    assert not gate.hides(Score(0.0, 0.0, 1, 1), "block", "x", 0.0)
+
+
+def test_the_gate_reads_the_suggestion_as_post_processed_not_the_raw_draft(hand_made):
+    """The model writes two lines at a rest-of-line hole; the suggestion is the first (the
+    unit): the calibrator sees 0 lines, p = 0.5, not sigmoid(-2) for the raw text's line."""
+    assert complete(0.75, 0.4, text="x + 1\n    return y") == "x + 1"
+    assert gate.hides(Score(0.75, 0.9, 3, 3), "block", "x + 1\ny", 0.4)  # sigmoid(-2) = 0.12
+
+
+def test_the_calibrators_features_of_hand_made_completions():
+    assert gate.FEATURES == ("lowest", "mean", "log_tokens", "block", "log_chars", "lines")
+    assert gate.features(Score(0.25, 0.5, 3, 4), "rest_of_line", "x + 1") == [
+        0.25, 0.5, math.log(4), 0.0, math.log(6), 0.0]
+    assert gate.features(Score(0.5, 0.75, 0, 2), "block", "if x:\n    y\n") == [
+        0.5, 0.75, 0.0, 1.0, math.log(13), 2.0]
+    assert gate.features(Score(1.0, 1.0, 0, 1), "brackets", "") == [
+        1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+
+
+def test_the_shipped_calibrator_loads_and_reads_more_confidence_as_more_likely_right():
+    data = json.loads(gate.CALIBRATOR_FILE.read_text())
+    model = gate.calibrator()
+    assert data["features"] == list(gate.FEATURES)
+    assert len(model.weight) == len(model.mean) == len(model.std) == len(gate.FEATURES)
+    assert all(s > 0 for s in model.std)
+    assert data["label"] == "similar" and data["refit"].startswith("python -m dg_lsp.gate_fit")
+    assert gate.Calibrator.from_json(model.to_json()) == model
+    lowest, mean = (model.weight[gate.FEATURES.index(f)] for f in ("lowest", "mean"))
+    assert lowest > 0 and mean > 0
+    sure = gate.confidence(Score(0.9, 0.95, 4, 4), "rest_of_line", "x + 1")
+    unsure = gate.confidence(Score(0.05, 0.3, 4, 4), "rest_of_line", "x + 1")
+    assert 0 < unsure < Settings().min_confidence < sure < 1
+    with pytest.raises(ValueError, match="features"):
+        gate.Calibrator.from_json({**data, "features": ["lowest"]})
 
 
 def test_min_confidence_is_a_setting_in_the_bounds_table():
@@ -205,8 +262,10 @@ def list_texts(wire: WireServer, uri: str, text: str) -> list[str]:
 
 
 def test_over_lsp_the_gate_hides_a_low_score_and_shows_a_high_one():
-    wire = scored_server([("x + 1", 0.3), ("x + 2", 0.6), ("x + 3", 0.3), ("x + 4", 0.6)],
-                         0.45)
+    # The shipped calibrator: "x + 1" with lowest = mean = 0.05 is far under 0.3, with 0.9 far
+    # over it (the test above).
+    wire = scored_server([("x + 1", 0.05), ("x + 2", 0.9), ("x + 3", 0.05), ("x + 4", 0.9)],
+                         0.3)
     try:
         assert inline_texts(wire, "file:///tmp/low.py", SOURCE) == []
         assert inline_texts(wire, "file:///tmp/high.py", SOURCE) == ["x + 2"]
@@ -214,7 +273,7 @@ def test_over_lsp_the_gate_hides_a_low_score_and_shows_a_high_one():
         assert list_texts(wire, "file:///tmp/high2.py", SOURCE) == ["x + 4"]
     finally:
         wire.close()
-    wire = scored_server([("x + 1", 0.3)], 0.0)
+    wire = scored_server([("x + 1", 0.05)], 0.0)
     try:
         assert inline_texts(wire, "file:///tmp/any.py", SOURCE) == ["x + 1"]
     finally:
@@ -253,3 +312,65 @@ def test_the_curve_and_the_rule_that_picks_the_default():
                                  (2, 0.5, 0.75, 1.0), (1, 1.0, 1.0, None)]
     # 0.8 is the most precise but shows 1 of 6 cursors (under a third): 0.3 shows half
     assert choose(points) == 0.3
+
+
+def test_the_bench_scores_each_cursor_as_the_gate_does(hand_made):
+    from dg_lsp.bench_gate import Shown, calibrated, choose, curve
+
+    def row(lowest: float | None, exact: bool, text: str = "x") -> Shown:
+        return Shown("c", "after =", lowest, exact, 1.0 if exact else 0.5, lowest, text,
+                     tokens=2, passes=2, hole="rest_of_line", text=text)
+
+    rows = [row(0.75, True), row(0.75, False, "a\nb"), row(0.5, False), row(None, False)]
+    assert rows[0].features() == gate.features(Score(0.75, 0.75, 2, 2), "rest_of_line", "x")
+    assert rows[3].features() is None and calibrated(rows[3]) is None
+    # p: 0.5, sigmoid(-2) = 0.119, sigmoid(-1) = 0.269
+    points = curve(rows, (0.0, 0.2, 0.4), calibrated)
+    assert [(p["shown"], p["exactMatch"]) for p in points] == [(3, 0.333), (2, 0.5), (1, 1.0)]
+    assert choose(points) == 0.2  # 0.4 shows 1 of 4 cursors, under a third
+
+
+# -- the calibrator's fit (dg_lsp.gate_fit) ---------------------------------------------------
+
+
+def test_the_fit_recovers_a_logistic_rule_and_writes_what_the_gate_loads(tmp_path):
+    import numpy as np
+
+    from dg_lsp import gate_fit
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, 2))
+    y = (rng.random(400) < 1 / (1 + np.exp(-(0.5 + 2 * x[:, 0] - x[:, 1])))).astype(float)
+    w = gate_fit.logistic(x, y, penalty=0.0)
+    assert np.allclose(w, [0.5, 2.0, -1.0], atol=0.4)
+    assert gate_fit.auc(np.array([0.9, 0.1, 0.8, 0.8]), np.array([1, 0, 0, 1])) == 0.875
+
+    rows = []
+    for i in range(200):
+        lowest = (i % 20) / 20
+        rows.append({"id": f"after =/a.py:{i}:{i}", "kind": "after =", "lowest": lowest,
+                     "exact": lowest > 0.8, "similarity": 1.0 if lowest > 0.6 else 0.2,
+                     "mean": min(1.0, lowest + 0.2), "shown": "x", "tokens": 2 + i % 5,
+                     "passes": 3, "hole": "block" if i % 7 == 0 else "rest_of_line",
+                     "line_prefix": "y = ", "text": "x" * (1 + i % 9),
+                     "finish_reason": "stop"})
+    rows.append({**rows[0], "id": "new line/a.py:9:200", "lowest": None})  # no suggestion
+    model, meta = gate_fit.fit(rows, report=lambda line: None)
+    assert (meta["suggestions"], meta["label"], meta["positive_share"]) == (200, "similar", 0.35)
+    assert meta["cv_auc"] > 0.95 and model.weight[0] > 0
+    path = tmp_path / "calibrator.json"
+    path.write_text(json.dumps(model.to_json(**meta)))
+    assert gate.calibrator.__wrapped__(path) == model
+
+
+def test_the_fit_reads_only_the_training_split_of_the_standard_library(tmp_path):
+    from dg_lsp import gate_fit
+    from engine.train.corpus import FORBIDDEN, split_of
+
+    folder = gate_fit.training_folder(tmp_path)
+    linked = [p for p in folder.rglob("*.py")]
+    assert len(linked) > 100
+    for path in linked:
+        rel = path.relative_to(folder).as_posix()
+        assert split_of(rel) == "train" and not FORBIDDEN.search(str(path.resolve()))
+        assert "site-packages" not in path.resolve().parts

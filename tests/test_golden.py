@@ -106,9 +106,10 @@ def test_the_cases_are_not_trivial(expected: dict[str, Any]) -> None:
     # A golden test of empty outputs would hold any refactor to nothing.
     completions = [json.loads(expected[n]["stdout"])["text"] for n in COMMANDS
                    if COMMANDS[n][0] == "complete"]
-    # (3 of the 5: the confidence gate hides "after operator", the small model writes no
-    # JavaScript line; a refactor that empties one more fails here.)
-    assert sum(bool(text and text.strip()) for text in completions) >= 3
+    # (2 of the 5: the confidence gate hides "after operator" and "return" (a wrong
+    # `os.path.join(path)`, calibrated 0.047), the small model writes no JavaScript line; a
+    # refactor that empties one more fails here.)
+    assert sum(bool(text and text.strip()) for text in completions) >= 2
     assert expected["batch docstrings"]["stdout"].count('"""') >= 4
     assert sum(bool(expected[name]["text"].strip()) for name in INFILLS) >= 2
 
