@@ -25,9 +25,13 @@ held-out evaluation (`dg-lsp eval --suite next-edit`), so the model learns what 
 
 from __future__ import annotations
 
+import builtins
+import functools
+import io
 import keyword
 import os
 import re
+import tokenize
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,6 +48,8 @@ SHOWN_CHARS = 120
 # Words too common to be what an edit changed (`self`, keywords, single letters are kept:
 # `i` -> `j` is a real rename).
 NOT_CHANGED = frozenset(keyword.kwlist) | {"self", "cls", "None", "True", "False"}
+# Names a synthetic rename leaves alone: nobody renames `list` or `__init__` in one place.
+BUILTIN_NAMES = frozenset(dir(builtins))
 
 
 @dataclass(frozen=True)
@@ -126,22 +132,42 @@ NOOP = "noop"  # edits that imply nothing: judged on, never trained on
 WINDOW_LINES = 24  # the edit and the span it implies are this close (the region's size)
 
 
-def _is_code(line: str, column: int) -> bool:
-    """Whether column of line is outside a comment (strings are found by WORD whole)."""
-    return "#" not in line[:column]
+@functools.lru_cache(maxsize=4096)
+def code_words(text: str) -> frozenset[tuple[int, int]] | None:
+    """[start, end) of the names, numbers and one-line strings of Python `text` that are code
+    (not in a comment or a docstring); None when it does not tokenize. Synthetic edits
+    rename code: "renaming" a word of prose teaches and judges nothing an editor sees."""
+    starts = [0]
+    for line in text.split("\n"):
+        starts.append(starts[-1] + len(line) + 1)
+    found = set()
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type == tokenize.STRING and (tok.start[0] != tok.end[0]
+                                                or tok.string[:1] not in "\"'"):
+                continue  # docstrings, prefixed and triple-quoted strings
+            if tok.type in (tokenize.NAME, tokenize.NUMBER, tokenize.STRING):
+                start = starts[tok.start[0] - 1] + tok.start[1]
+                found.add((start, start + len(tok.string)))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return None
+    return frozenset(found)
 
 
 def _candidates(text: str, lo: int, hi: int, literal: bool) -> dict[str, list[tuple[int, int]]]:
     """Words of text[lo:hi] (identifiers or literals) that occur on two lines or more."""
     found: dict[str, list[tuple[int, int]]] = {}
+    code = code_words(text)
+    if code is None:
+        return found
     for m in WORD.finditer(text, lo, hi):
         w = m.group()
-        if w in NOT_CHANGED or (w[0] in "\"'0123456789") != literal:
+        if (w in NOT_CHANGED or w in BUILTIN_NAMES or w.startswith("__")
+                or (w[0] in "\"'0123456789") != literal):
             continue
-        if literal and w[0] in "\"'" and len(w) < 4:
+        if literal and (w[0] in "\"'" and len(w) < 4 or w in ("0", "1", "2")):
             continue
-        line_start = text.rfind("\n", 0, m.start()) + 1
-        if _is_code(text[line_start:m.start()], m.start() - line_start):
+        if (m.start(), m.end()) in code:
             found.setdefault(w, []).append((m.start(), m.end()))
     return {w: spans for w, spans in found.items()
             if len({text.count("\n", 0, s) for s, _ in spans}) >= 2}
@@ -206,11 +232,10 @@ def synthetic_edit(text: str, rng: np.random.Generator, kind: str) -> SyntheticE
         new = _renamed(word, rng, [w for w in pool if w[0].isalpha() and w not in NOT_CHANGED])
     if new == word or not new:
         return None
-    # The user's edit: one occurrence; the span to suggest: the next one after it (mostly)
-    # or the one before it.
-    k = int(rng.integers(0, len(spans) - 1))
-    edited, target = (spans[k], spans[k + 1]) if rng.random() < 0.75 else (spans[k + 1],
-                                                                          spans[k])
+    # The user's edit: the window's first occurrence, where people rename (the assignment,
+    # the parameter); the span to suggest: the next one (mostly) or a later one.
+    later = 1 if rng.random() < 0.75 else int(rng.integers(1, len(spans)))
+    edited, target = spans[0], spans[later]
     if text.count("\n", 0, edited[0]) == text.count("\n", 0, target[0]):
         return None
     after = text[: edited[0]] + new + text[edited[1]:]
