@@ -26,6 +26,7 @@ from engine.edits import (
     NOOP,
     LineEdit,
     changed_words,
+    code_words,
     history_comment,
     model_text,
     noop_edit,
@@ -313,3 +314,25 @@ async def test_bad_requests_get_an_error_or_an_empty_answer_and_the_server_keeps
     result = await ask(server, uri, None, 1, 9)
     empty.append(list(result.edits if hasattr(result, "edits") else result["edits"]))
     assert empty == [[], [], [], []]
+
+
+def test_synthetic_renames_change_code_never_prose_builtins_or_dunders():
+    text = ('def scale(values, factor):\n'
+            '    """Multiply values by factor; values is not changed."""\n'
+            '    # factor may be negative\n'
+            '    result = [v * factor for v in values]\n'
+            '    print(len(result), "values")\n'
+            '    return result\n')
+    code = code_words(text)
+    assert (text.index("factor"), text.index("factor") + 6) in code
+    assert all(not (text.index('"""') <= s < text.index("# factor") + 9) for s, _ in code
+               if text[s:s + 6] in ("values", "factor"))
+    rng = np.random.default_rng(0)
+    renamed = set()
+    for _ in range(200):
+        case = synthetic_edit(text, rng, "rename")
+        if case is not None:
+            renamed.add(case.removed)
+            assert case.change_at == text.index(case.removed)  # the first occurrence
+    assert renamed == {"values", "factor", "result"}  # `v` is on one line only
+    assert code_words("def broken(:\n    '''unterminated\n") is None
