@@ -24,7 +24,7 @@ follows. The suggestion is found in three steps:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dg_lsp import gate, names
 from dg_lsp.actions import ParsedText, error_count
@@ -154,6 +154,7 @@ def suggest(
     if len(doc.text) > MAX_DOCUMENT_CHARS or "\x00" in doc.text:
         return None
     comment = doc.language.line_comment if doc.language else "#"
+    sampler = replace(settings.sampler, share_prefix=False)
     errors = None
     steps = 0
     for span in spans(doc, edit, cursor)[:MAX_SPANS]:
@@ -162,7 +163,8 @@ def suggest(
                                      line=span.kind == "line")
         prefix, suffix = windows(prefix, suffix, char_budget(settings.canvas_length, span.tokens),
                                  settings.suffix_fraction)
-        request = InfillRequest(prefix, suffix, span.tokens, settings.sampler,
+        # The same edit must get the same suggestion whatever the engine served before.
+        request = InfillRequest(prefix, suffix, span.tokens, sampler,
                                 settings.canvas_length, settings.suffix_fraction,
                                 UnitEnd("line"))
         last = None
