@@ -12,6 +12,7 @@ it lives and dies with the document (dg_lsp.documents).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from os.path import commonprefix
 
 from engine.edits import LineEdit
 
@@ -67,9 +68,9 @@ class EditHistory:
             # A client that sends whole lines or the whole document: keep what changed.
             # (Not within a line: selecting "count" and typing "t" must stay one edit with
             # the keystrokes that follow it.)
-            same = _common_head(removed, new)
+            same = len(commonprefix([removed, new]))
             start, removed, new = start + same, removed[same:], new[same:]
-            same = _common_head(removed[::-1], new[::-1])
+            same = len(commonprefix([removed[::-1], new[::-1]]))
             end = start + len(removed) - same
             removed, new = removed[: len(removed) - same], new[: len(new) - same]
         self._add(text, start, end, removed, new, shift=len(new) - len(removed))
@@ -105,11 +106,3 @@ def _same_line(text: str, last: RecordedEdit, start: int, end: int, new: str) ->
     line_start = text.rfind("\n", 0, last.start) + 1
     line_end = text.find("\n", last.end)
     return line_start <= start and end <= (len(text) if line_end < 0 else line_end)
-
-
-def _common_head(a: str, b: str) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i

@@ -119,11 +119,11 @@ def spans(doc: ParsedText, edit: RecordedEdit, cursor: int) -> list[Span]:
     for word in removed:
         for start, end in occurrences(text, word, lo, hi):
             add(start, end, "word")
-    if not removed and _changed_inside(line):
+    if not removed and "\n" not in line.before and _changed_inside(line):
         offset = lo
         for candidate in text[lo:hi].split("\n"):
             indent = len(candidate) - len(candidate.lstrip())
-            if "\n" not in line.before and similar_lines(line.before, candidate):
+            if similar_lines(line.before, candidate):
                 add(offset + indent, offset + len(candidate.rstrip()), "line")
             offset += len(candidate) + 1
     cursor_line = text.count("\n", 0, cursor)
