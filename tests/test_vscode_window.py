@@ -275,6 +275,34 @@ def drive(page: Any, port: int, folder: Path, source: Path, tmp: Path,
                 result["nudges"] += 1
             return None
 
+        def accept_ghost(ghost: str) -> None:
+            """Tab, until the line holds the ghost text. Once in CI the ghost text went away
+            just before Tab landed (the file was saved without it); a person would take back
+            whatever Tab did, type the last letter again and press Tab again. The misses are
+            kept."""
+            result["tab_misses"] = []
+            for _ in range(3):
+                page.keyboard.press("Tab")
+                poll("the ghost text gone", lambda: page.query_selector(
+                    ".ghost-text-decoration") is None)
+                lines = editor_text().split("\n")
+                if "    return" + ghost in lines:
+                    return
+                result["tab_misses"].append(lines)
+                page.screenshot(path=str(tmp / f"tab-miss-{len(result['tab_misses'])}.png"))
+                page.keyboard.press("Escape")
+                page.keyboard.press("Control+g")  # back in the editor, at the line's end
+                page.keyboard.type(str(FIB_LINE))
+                page.keyboard.press("Enter")
+                page.keyboard.press("End")
+                if "    return" not in lines:  # Tab typed something after `return`
+                    page.keyboard.press("Control+z")
+                page.keyboard.press("Backspace")  # and type the `n` again, which asks again
+                page.keyboard.type("n", delay=50)
+                poll("the ghost text again", lambda: page.query_selector(
+                    ".ghost-text-decoration"), timeout=60)
+            raise TimeoutError(f"Tab did not accept the ghost text: {result['tab_misses']}")
+
         result["ghost"] = poll("the ghost text", ghost_or_labels, timeout=180)
         result["status_seen"] = seen
         result["typed"] = editor_text()
@@ -282,9 +310,7 @@ def drive(page: Any, port: int, folder: Path, source: Path, tmp: Path,
         result["status_ready"] = poll("the status bar's ready state", lambda: [
             label for label in status_labels() if "dg-lsp" in label and "check" in label])
 
-        page.keyboard.press("Tab")
-        poll("the ghost text accepted", lambda: page.query_selector(".ghost-text-decoration")
-             is None)
+        accept_ghost(result["ghost"])
         result["accepted"] = save_and_read()
 
         first, last = REWRITE_LINES
