@@ -44,6 +44,7 @@ from engine.stats import edit_similarity
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+(?:\.\d+)?|\"[^\"\n]*\"|'[^'\n]*'")
 # Edits shown to the model (most recent last) and the characters of each side.
 SHOWN_EDITS = 3
+SHOWN_WORDS = 2  # word changes shown per edit: a rename, a literal, a pair of them
 SHOWN_CHARS = 120
 # Words too common to be what an edit changed (`self`, keywords, single letters are kept:
 # `i` -> `j` is a real rename).
@@ -67,11 +68,18 @@ def shown(text: str) -> str:
 
 
 def history_comment(edits: Sequence[LineEdit], comment: str, indent: str) -> str:
-    """The comment lines (each ending in a newline) that show the model `edits`."""
+    """The comment lines (each ending in a newline) that show the model `edits`: each line as
+    it was and as it is now, then, where the edit replaced words one for one, each word's
+    change (`# count -> total`): the same arrow the question ends in (infill_text), so that
+    answering it is copying what follows the same word above."""
     lines = []
     for edit in list(edits)[-SHOWN_EDITS:]:
         lines.append(f"{indent}{comment} was: {shown(edit.before)}\n")
         lines.append(f"{indent}{comment} now: {shown(edit.after)}\n")
+        removed, inserted = changed_words(edit)
+        if len(removed) == len(inserted):
+            lines += [f"{indent}{comment} {old} -> {new}\n"
+                      for old, new in zip(removed[:SHOWN_WORDS], inserted, strict=False)]
     return "".join(lines)
 
 

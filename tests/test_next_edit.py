@@ -164,6 +164,7 @@ def test_suggest_writes_the_first_span_the_model_changes_and_shows_it_the_edit()
     assert prefix.endswith("    for item in items:\n"
                            "        # was: count = 0\n"
                            "        # now: total = 0\n"
+                           "        # count -> total\n"
                            "        # count ->")
     assert suffix.startswith("\n        count += item.price\n")
 
