@@ -17,14 +17,16 @@ from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
 from dg_lsp.actions import ParsedText
 from dg_lsp.edit_history import MAX_EDITS, EditHistory
+from dg_lsp.eval.next_edit import judge, right_spans
 from dg_lsp.languages import language_for
 from dg_lsp.lsp_next_edit import ACCEPTED_COMMAND, METHOD
-from dg_lsp.next_edit import rename_rule, spans, suggest
+from dg_lsp.next_edit import NextEdit, rename_rule, spans, suggest
 from dg_lsp.server import STATS_COMMAND
 from dg_lsp.settings import Settings
 from engine.edits import (
     NOOP,
     LineEdit,
+    SyntheticEdit,
     changed_words,
     code_words,
     history_comment,
@@ -337,3 +339,31 @@ def test_synthetic_renames_change_code_never_prose_builtins_or_dunders():
             assert case.change_at == text.index(case.removed)  # the first occurrence
     assert renamed == {"values", "factor", "result"}  # `v` is on one line only
     assert code_words("def broken(:\n    '''unterminated\n") is None
+
+
+def test_the_eval_counts_only_the_occurrences_in_the_edits_region_as_right():
+    original = ("class Zone:\n"
+                "    def utcoffset(self, dt):\n"
+                "        return dt.offset\n"
+                "\n"
+                "    def dst(self, dt):\n"
+                "        return dt.dst\n")
+    at = original.index("dt)")
+    text = original[:at] + "when" + original[at + 2:]
+    used = text.index("dt.offset")
+    case = SyntheticEdit("rename", original, at, "dt", "when", text,
+                         LineEdit("    def utcoffset(self, dt):", "    def utcoffset(self, when):"),
+                         used, used + 2, "when")
+    # `dt` in dst() is dst's own parameter: renaming utcoffset's implies nothing there
+    assert right_spans(case) == {(used, used + 2)}
+    assert judge(case, NextEdit(used, used + 2, "when", None, 0)).exact
+    other = text.index("dt.dst")
+    wrong = judge(case, NextEdit(other, other + 2, "when", None, 0))
+    assert (wrong.suggested, wrong.located, wrong.exact) == (True, False, False)
+    # the same rename with its only other use in the next method: not a case at all
+    lone = original.replace("return dt.offset", "return 0")
+    at_lone = lone.index("dt)")
+    text_lone = lone[:at_lone] + "when" + lone[at_lone + 2:]
+    far = text_lone.index("dt.dst")
+    assert right_spans(SyntheticEdit("rename", lone, at_lone, "dt", "when", text_lone,
+                                     case.edit, far, far + 2, "when")) == set()

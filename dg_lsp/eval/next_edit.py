@@ -8,10 +8,12 @@ is replayed as an editor does it, through a real `dg-lsp serve`: the document op
 was, the edit typed a character at a time (`didChange`), then `textDocument/copilotInlineEdit`
 at the cursor.
 
-A suggestion is exact when it turns one of the other occurrences of the changed word near
-the edit (the rename's or the literal's next hunk, in whatever order the user would take
-them) into the new word, or the alike line into the line changed the same way; its location
-is right when it is on one of them. After an edit
+A suggestion is exact when it turns one of the other occurrences of the changed word in
+the edit's region (the innermost definition around it, cut to 10 lines either side: the
+issue's "within the region"; the rename's or the literal's next hunk, in whatever order the
+user would take them) into the new word, or the alike line into the line changed the same
+way; its location is right when it is on one of them. Only cases with such a span are cut
+(a parameter renamed in one method implies nothing about the next method's). After an edit
 that implies nothing, any suggestion is noise. The default path (the resident engine,
 default settings) comes first, the in-process engine beside it; the baselines beside both:
 no suggestion at all, and a rename-only rule (dg_lsp.next_edit.rename_rule).
@@ -31,13 +33,12 @@ from lsprotocol import types
 
 from dg_lsp.actions import ParsedText
 from dg_lsp.bench_lsp import PATHS, Session
-from dg_lsp.edit_history import EditHistory
+from dg_lsp.edit_history import EditHistory, RecordedEdit
 from dg_lsp.languages import language_for
-from dg_lsp.next_edit import NextEdit, rename_rule
+from dg_lsp.next_edit import NextEdit, region, rename_rule
 from dg_lsp.positions import UTF16, offset_at
 from engine.edits import (
     NOOP,
-    WINDOW_LINES,
     SyntheticEdit,
     noop_edit,
     occurrences,
@@ -63,24 +64,32 @@ def cut_edits(folders: list[Path], per_class: int, seed: int) -> list[SyntheticE
             tries += 1
             text = texts[int(rng.integers(0, len(texts)))]
             case = noop_edit(text, rng) if kind == NOOP else synthetic_edit(text, rng, kind)
-            if case is not None:
+            if case is not None and (kind == NOOP or right_spans(case)):
                 cases.append(case)
                 found += 1
     return cases
 
 
+def edit_region(case: SyntheticEdit) -> tuple[int, int]:
+    """[start, end) of the region the edit implies changes in, as the issue defines it and
+    the server computes it (dg_lsp.next_edit.region): the innermost definition around the
+    edit, cut to REGION_LINES lines either side."""
+    edit = RecordedEdit(case.change_at, case.removed, case.inserted, "", "")
+    return region(ParsedText(case.text, language_for("python", "case.py")), edit)
+
+
 def right_spans(case: SyntheticEdit) -> set[tuple[int, int]]:
-    """The spans of `case.text` a right suggestion rewrites: the changed word's other
-    occurrences within WINDOW_LINES lines of the edit (for a pattern: the alike line)."""
+    """The spans of `case.text` a right suggestion rewrites, inside the edit's region: the
+    changed word's other occurrences (for a pattern: the alike line). A word of the same
+    name in another function is another variable (a parameter renamed in one method leaves
+    the next method's alone), and a case with nothing to change in the region is not cut."""
     if case.kind == NOOP:
         return set()
+    lo, hi = edit_region(case)
     if case.kind == "pattern":
-        return {(case.start, case.end)}
-    text = case.text
-    edit_line = text.count("\n", 0, case.change_at)
+        return {(case.start, case.end)} if lo <= case.start and case.end <= hi else set()
     edited = (case.change_at, case.change_at + len(case.inserted))
-    return {(s, e) for s, e in occurrences(text, case.removed)
-            if (s, e) != edited and abs(text.count("\n", 0, s) - edit_line) <= WINDOW_LINES}
+    return {(s, e) for s, e in occurrences(case.text, case.removed, lo, hi) if (s, e) != edited}
 
 
 @dataclass
