@@ -123,6 +123,7 @@ def test_fine_tuning_on_edits_hides_only_the_span_and_reloads(corpus: Path, tmp_
     cfg = toy_config(corpus, tmp_path / "tuned", "masked")
     cfg.init, cfg.edits, cfg.edit_share, cfg.max_steps = str(tmp_path / "base"), 40, 1.0, 3
     cfg.seq_len = 256  # the engine's canvas: room for the comments above a line's span
+    cfg.hidden = 64  # a flag the initial checkpoint's shape overrides
     trainer = Trainer(cfg)
     edits = EditSet.load(tmp_path / "tuned" / EDITS_FILE)
     assert len(edits) == 40
@@ -139,6 +140,9 @@ def test_fine_tuning_on_edits_hides_only_the_span_and_reloads(corpus: Path, tmp_
     assert row[hole.min():hole.min() + len(middle)].tolist() == middle
     assert row[hole.min() + len(middle)] == ids.eos
     assert set(row[hole.min() + len(middle) + 1:hole.max() + 1].tolist()) <= {ids.pad}
-    assert trainer.train()["steps"] == 3
+    info = trainer.train()
+    assert info["steps"] == 3
+    # what it was trained from travels with it: the shape it has, the training before
+    assert info["config"]["hidden"] == 32 and info["init_training"]["steps"] == 5
     engine = Engine.load(str(tmp_path / "tuned"), device="cpu")
     assert engine.config.hidden_size == 32

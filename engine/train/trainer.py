@@ -18,6 +18,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -266,6 +267,7 @@ class Trainer:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         torch.manual_seed(cfg.seed)
+        self.init_training: dict[str, Any] | None = None
         if cfg.init:
             self.model, self.mc = self._initial_model(cfg.init)
         else:
@@ -297,6 +299,7 @@ class Trainer:
                              "--tokenizer-from` that checkpoint")
         model = load_model(ckpt, str(self.device), "float32")
         model.requires_grad_(True)
+        self.init_training = ckpt.raw_config.get("dg_lsp_training")
         return model, ckpt.config
 
     def _resume(self) -> None:
@@ -410,6 +413,11 @@ class Trainer:
             "params": sum(p.numel() for p in self.model.parameters()),
             "config": {k: v for k, v in asdict(cfg).items() if k not in ("data", "out")},
         }
+        if cfg.init:  # the shape is the initial checkpoint's, not the flags'; its own training
+            info["config"].update(hidden=self.mc.hidden_size, layers=self.mc.num_layers,
+                                  heads=self.mc.num_heads, kv_heads=self.mc.num_kv_heads,
+                                  ffn=self.mc.intermediate_size)
+            info["init_training"] = self.init_training
         self._save_state()
         save_checkpoint(self.model, self.mc, self.out, Path(cfg.data), info, cfg.shard_mb,
                         getattr(torch, cfg.save_dtype))
