@@ -25,6 +25,7 @@ held-out evaluation (`dg-lsp eval --suite next-edit`), so the model learns what 
 
 from __future__ import annotations
 
+import ast
 import builtins
 import functools
 import io
@@ -162,6 +163,25 @@ def code_words(text: str) -> frozenset[tuple[int, int]] | None:
     return frozenset(found)
 
 
+@functools.lru_cache(maxsize=256)
+def _definitions(text: str) -> tuple[tuple[int, int], ...] | None:
+    """(first, last) 0-based lines of each function and class of Python `text`, None when
+    it does not parse."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    return tuple((node.lineno - 1, (node.end_lineno or node.lineno) - 1) for node in ast.walk(tree)
+                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)))
+
+
+def innermost_definition(text: str, line: int) -> tuple[int, int] | None:
+    """The lines of the smallest function or class around `line` (None: module level, or
+    `text` does not parse)."""
+    around = [d for d in _definitions(text) or () if d[0] <= line <= d[1]]
+    return min(around, key=lambda d: d[1] - d[0]) if around else None
+
+
 def _candidates(text: str, lo: int, hi: int, literal: bool) -> dict[str, list[tuple[int, int]]]:
     """Words of text[lo:hi] (identifiers or literals) that occur on two lines or more."""
     found: dict[str, list[tuple[int, int]]] = {}
@@ -244,8 +264,10 @@ def synthetic_edit(text: str, rng: np.random.Generator, kind: str) -> SyntheticE
     # the parameter); the span to suggest: the next one (mostly) or a later one.
     later = 1 if rng.random() < 0.75 else int(rng.integers(1, len(spans)))
     edited, target = spans[0], spans[later]
-    if text.count("\n", 0, edited[0]) == text.count("\n", 0, target[0]):
-        return None
+    edited_line, target_line = text.count("\n", 0, edited[0]), text.count("\n", 0, target[0])
+    if edited_line == target_line or (kind != "keep" and innermost_definition(text, edited_line)
+                                      != innermost_definition(text, target_line)):
+        return None  # a name in another function is another variable: nothing follows there
     after = text[: edited[0]] + new + text[edited[1]:]
     shift = len(new) - len(word) if edited[0] < target[0] else 0
     start, end = target[0] + shift, target[1] + shift

@@ -367,3 +367,19 @@ def test_the_eval_counts_only_the_occurrences_in_the_edits_region_as_right():
     far = text_lone.index("dt.dst")
     assert right_spans(SyntheticEdit("rename", lone, at_lone, "dt", "when", text_lone,
                                      case.edit, far, far + 2, "when")) == set()
+
+
+def test_synthetic_renames_follow_a_name_only_inside_its_own_function():
+    text = ("class Zone:\n"
+            "    def utcoffset(self, dt):\n"
+            "        return dt.offset\n"
+            "\n"
+            "    def dst(self, dt):\n"
+            "        return 0\n")
+    rng = np.random.default_rng(0)
+    targets = set()
+    for _ in range(200):
+        case = synthetic_edit(text, rng, "rename")
+        if case is not None and case.removed == "dt":
+            targets.add(case.text.count("\n", 0, case.start))
+    assert targets == {2}  # utcoffset's own `dt`, never dst's parameter
