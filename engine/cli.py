@@ -1,4 +1,4 @@
-"""`dg-engine` command line: corpus, train, distill, infill, serve, plan."""
+"""`dg-engine` command line: corpus, train, distill, merge, infill, serve, plan."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ SUBCOMMAND_MODULES = [
     "engine.train.corpus",
     "engine.train.trainer",
     "engine.train.distill",
+    "engine.train.merge",
     "engine.serve.command",
     "engine.serve.ray_cli",
     "engine.serve.bench",

@@ -146,3 +146,32 @@ def test_fine_tuning_on_edits_hides_only_the_span_and_reloads(corpus: Path, tmp_
     assert info["config"]["hidden"] == 32 and info["init_training"]["steps"] == 5
     engine = Engine.load(str(tmp_path / "tuned"), device="cpu")
     assert engine.config.hidden_size == 32
+
+    # `dg-engine merge`: the tuned weights moved part of the way back to the base's
+    from engine.cli import main as dg_engine
+    from engine.train.merge import _tensors
+
+    base, tuned = _tensors(tmp_path / "base"), _tensors(tmp_path / "tuned")
+    for weight in (0.0, 1.0, 0.25):
+        out = tmp_path / f"merged-{weight}"
+        assert dg_engine(["merge", "--base", str(tmp_path / "base"), "--tuned",
+                          str(tmp_path / "tuned"), "--weight", str(weight), "--out",
+                          str(out)]) == 0
+        merged = _tensors(out)
+        assert merged.keys() == tuned.keys()
+        for name, tensor in merged.items():
+            want = base[name].float() + weight * (tuned[name].float() - base[name].float())
+            # exact at the ends; in between, the saved dtype's rounding of the float32 sum
+            tol = 0 if weight in (0.0, 1.0) else 2e-3 * float(want.abs().max()) + 1e-6
+            assert float((tensor.float() - want).abs().max()) <= tol, name
+        record = json.loads((out / "config.json").read_text())["dg_lsp_training"]["merged"]
+        assert (record["weight"], record["tuned"]["steps"], record["base"]["steps"]) == (
+            weight, 3, 5)
+        assert Engine.load(str(out), device="cpu").config.hidden_size == 32
+    other = toy_config(corpus, tmp_path / "other", "masked")
+    other.max_steps, other.hidden = 1, 64
+    Trainer(other).train()
+    assert dg_engine(["merge", "--base", str(tmp_path / "other"), "--tuned",
+                      str(tmp_path / "tuned"), "--weight", "0.5", "--out",
+                      str(tmp_path / "bad")]) == 2  # not fine-tuned from it: refused
+    assert not (tmp_path / "bad").exists()
