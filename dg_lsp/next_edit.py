@@ -30,6 +30,7 @@ from dg_lsp import gate, names
 from dg_lsp.actions import ParsedText, error_count
 from dg_lsp.context import char_budget, windows
 from dg_lsp.edit_history import RecordedEdit
+from dg_lsp.postprocess import stutters
 from dg_lsp.settings import Settings
 from engine.backend import Backend
 from engine.edits import (
@@ -178,8 +179,8 @@ def suggest(
             text = _word(last.text, original)
         else:
             text = last.text.split("\n", 1)[0].strip() or None
-        if text is None or text == original:
-            continue  # the model keeps this one as it is
+        if text is None or text == original or stutters(text):
+            continue  # the model keeps this one as it is, or loops
         if gate.refusal(last.score, settings.min_edit_confidence) is not None:
             continue
         if errors is None:

@@ -2,13 +2,15 @@
 
 The steps run in order: cut at special tokens written as text (engine.stops), trim to the
 hole kind's syntactic unit, cut a line the suggestion repeats, re-indent to the file's style,
-drop what repeats the suffix, reuse closing brackets already after the cursor, reject junk,
-check that the insertion does not add parse errors, and reject a suggestion that uses a name
-the document never defines or imports (dg_lsp.names).
+drop what repeats the suffix, reuse closing brackets already after the cursor, reject junk
+(nothing, the line above again, a loop: `stutters`), check that the insertion does not add
+parse errors, and reject a suggestion that uses a name the document never defines or imports
+(dg_lsp.names).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import tree_sitter as ts
@@ -138,8 +140,19 @@ def _drop_suffix_overlap(text: str, suffix: str) -> str:
     return text
 
 
+# Four copies in a row of a short piece that starts with a name
+# (`math.pi * math.pi * math.pi * math.pi`, `the file the file the file the file`): a small
+# model's loop, never what the author writes (a row of zeros is not one).
+STUTTER = re.compile(r"((?=[A-Za-z_])[^\n]{2,30}?)\1{3,}")
+
+
+def stutters(text: str) -> bool:
+    """Whether `text` repeats a short piece with a name in it four times in a row."""
+    return STUTTER.search(text) is not None
+
+
 def _is_junk(text: str, ctx: Context) -> bool:
-    if not text.strip():
+    if not text.strip() or stutters(text):
         return True
     first = text.split("\n", 1)[0]
     if ctx.kind == COMMENT:

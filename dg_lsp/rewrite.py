@@ -15,7 +15,8 @@ The one edit path for code actions, `dg-lsp rewrite` and batch mode:
 4. an edit that changes what nobody asked to change is refused: one that uses a name the file
    never defines or imports (dg_lsp.names; a name the instruction mentions counts as known),
    or renames a definition in the selection or drops or renames its parameters when the
-   instruction does not ask for it (dg_lsp.signature).
+   instruction does not ask for it (dg_lsp.signature), and one that loops (a short piece
+   four times in a row, dg_lsp.postprocess.stutters) where the original did not.
    An edit the model wrote with a token it was less sure of than `minEditConfidence` is refused
    before any of this (dg_lsp.gate: "the model is not confident in this edit (0.31 < 0.45)").
    A refused edit raises RewriteError with the reason; nothing is ever half applied.
@@ -29,10 +30,12 @@ from dataclasses import dataclass, replace
 from dg_lsp import gate, names, signature
 from dg_lsp.actions import COMPLETE_BODY, DOCSTRING, FIX_SYNTAX, ParsedText, Target, error_count
 from dg_lsp.context import char_budget, windows
+from dg_lsp.postprocess import stutters
 from dg_lsp.settings import Settings
 from engine.backend import Backend
 from engine.bounds import STRENGTH_RANGE
 from engine.types import InfillRequest, RewriteRequest, Score
+from engine.units import indent_width, leading_indent
 
 # Keep the half of a selection the model is surest of and write the rest again.
 DEFAULT_STRENGTH = 0.5
@@ -84,6 +87,10 @@ def compute_edit(
             unsure = reason
             continue
         text = shape(target, generated, doc)
+        if text is not None and stutters(text) and not stutters(doc.text[target.start:
+                                                                         target.end]):
+            unasked = "repeats itself"  # a small model's loop (dg_lsp.postprocess.stutters)
+            continue
         if text is not None:
             text = _parseable(doc, target, text, before)
         if text is not None and text == doc.text[target.start : target.end]:
@@ -144,8 +151,21 @@ def shape(target: Target, generated: str, doc: ParsedText) -> str | None:
     if not text:
         return None
     if target.action == COMPLETE_BODY:
-        return target.before + text + target.after
+        return target.before + _in_body(text, target.indent) + target.after
     return text
+
+
+def _in_body(text: str, indent: str) -> str:
+    """`text` (its first line at the body's indentation) up to the first line dedented out of
+    the body: a small model goes on past the body's end with new definitions nobody asked
+    for."""
+    lines = text.split("\n")
+    kept = lines[:1]
+    for line in lines[1:]:
+        if line.strip() and indent_width(leading_indent(line)) < indent_width(indent):
+            break
+        kept.append(line)
+    return "\n".join(kept).rstrip()
 
 
 def _strengths(target: Target, strength: float) -> list[float]:

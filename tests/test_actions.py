@@ -54,7 +54,7 @@ class Point:
         self.y = y
 
     def norm(self):
-        """Length of the vector."""
+        """Return the length of the vector."""
         ...
 
 
@@ -184,12 +184,25 @@ def test_a_body_keeps_its_longest_parseable_lines_and_a_rewrite_is_whole_or_refu
     (body,) = all_targets(d, COMPLETE_BODY)
     edit = compute_edit(Scripted("return a\n    )))broken"), d, body, Settings())
     assert text[:edit.start] + edit.text + text[edit.end:] == "def f(a):\n    return a\n"
+    # what the model writes past the body's end (a new definition) is not part of it
+    edit = compute_edit(Scripted("if a:\n        return a\n    return 0\n\n\ndef g():\n    pass"),
+                        d, body, Settings())
+    assert text[:edit.start] + edit.text + text[edit.end:] == (
+        "def f(a):\n    if a:\n        return a\n    return 0\n")
     start = text.index("pass")
     rewrite = target_of(d, start, start + 4)
     with pytest.raises(RewriteError, match="nothing usable"):
         compute_edit(Scripted("return (a"), d, rewrite, Settings(), strength=1.0)
     with pytest.raises(RewriteError, match="same as the original"):
         compute_edit(Scripted("pass"), d, rewrite, Settings(), strength=1.0)
+    with pytest.raises(RewriteError, match="the model's version repeats itself"):
+        compute_edit(Scripted("return a * a * a * a * a * a"), d, body, Settings())
+    loop = "def f(a):\n    return a.b + a.b + a.b + a.b + 0\n"  # the original loops: allowed
+    looped = doc(loop)
+    start = loop.index("return")
+    edit = compute_edit(Scripted("return a.b + a.b + a.b + a.b + 1"), looped,
+                        target_of(looped, start, len(loop) - 1), Settings(), strength=1.0)
+    assert edit.text == "return a.b + a.b + a.b + a.b + 1"
 
 
 class TooLong(Scripted):

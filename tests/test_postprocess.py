@@ -82,10 +82,15 @@ def test_a_line_repeated_in_a_row_is_cut_unless_the_context_repeats_it():
         ("python", "x = 1|\n", " +* 2"),  # adds a parse error
         ("javascript", "let a = 1;|\n", " let = = ;"),  # adds a parse error
         ("python", "def f(x):|\n", "return x"),  # body text on the opener's line
+        ("python", "def area(r):\n    return |\n", "math.pi * math.pi * math.pi * math.pi"),
     ],
 )
 def test_rejected(language_id, source, raw):
     assert run(language_id, source, raw) is None
+
+
+def test_a_row_of_values_is_not_a_loop():
+    assert run("python", "def f():\n    return |\n", "[0, 0, 0, 0, 0]") is not None
 
 
 @pytest.mark.parametrize(
