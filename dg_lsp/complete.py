@@ -23,17 +23,25 @@ from dg_lsp.languages import language_for
 from dg_lsp.pipeline import Completion, CompletionRequest, Pipeline
 from dg_lsp.positions import UTF32, line_end, line_of, line_start, offset_at, position_at
 from dg_lsp.settings import (
+    DEFAULT_MIN_CONFIDENCE,
     ENGINE_MODES,
     add_engine_arguments,
     add_model_arguments,
+    bounded_argument,
     settings_from_arguments,
 )
+from engine.bounds import MIN_CONFIDENCE_RANGE
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("complete", help="print the completion at FILE:LINE:COL")
     parser.add_argument("location", metavar="FILE:LINE:COL", help="1-based line and column")
     parser.add_argument("--json", action="store_true", help="print text, range and stats")
+    parser.add_argument("--min-confidence", type=bounded_argument(MIN_CONFIDENCE_RANGE),
+                        default=DEFAULT_MIN_CONFIDENCE, metavar="P",
+                        help="the confidence gate, as the minConfidence setting: hide a "
+                        f"suggestion less likely than P to be close to right (default "
+                        f"{DEFAULT_MIN_CONFIDENCE}; 0 shows what the model wrote)")
     add_model_arguments(parser)
     add_engine_arguments(parser, ENGINE_MODES, "inproc")
     parser.set_defaults(func=run)
@@ -77,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"dg-lsp complete: {exc}", file=sys.stderr)
         return 2
     settings = settings_from_arguments(args, engine=args.engine,
-                                       engine_token_file=args.token_file)
+                                       engine_token_file=args.token_file,
+                                       min_confidence=args.min_confidence)
     request = CompletionRequest(text, offset, language_for(None, str(path)),
                                 path.resolve().as_uri())
     try:

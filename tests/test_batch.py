@@ -41,7 +41,7 @@ def area(radius):
     return math.pi * radius ** 2
 
 
-def perimeter(radius):
+def circumference(radius):
     pass
 
 
@@ -151,19 +151,19 @@ def test_user_query_targets_are_the_outermost_captures_in_document_order():
 def test_every_edit_is_computed_against_the_original_and_applied_last_to_first():
     d = py(SHAPES)
     names = [t.name for t in all_targets(d, DOCSTRING)]
-    assert names == ["area", "perimeter", "__init__", "diameter"]
+    assert names == ["area", "circumference", "__init__", "diameter"]
     backend = Scripted("Area.", "Perimeter.", "Make one.", "Twice the radius.")
     result = process_file(backend, "src/shapes.py", SHAPES, BatchJob(DOCSTRING))
     assert [r.result for r in result.records] == ["edited"] * 4
     assert [r.name for r in result.records] == names
-    assert [r.start for r in result.records] == [(4, 18), (8, 23), (15, 32),
+    assert [r.start for r in result.records] == [(4, 18), (8, 27), (15, 32),
                                                  (18, 24)]  # just after each colon
     # the model read each target in the original text: no earlier edit in its context
     assert backend.calls == [model_input(d, t, Settings(), None)
                              for t in all_targets(d, DOCSTRING)]
     assert result.new == SHAPES.replace(
         "def area(radius):", 'def area(radius):\n    """Area."""').replace(
-        "def perimeter(radius):", 'def perimeter(radius):\n    """Perimeter."""').replace(
+        "def circumference(radius):", 'def circumference(radius):\n    """Perimeter."""').replace(
         "def __init__(self, radius):", 'def __init__(self, radius):\n        """Make one."""'
     ).replace("def diameter(self):", 'def diameter(self):\n        """Twice the radius."""')
 
@@ -333,7 +333,7 @@ def test_docstrings_patch_is_each_targets_edit_and_applies_with_git(tmp_path, en
     check_patch(tmp_path, patch, expected)
     assert report["summary"] == {"edited": 5, "refused": 0, "error": 0}
     assert [(t["file"], t["name"], t["start"]) for t in report["targets"]] == [
-        ("src/shapes.py", "area", [4, 18]), ("src/shapes.py", "perimeter", [8, 23]),
+        ("src/shapes.py", "area", [4, 18]), ("src/shapes.py", "circumference", [8, 27]),
         ("src/shapes.py", "__init__", [15, 32]), ("src/shapes.py", "diameter", [18, 24]),
         ("src/util.js", "later", [6, 1])]
     assert all(t["steps"] > 0 and t["tokens_per_step"] > 0 for t in report["targets"])
@@ -360,7 +360,7 @@ def test_bodies_and_syntax_fixes_are_each_targets_edit_and_leave_files_parseable
     expected = {label: expected_text(engine, label, ACTION_NAMES[action]) for label in files}
     check_patch(tmp_path, patch, expected)
     assert [(t["file"], t["name"]) for t in report["targets"]] == {
-        "complete-bodies": [("src/shapes.py", "perimeter"), ("src/util.js", "later")],
+        "complete-bodies": [("src/shapes.py", "circumference"), ("src/util.js", "later")],
         "fix-syntax": [("src/broken.py", "")]}[action]
 
 

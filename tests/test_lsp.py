@@ -255,8 +255,7 @@ async def bundled():
 # completion in each language, with multi-byte characters and an emoji earlier on the line.
 CASES = [
     ("python", "import os\n\ns = \"é🎉\"; path = os.path.", "\n"),
-    ("javascript", "function add(a, b) {\n  const s = \"é🎉\"; const total = ",
-     "\n  return total;\n}\n"),
+    ("javascript", "function add(a, b) {\n  const s = \"é🎉\"; console.log(", ");\n}\n"),
     ("rust", "fn add(a: i32, b: i32) -> i32 {\n    let s = \"é🎉\"; let total = ",
      ";\n    total\n}\n"),
     ("go", "package main\n\nfunc show(names []string) {\n\tfor _, name := range names {\n"

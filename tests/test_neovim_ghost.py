@@ -53,12 +53,12 @@ pytestmark = pytest.mark.e2e  # a real Neovim, typed into
 
 FIB_TYPED = FIB.replace("    return\n", "    ret\n")  # "urn" is typed
 FIB_ROW = 7  # 0-based: `    return`
-STACK = "class Stack:\n    def __init__(self, config):\n        \n"
-STACK_ROW = 2  # 0-based: the empty body line, 8 spaces
+NODE = "class Node:\n    def __init__(self, config):\n        \n"
+NODE_ROW = 2  # 0-based: the empty body line, 8 spaces
 INSTRUCTION = "add type hints"
-# For the rewrite of Stack.__init__: asked to add type hints there, the bundled model writes
-# `super().__init__(**kwargs)` in a method without `kwargs`, which is refused (dg_lsp.names).
-STACK_INSTRUCTION = "use a list"
+# For the rewrite of Node.__init__: asked to add type hints (or "use a list") there, the
+# bundled model renames the parameter `config`, which is refused (dg_lsp.signature).
+NODE_INSTRUCTION = "use a dict"
 PICTURE = ROOT / "docs" / "img" / "neovim-ghost-text.png"
 
 # Loaded into the Neovim under test: the plugin as a user sets it up, stubs for the prompt,
@@ -151,12 +151,12 @@ def ghost_run(tmp_path_factory: pytest.TempPathFactory, editor_model: Path) -> d
     Each step's state is kept; a step that times out ends the session (later steps missing)."""
     nvim = nvim_or_skip("wheel")
     tmp = tmp_path_factory.mktemp("nvim-ghost")
-    fib, stack = tmp / "fib.py", tmp / "stack.py"
+    fib, node = tmp / "fib.py", tmp / "node.py"
     fib.write_text(FIB_TYPED)
-    stack.write_text(STACK)
+    node.write_text(NODE)
     socket = tempfile.mkdtemp(prefix="dg-nvim-") + "/nvim.sock"  # short: sun_path is 108 bytes
     proc, neovim = start_neovim(nvim, tmp, editor_model, fib, nvim_command(nvim, socket, tmp),
-                                socket, DG_INSTRUCTION=STACK_INSTRUCTION)
+                                socket, DG_INSTRUCTION=NODE_INSTRUCTION)
     run: dict[str, Any] = {"error": None}
     try:
         neovim.keys(f"{FIB_ROW + 1}GA")
@@ -187,12 +187,12 @@ def ghost_run(tmp_path_factory: pytest.TempPathFactory, editor_model: Path) -> d
         neovim.wait("normal mode", lambda s: s["mode"] == "n")
 
         # fib.py closed: the server would show an open file of the same language to the model
-        neovim.expr(f"execute('edit {stack} | bwipeout! {fib}')")
-        neovim.wait("stack.py attached", lambda s: s["name"] == "stack.py" and s["attached"])
-        neovim.keys(f"{STACK_ROW + 1}GA")
+        neovim.expr(f"execute('edit {node} | bwipeout! {fib}')")
+        neovim.wait("node.py attached", lambda s: s["name"] == "node.py" and s["attached"])
+        neovim.keys(f"{NODE_ROW + 1}GA")
         neovim.wait("insert mode", lambda s: s["mode"] == "i")
         neovim.keys("x<BS>")
-        run["block"] = neovim.wait("the block's ghost text", shows_ghost_at(STACK_ROW, 8))
+        run["block"] = neovim.wait("the block's ghost text", shows_ghost_at(NODE_ROW, 8))
         neovim.keys("<M-Down>")
         run["line1"] = neovim.wait("a line accepted", lambda s: s["lines"] != run["block"]["lines"])
         neovim.keys("<M-Down>")
@@ -267,17 +267,17 @@ def test_a_block_is_drawn_on_virtual_lines_and_accepted_line_by_line(
         ghost_run: dict[str, Any], editor_model: Path):
     assert ghost_run["error"] is None, ghost_run["error"]
     block = ghost_run["block"]
-    assert block["lines"] == STACK.split("\n")[:-1]
-    expected = expected_completion(editor_model, block["lines"], STACK_ROW, 8)
+    assert block["lines"] == NODE.split("\n")[:-1]
+    expected = expected_completion(editor_model, block["lines"], NODE_ROW, 8)
     first, *rest = expected.split("\n")
     assert rest, f"the bundled model's completion here is one line: {expected!r}"
     assert block["ghost"]["text"] == first and block["ghost"]["lines"] == rest
     line1 = ghost_run["line1"]
-    assert line1["lines"][STACK_ROW] == " " * 8 + first
+    assert line1["lines"][NODE_ROW] == " " * 8 + first
     assert line1["ghost"]["text"] == "" and line1["ghost"]["lines"] == rest
     line2 = ghost_run["line2"]
-    assert line2["lines"] == (STACK[:-1] + expected + "\n").split("\n")[:-1]
-    assert line2["cursor"] == [STACK_ROW + 1 + len(rest), len(rest[-1])]
+    assert line2["lines"] == (NODE[:-1] + expected + "\n").split("\n")[:-1]
+    assert line2["cursor"] == [NODE_ROW + 1 + len(rest), len(rest[-1])]
     assert line2["ghost"] is None
 
 
@@ -308,8 +308,8 @@ def tmux_run(tmp_path_factory: pytest.TempPathFactory, editor_model: Path) -> di
     screen once the ghost text is drawn."""
     nvim, tmux = nvim_or_skip("wheel"), tmux_or_skip()
     tmp = tmp_path_factory.mktemp("nvim-tmux")
-    source = tmp / "stack.py"
-    source.write_text("class Stack:\n")
+    source = tmp / "node.py"
+    source.write_text("class Node:\n")
     folder = tempfile.mkdtemp(prefix="dg-tmux-")  # short paths: sun_path is 108 bytes
     socket, tmux_socket = f"{folder}/nvim.sock", f"{folder}/tmux.sock"
     tmux_cmd = [tmux, "-S", tmux_socket, "-f", "/dev/null"]
@@ -327,7 +327,7 @@ def tmux_run(tmp_path_factory: pytest.TempPathFactory, editor_model: Path) -> di
         neovim.wait("insert mode", lambda s: s["mode"] == "i")
         tmux_keys("-l", "def __init__(self, config):")
         tmux_keys("Enter")
-        state = neovim.wait("the ghost text", shows_ghost_at(STACK_ROW, 8), timeout=180)
+        state = neovim.wait("the ghost text", shows_ghost_at(NODE_ROW, 8), timeout=180)
         run["state"] = state
         expected = ghost_text(state)
         deadline = time.monotonic() + 30
@@ -335,7 +335,7 @@ def tmux_run(tmp_path_factory: pytest.TempPathFactory, editor_model: Path) -> di
             captured = subprocess.run([*tmux_cmd, "capture-pane", "-p", "-e"], text=True,
                                       capture_output=True, timeout=30).stdout
             screen = parse_screen(captured, COLUMNS, ROWS)
-            if expected.split("\n")[0] in "".join(ch for ch, _ in screen[STACK_ROW]):
+            if expected.split("\n")[0] in "".join(ch for ch, _ in screen[NODE_ROW]):
                 break
             assert time.monotonic() < deadline, captured
             time.sleep(0.1)
@@ -353,18 +353,18 @@ def test_the_terminal_shows_the_suggestion_after_the_cursor_in_its_own_colour(
         tmux_run: dict[str, Any], editor_model: Path):
     assert tmux_run["error"] is None, tmux_run["error"]
     lines = tmux_run["state"]["lines"]
-    assert lines == STACK.split("\n")[:-1]  # typed: the header, then Enter (indent by Python's)
-    expected = expected_completion(editor_model, lines, STACK_ROW, 8)
+    assert lines == NODE.split("\n")[:-1]  # typed: the header, then Enter (indent by Python's)
+    expected = expected_completion(editor_model, lines, NODE_ROW, 8)
     assert ghost_text(tmux_run["state"]) == expected
     screen, (x, y) = tmux_run["screen"], tmux_run["cursor"]
-    assert (x, y) == (8, STACK_ROW)  # no sign or number column: screen cells are buffer bytes
+    assert (x, y) == (8, NODE_ROW)  # no sign or number column: screen cells are buffer bytes
     first, *rest = expected.split("\n")
     ghost_cells = screen[y][x:x + len(first)]
     below = [screen[y + 1 + i][:len(line)] for i, line in enumerate(rest)]
     assert "".join(ch for ch, _ in ghost_cells) == first
     assert ["".join(ch for ch, _ in cells) for cells in below] == rest
     ghost_styles = {style for cells in [ghost_cells, *below] for ch, style in cells if ch != " "}
-    typed_styles = {style for row in screen[:STACK_ROW + 1] for ch, style in row[:x]
+    typed_styles = {style for row in screen[:NODE_ROW + 1] for ch, style in row[:x]
                     if ch != " "} | {style for ch, style in screen[1] if ch != " "}
     assert len(ghost_styles) == 1, ghost_styles  # one highlight: DgLspGhost
     assert ghost_styles.isdisjoint(typed_styles), (ghost_styles, typed_styles)

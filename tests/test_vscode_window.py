@@ -57,9 +57,7 @@ REWRITE_LINES = (4, 8)  # fibonacci's definition
 INSTRUCTION = "add type hints"
 PICTURES = {"ghost": "vscode-ghost-text.png", "before": "vscode-rewrite-before.png",
             "after": "vscode-rewrite-after.png", "next": "vscode-next-edit.png"}
-# The next edit: line 2's `count` becomes NEW_NAME as typed; the others may follow. (A name
-# after which the bundled model, which has not learned edits, does suggest one: it stays
-# silent after `total`.)
+# The next edit: line 2's `count` becomes NEW_NAME as typed; the others may follow.
 NEW_NAME = "count2"
 PRICES = """def total_price(items):
     count = 0
