@@ -17,6 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+# dg_lsp/examples/fib.py's shape (the bundled model completes its `return`), then a function
+# to document
 SOURCE = '''def fibonacci(n):
     """The n-th Fibonacci number."""
     if n < 2:
@@ -24,9 +26,13 @@ SOURCE = '''def fibonacci(n):
     return
 
 
+print([fibonacci(i) for i in range(10)])
+
+
 def area(width, height):
     return width * height
 '''
+AREA_LINE = SOURCE.split("\n").index("def area(width, height):")
 TIMEOUT = 600.0  # the first request starts the resident engine, which loads the model
 
 
@@ -102,7 +108,8 @@ def main(command: list[str]) -> int:
         return 1
     print(f"inlineCompletion at 5:11: {items[0]['insertText']!r}")
 
-    header = {"start": {"line": 7, "character": 4}, "end": {"line": 7, "character": 4}}
+    header = {"start": {"line": AREA_LINE, "character": 4},
+              "end": {"line": AREA_LINE, "character": 4}}
     actions = session.request("textDocument/codeAction", {
         "textDocument": {"uri": uri}, "range": header, "context": {"diagnostics": []}})
     titles = [action["title"] for action in actions or []]
