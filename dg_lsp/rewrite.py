@@ -87,13 +87,13 @@ def compute_edit(
             unsure = reason
             continue
         text = shape(target, generated, doc)
-        if text is not None and stutters(text) and not stutters(doc.text[target.start:
-                                                                         target.end]):
+        original = doc.text[target.start : target.end]
+        if text is not None and stutters(text) and not stutters(original):
             unasked = "repeats itself"  # a small model's loop (dg_lsp.postprocess.stutters)
             continue
         if text is not None:
             text = _parseable(doc, target, text, before)
-        if text is not None and text == doc.text[target.start : target.end]:
+        if text is not None and text == original:
             raise RewriteError("the model's version is the same as the original")
         if text is not None:
             unasked = _unasked_change(doc, target, text, instruction)
