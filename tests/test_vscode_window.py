@@ -225,10 +225,19 @@ def drive(page: Any, port: int, folder: Path, source: Path, tmp: Path,
         return page.inner_text(".monaco-editor .view-lines").replace("\xa0", " ")
 
     def save_and_read(path: Path = source) -> str:
+        """The saved text, once the write is over: code-server truncates the file before it
+        writes it (CI once read it empty in between), so the text is read until two reads
+        a moment apart agree on a non-empty file."""
         before = path.stat().st_mtime_ns
         page.keyboard.press("Control+s")
         poll("the file saved", lambda: path.stat().st_mtime_ns != before)
-        return path.read_text()
+
+        def settled() -> str | None:
+            first = path.read_text()
+            time.sleep(0.2)
+            return first if first and path.read_text() == first else None
+
+        return poll("the saved file complete", settled)
 
     def open_file(name: str, marker: str) -> None:
         page.keyboard.press("Control+p")
