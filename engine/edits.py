@@ -316,8 +316,23 @@ def pattern_change(line: str, how: str, extra: str) -> str | None:
 def similar_lines(a: str, b: str) -> bool:
     """Whether line `b` repeats line `a`'s shape (same indentation, alike text)."""
     indent_a, indent_b = len(a) - len(a.lstrip()), len(b) - len(b.lstrip())
-    return (indent_a == indent_b and a.strip() != b.strip()
-            and edit_similarity(a.strip(), b.strip()) >= SIMILAR)
+    a, b = a.strip(), b.strip()
+    # The similarity is at most the shorter length over the longer: that bound skips the
+    # quadratic distance for most pairs of lines.
+    return (indent_a == indent_b and a != b
+            and min(len(a), len(b)) >= SIMILAR * max(len(a), len(b))
+            and edit_similarity(a, b) >= SIMILAR)
+
+
+@functools.lru_cache(maxsize=4096)  # a corpus's files, once per pattern kind
+def _pattern_pairs(text: str, how: str) -> tuple[tuple[int, int], ...]:
+    """(i, j): lines of `text` near each other that pattern `how` applies to, j repeating
+    i's shape."""
+    lines = text.split("\n")
+    changed = [i for i, line in enumerate(lines) if "#" not in line
+               and pattern_change(line, how, "x") is not None]
+    return tuple((i, j) for k, i in enumerate(changed) for j in changed[k + 1:k + 4]
+                 if j - i <= WINDOW_LINES and similar_lines(lines[i], lines[j]))
 
 
 def pattern_edit(text: str, rng: np.random.Generator) -> SyntheticEdit | None:
@@ -327,10 +342,7 @@ def pattern_edit(text: str, rng: np.random.Generator) -> SyntheticEdit | None:
     how = ("wrap", "return", "keyword")[int(rng.integers(0, 3))]
     extra = (WRAPPERS if how != "keyword" else KEYWORDS)[
         int(rng.integers(0, len(WRAPPERS if how != "keyword" else KEYWORDS)))]
-    changed = [i for i, line in enumerate(lines) if "#" not in line
-               and pattern_change(line, how, extra) is not None]
-    pairs = [(i, j) for k, i in enumerate(changed) for j in changed[k + 1:k + 4]
-             if j - i <= WINDOW_LINES and similar_lines(lines[i], lines[j])]
+    pairs = _pattern_pairs(text, how)  # whether a pattern applies does not depend on extra
     if not pairs:
         return None
     i, j = pairs[int(rng.integers(0, len(pairs)))]
