@@ -22,7 +22,7 @@ from engine.train.corpus import FORBIDDEN
 from engine.train.examples import HOLE_BUCKETS, SpecialIds
 
 EDITS_FILE = "edits.npz"
-KIND_WEIGHTS = (0.45, 0.2, 0.15, 0.2)  # rename, literal, keep (the span stays), pattern
+KIND_WEIGHTS = (0.4, 0.2, 0.15, 0.25)  # rename, literal, keep (the span stays), pattern
 MAX_MIDDLE = 47  # tokens: a word or a line (dg_lsp.next_edit LINE_TOKENS, less its EOS)
 
 
