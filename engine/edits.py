@@ -216,7 +216,9 @@ class SyntheticEdit:
     `original` by `inserted`, giving `text` (`edit` shows the changed lines), and
     text[start:end] should become `expected` next ("noop": nothing should follow)."""
 
-    kind: str  # "rename", "literal", "keep" (the span is already right) or "noop"
+    # "rename", "literal", "keep" (the span is already right), "pattern", "noop", or "real"
+    # (cut from two released versions of a file: engine.version_edits)
+    kind: str
     original: str
     change_at: int
     removed: str
@@ -226,6 +228,9 @@ class SyntheticEdit:
     start: int
     end: int
     expected: str
+    # The span's kind (Span.kind): a word, or a line's text after its indentation; the model
+    # is asked about each in its own form (infill_text).
+    span_kind: str = "word"
 
 
 SYNTHETIC_KINDS = ("rename", "literal", "keep", "pattern")  # what the model learns from
@@ -457,7 +462,7 @@ def pattern_edit(text: str, rng: np.random.Generator) -> SyntheticEdit | None:
     start = offsets[j] + indent + shift
     end = offsets[j] + len(lines[j].rstrip()) + shift
     return SyntheticEdit("pattern", text, change_at, removed, inserted, after,
-                         LineEdit(old_i, new_i), start, end, new_j[indent:])
+                         LineEdit(old_i, new_i), start, end, new_j[indent:], span_kind="line")
 
 
 def noop_edit(text: str, rng: np.random.Generator) -> SyntheticEdit | None:
@@ -502,5 +507,5 @@ def infill_text(text: str, start: int, end: int, edits: Sequence[LineEdit], comm
 def model_text(example: SyntheticEdit, comment: str = "#") -> tuple[str, str, str]:
     """(prefix, middle, suffix) the model reads and writes for `example`."""
     prefix, suffix = infill_text(example.text, example.start, example.end, [example.edit],
-                                 comment, line=example.kind == "pattern")
+                                 comment, line=example.span_kind == "line")
     return prefix, " " + example.expected, suffix
