@@ -8,9 +8,11 @@ follows. The suggestion is found in three steps:
    window when no definition encloses it). The spans to look at (`spans`) are the region's
    other occurrences of the words the last edit removed (engine.edits.changed_words), or,
    when it removed none but changed a line inside, the lines alike that line as it was;
-   nearest the cursor first. An edit that removed no word and only added text at a line's
-   end or a new line (a statement being written) implies nothing, and a span at the cursor
-   is the inline completion's.
+   nearest the cursor first. The region and the spans are computed in engine.edits
+   (region_around, implied_spans), where the real edits cut for training and evaluation
+   (engine.version_edits) find them the same way. An edit that removed no word and only
+   added text at a line's end or a new line (a statement being written) implies nothing,
+   and a span at the cursor is the inline completion's.
 2. **What**: the model writes what each span becomes (an infill of a few tokens ending a
    comment above the span's line, `# count ->`, under the recent edits shown as comments:
    engine.edits.infill_text), through the same Backend and resident engine as every
@@ -34,18 +36,18 @@ from dg_lsp.postprocess import stutters
 from dg_lsp.settings import Settings
 from engine.backend import Backend
 from engine.edits import (
+    MAX_SPANS,
     WORD,
     LineEdit,
+    Span,
     changed_words,
+    implied_spans,
     infill_text,
-    occurrences,
-    similar_lines,
+    is_identifier,
+    region_around,
 )
 from engine.types import InfillRequest, Score, UnitEnd
 
-REGION_LINES = 10
-# Spans the model writes before giving up: each is an engine request.
-MAX_SPANS = 2
 # Tokens the model may write for a word (an identifier, a literal) and for a line.
 WORD_TOKENS = 16
 LINE_TOKENS = 48
@@ -63,83 +65,20 @@ class NextEdit:
 
 def region(doc: ParsedText, edit: RecordedEdit) -> tuple[int, int]:
     """[start, end) of the lines a suggestion may change after `edit`."""
-    text = doc.text
-    line = text.count("\n", 0, edit.start)
-    first, last = line - REGION_LINES, line + text.count("\n", edit.start, edit.end) + REGION_LINES
     enclosing = [node for _, node, _, _ in doc.definitions()
                  if doc.span(node)[0] <= edit.start and edit.end <= doc.span(node)[1]]
+    definition = None
     if enclosing:
         node = min(enclosing, key=lambda n: n.end_byte - n.start_byte)
-        first = max(first, node.start_point[0])
-        last = min(last, node.end_point[0])
-    return _line_offset(text, max(0, first)), _line_offset(text, last + 1)
-
-
-def _line_offset(text: str, line: int) -> int:
-    """The offset where `line` starts (len(text) past the end)."""
-    offset = 0
-    for _ in range(line):
-        offset = text.find("\n", offset) + 1
-        if offset == 0:
-            return len(text)
-    return offset
-
-
-@dataclass(frozen=True)
-class Span:
-    """Where the model writes: a word (an occurrence of what the edit removed) or a line's
-    text after its indentation (a line alike the edited one)."""
-
-    start: int
-    end: int
-    kind: str  # "word" or "line"
-
-    @property
-    def tokens(self) -> int:
-        return WORD_TOKENS if self.kind == "word" else LINE_TOKENS
+        definition = node.start_point[0], node.end_point[0]
+    return region_around(doc.text, edit.start, edit.end, definition)
 
 
 def spans(doc: ParsedText, edit: RecordedEdit, cursor: int) -> list[Span]:
-    """Where `edit` may imply a change, nearest the cursor first (below it before above it
-    on a tie); none touches the edit itself or the cursor:
-
-    - the region's occurrences of the words the edit removed (a rename, a changed literal);
-    - when it removed none but changed a line inside (not typing at its end: that is a
-      statement being written), the region's lines alike the edited line as it was (a
-      repeated pattern: a value wrapped in a call, an argument added)."""
-    line = edit.line_edit()
-    removed, _ = changed_words(line)
-    lo, hi = region(doc, edit)
-    text = doc.text
-    found: set[Span] = set()
-
-    def add(start: int, end: int, kind: str) -> None:
-        if (end < edit.start or start > edit.end) and not start <= cursor <= end:
-            found.add(Span(start, end, kind))
-
-    for word in removed:
-        for start, end in occurrences(text, word, lo, hi):
-            add(start, end, "word")
-    if not removed and "\n" not in line.before and _changed_inside(line):
-        offset = lo
-        for candidate in text[lo:hi].split("\n"):
-            indent = len(candidate) - len(candidate.lstrip())
-            if similar_lines(line.before, candidate):
-                add(offset + indent, offset + len(candidate.rstrip()), "line")
-            offset += len(candidate) + 1
-    cursor_line = text.count("\n", 0, cursor)
-
-    def distance(span: Span) -> tuple[int, int, int]:
-        at = text.count("\n", 0, span.start)
-        return abs(at - cursor_line), at < cursor_line, span.start
-
-    return sorted(found, key=distance)
-
-
-def _changed_inside(edit: LineEdit) -> bool:
-    """Whether `edit` changed a line that had text, other than by typing at its end."""
-    before, after = edit.before.rstrip(), edit.after.rstrip()
-    return bool(before.strip()) and before != after and not after.startswith(before)
+    """Where `edit` may imply a change, nearest the cursor first (engine.edits.implied_spans:
+    the occurrences of the words it removed, or the lines alike the line it changed inside)."""
+    return implied_spans(doc.text, edit.line_edit(), edit.start, edit.end, cursor,
+                         region(doc, edit))
 
 
 def suggest(
@@ -160,12 +99,13 @@ def suggest(
     steps = 0
     for span in spans(doc, edit, cursor)[:MAX_SPANS]:
         start, end = span.start, span.end
+        tokens = WORD_TOKENS if span.kind == "word" else LINE_TOKENS
         prefix, suffix = infill_text(doc.text, start, end, history, comment,
                                      line=span.kind == "line")
-        prefix, suffix = windows(prefix, suffix, char_budget(settings.canvas_length, span.tokens),
+        prefix, suffix = windows(prefix, suffix, char_budget(settings.canvas_length, tokens),
                                  settings.suffix_fraction)
         # The same edit must get the same suggestion whatever the engine served before.
-        request = InfillRequest(prefix, suffix, span.tokens, sampler,
+        request = InfillRequest(prefix, suffix, tokens, sampler,
                                 settings.canvas_length, settings.suffix_fraction,
                                 UnitEnd("line"))
         last = None
@@ -194,13 +134,9 @@ def _word(generated: str, original: str) -> str | None:
     """The word the model wrote in place of `original`: the first word of its text, when it
     is a word of the same kind (an identifier for an identifier, a literal for a literal)."""
     found = WORD.match(generated.lstrip(" "))
-    if found is None or _is_identifier(found.group()) != _is_identifier(original):
+    if found is None or is_identifier(found.group()) != is_identifier(original):
         return None
     return found.group()
-
-
-def _is_identifier(word: str) -> bool:
-    return word[:1].isalpha() or word[:1] == "_"
 
 
 def _acceptable(doc: ParsedText, start: int, end: int, text: str, errors: int) -> bool:
@@ -219,7 +155,7 @@ def rename_rule(edit: RecordedEdit, doc: ParsedText, cursor: int) -> NextEdit | 
     """The baseline the model is measured against: where the last edit replaced one name by
     another, the nearest span becomes that name; nothing otherwise."""
     removed, inserted = changed_words(edit.line_edit())
-    if len(removed) != 1 or len(inserted) != 1 or not all(map(_is_identifier, removed + inserted)):
+    if len(removed) != 1 or len(inserted) != 1 or not all(map(is_identifier, removed + inserted)):
         return None
     found = [span for span in spans(doc, edit, cursor) if span.kind == "word"]
     if not found:

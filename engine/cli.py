@@ -1,4 +1,4 @@
-"""`dg-engine` command line: corpus, train, distill, merge, infill, serve, plan."""
+"""`dg-engine` command line: corpus, train, version-edits, distill, merge, infill, serve, plan."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
 SUBCOMMAND_MODULES = [
     "engine.train.corpus",
     "engine.train.trainer",
+    "engine.train.real_edits",
     "engine.train.distill",
     "engine.train.merge",
     "engine.serve.command",

@@ -115,6 +115,98 @@ def line_span(text: str, offset: int) -> tuple[int, int]:
     return start, len(text) if end < 0 else end
 
 
+# -- where an edit implies a change -----------------------------------------------------------
+# The server's span finder (dg_lsp.next_edit.spans) and the real edits cut from released
+# versions (engine.version_edits) both use these, so that a training or evaluation case is
+# one the server would ask about.
+
+# A suggestion may change the definition around the edit, cut to this many lines either side.
+REGION_LINES = 10
+# Spans the server asks the model about after an edit before giving up: each is a request.
+MAX_SPANS = 2
+
+
+def line_offset(text: str, line: int) -> int:
+    """The offset where `line` starts (len(text) past the end)."""
+    offset = 0
+    for _ in range(line):
+        offset = text.find("\n", offset) + 1
+        if offset == 0:
+            return len(text)
+    return offset
+
+
+def region_around(text: str, start: int, end: int, definition: tuple[int, int] | None
+                  ) -> tuple[int, int]:
+    """[start, end) of the lines a suggestion may change after the edit that wrote
+    text[start:end]: REGION_LINES lines either side of it, cut to `definition` (the first and
+    last lines of the smallest function or class around it; None: none is)."""
+    line = text.count("\n", 0, start)
+    first, last = line - REGION_LINES, line + text.count("\n", start, end) + REGION_LINES
+    if definition is not None:
+        first, last = max(first, definition[0]), min(last, definition[1])
+    return line_offset(text, max(0, first)), line_offset(text, last + 1)
+
+
+@dataclass(frozen=True)
+class Span:
+    """Where the model writes: a word (an occurrence of what the edit removed) or a line's
+    text after its indentation (a line alike the edited one)."""
+
+    start: int
+    end: int
+    kind: str  # "word" or "line"
+
+
+def implied_spans(text: str, edit: LineEdit, start: int, end: int, cursor: int,
+                  region: tuple[int, int]) -> list[Span]:
+    """Where the edit that wrote text[start:end] (`edit`: its lines before and after) may
+    imply a change inside `region`, nearest the cursor first (below it before above it on a
+    tie); none touches the edit itself or the cursor:
+
+    - the region's occurrences of the words the edit removed (a rename, a changed literal);
+    - when it removed none but changed a line inside (not typing at its end: that is a
+      statement being written), the region's lines alike the edited line as it was (a
+      repeated pattern: a value wrapped in a call, an argument added)."""
+    removed, _ = changed_words(edit)
+    lo, hi = region
+    found: set[Span] = set()
+
+    def add(span_start: int, span_end: int, kind: str) -> None:
+        if ((span_end < start or span_start > end)
+                and not span_start <= cursor <= span_end):
+            found.add(Span(span_start, span_end, kind))
+
+    for word in removed:
+        for s, e in occurrences(text, word, lo, hi):
+            add(s, e, "word")
+    if not removed and "\n" not in edit.before and changed_inside(edit):
+        offset = lo
+        for candidate in text[lo:hi].split("\n"):
+            indent = len(candidate) - len(candidate.lstrip())
+            if similar_lines(edit.before, candidate):
+                add(offset + indent, offset + len(candidate.rstrip()), "line")
+            offset += len(candidate) + 1
+    cursor_line = text.count("\n", 0, cursor)
+
+    def distance(span: Span) -> tuple[int, int, int]:
+        at = text.count("\n", 0, span.start)
+        return abs(at - cursor_line), at < cursor_line, span.start
+
+    return sorted(found, key=distance)
+
+
+def changed_inside(edit: LineEdit) -> bool:
+    """Whether `edit` changed a line that had text, other than by typing at its end."""
+    before, after = edit.before.rstrip(), edit.after.rstrip()
+    return bool(before.strip()) and before != after and not after.startswith(before)
+
+
+def is_identifier(word: str) -> bool:
+    """Whether a WORD is a name (not a number or a string)."""
+    return word[:1].isalpha() or word[:1] == "_"
+
+
 # -- synthetic edits -------------------------------------------------------------------------
 
 
@@ -124,7 +216,9 @@ class SyntheticEdit:
     `original` by `inserted`, giving `text` (`edit` shows the changed lines), and
     text[start:end] should become `expected` next ("noop": nothing should follow)."""
 
-    kind: str  # "rename", "literal", "keep" (the span is already right) or "noop"
+    # "rename", "literal", "keep" (the span is already right), "pattern", "noop", or "real"
+    # (cut from two released versions of a file: engine.version_edits)
+    kind: str
     original: str
     change_at: int
     removed: str
@@ -134,6 +228,9 @@ class SyntheticEdit:
     start: int
     end: int
     expected: str
+    # The span's kind (Span.kind): a word, or a line's text after its indentation; the model
+    # is asked about each in its own form (infill_text).
+    span_kind: str = "word"
 
 
 SYNTHETIC_KINDS = ("rename", "literal", "keep", "pattern")  # what the model learns from
@@ -180,6 +277,16 @@ def innermost_definition(text: str, line: int) -> tuple[int, int] | None:
     `text` does not parse)."""
     around = [d for d in _definitions(text) or () if d[0] <= line <= d[1]]
     return min(around, key=lambda d: d[1] - d[0]) if around else None
+
+
+def definition_region(text: str, start: int, end: int) -> tuple[int, int]:
+    """region_around for the edit that wrote text[start:end] of Python `text`, with the
+    definition around it as Python's parser finds it (the server's tree-sitter finds the same
+    functions and classes, from their `def` or `class` line to their last statement's)."""
+    first, last = text.count("\n", 0, start), text.count("\n", 0, end)
+    around = [d for d in _definitions(text) or () if d[0] <= first and last <= d[1]]
+    smallest = min(around, key=lambda d: d[1] - d[0]) if around else None
+    return region_around(text, start, end, smallest)
 
 
 def _candidates(text: str, lo: int, hi: int, literal: bool) -> dict[str, list[tuple[int, int]]]:
@@ -367,7 +474,7 @@ def pattern_edit(text: str, rng: np.random.Generator) -> SyntheticEdit | None:
     start = offsets[j] + indent + shift
     end = offsets[j] + len(lines[j].rstrip()) + shift
     return SyntheticEdit("pattern", text, change_at, removed, inserted, after,
-                         LineEdit(old_i, new_i), start, end, new_j[indent:])
+                         LineEdit(old_i, new_i), start, end, new_j[indent:], span_kind="line")
 
 
 def noop_edit(text: str, rng: np.random.Generator) -> SyntheticEdit | None:
@@ -412,5 +519,5 @@ def infill_text(text: str, start: int, end: int, edits: Sequence[LineEdit], comm
 def model_text(example: SyntheticEdit, comment: str = "#") -> tuple[str, str, str]:
     """(prefix, middle, suffix) the model reads and writes for `example`."""
     prefix, suffix = infill_text(example.text, example.start, example.end, [example.edit],
-                                 comment, line=example.kind == "pattern")
+                                 comment, line=example.span_kind == "line")
     return prefix, " " + example.expected, suffix

@@ -175,3 +175,42 @@ def test_fine_tuning_on_edits_hides_only_the_span_and_reloads(corpus: Path, tmp_
                       str(tmp_path / "tuned"), "--weight", "0.5", "--out",
                       str(tmp_path / "bad")]) == 2  # not fine-tuned from it: refused
     assert not (tmp_path / "bad").exists()
+
+
+def test_training_mixes_the_real_edits_of_a_file_beside_the_synthetic_ones(corpus: Path,
+                                                                            tmp_path: Path
+                                                                            ) -> None:
+    """`dg-engine train --edits N --real-edits FILE`: the real edits `dg-engine version-edits`
+    wrote join the N synthetic ones (those the seed always gave), each once, laid out as the
+    server asks."""
+    from engine.edits import model_text
+    from engine.train.edit_examples import EDITS_FILE, EditSet, corpus_texts
+    from engine.train.real_edits import case_row, save_rows
+    from engine.version_edits import real_edits
+
+    old = ("def total_price(items):\n"
+           "    count = 0\n"
+           "    for item in items:\n"
+           "        count += item.price\n"
+           "    return count\n")
+    cases = real_edits(old, old.replace("count", "total"))
+    assert len(cases) == 2
+    real = tmp_path / "real.jsonl"
+    save_rows(real, [case_row("toy", "1.0", "1.1", "toy/a.py", case) for case in cases])
+    cfg = toy_config(corpus, tmp_path / "run", "masked")
+    cfg.edits, cfg.edit_share, cfg.max_steps, cfg.seq_len = 6, 1.0, 2, 256
+    cfg.real_edits = str(real)
+    trainer = Trainer(cfg)
+    tok, ids = trainer.tok, trainer.ids
+    edits = EditSet.load(tmp_path / "run" / EDITS_FILE)
+    assert len(edits) == 8
+    synthetic = EditSet.build(corpus_texts(corpus), tok, 6, cfg.seed)
+    size = synthetic.parts["tokens"].size
+    assert np.array_equal(edits.parts["tokens"][:size], synthetic.parts["tokens"])
+    for i, case in enumerate(cases, start=6):
+        _, b, c, _ = edits.parts["offsets"][i]
+        assert tok.decode(edits.parts["tokens"][b:c].tolist()) == model_text(case)[1]
+        row, maskable = edits.row(i, 256, ids, np.random.default_rng(0))
+        shown = tok.decode(row[:np.flatnonzero(maskable).min()].tolist())
+        assert "# count -> total\n" in shown and shown.endswith("# count ->")
+    assert trainer.train()["steps"] == 2

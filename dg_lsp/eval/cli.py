@@ -16,7 +16,12 @@ from pathlib import Path
 from dg_lsp.engine_host import NoEngine, check_engine_arguments, open_for_command
 from dg_lsp.eval import next_edit
 from dg_lsp.eval.baselines import BASELINES
-from dg_lsp.eval.heldout import SECOND_PACKAGE, SECOND_VERSION, heldout_sources
+from dg_lsp.eval.heldout import (
+    SECOND_PACKAGE,
+    SECOND_VERSION,
+    heldout_release_pairs,
+    heldout_sources,
+)
 from dg_lsp.eval.humaneval import SUITES, load_suite
 from dg_lsp.eval.runner import (
     BUNDLED,
@@ -196,24 +201,36 @@ def check_remote(args: argparse.Namespace) -> None:
 
 def run_next_edit(args: argparse.Namespace) -> int:
     """The next-edit suite on the held-out packages (or --cases-from)."""
-    if args.cases_from is not None:
-        folders = [args.cases_from]
-    else:
-        folders = [heldout_sources(), heldout_sources(package=SECOND_PACKAGE,
-                                                      version=SECOND_VERSION)]
     models = [m for m in (args.models or []) if m != BUNDLED]
     if len(models) > 1:
         raise SystemExit("dg-lsp eval: --suite next-edit measures one model at a time")
+    unavailable: dict[str, str] = {}
+    real_pairs = None
+    if args.cases_from is not None:
+        folders = [args.cases_from]
+        unavailable[next_edit.REAL] = "--cases-from holds one version of each file"
+    else:
+        folders = [heldout_sources(), heldout_sources(package=SECOND_PACKAGE,
+                                                      version=SECOND_VERSION)]
+        try:
+            real_pairs = heldout_release_pairs()
+        except OSError as exc:  # no network: the other classes are still measured
+            unavailable[next_edit.REAL] = str(exc)
     per_class = args.limit if args.limit is not None else next_edit.DEFAULT_PER_CLASS
     cases, table = next_edit.run(folders, per_class, args.seed, models[0] if models else None,
-                                 args.device)
+                                 args.device, real_pairs)
+    if real_pairs is not None and not any(c.kind == next_edit.REAL for c in cases):
+        unavailable[next_edit.REAL] = ("no real edit of the pinned releases is one the "
+                                       "server asks about")
     if args.json:
         json.dump({"suite": NEXT_EDIT, "seed": args.seed, "cases": len(cases),
-                   "results": table}, sys.stdout, indent=2)
+                   "results": table, "unavailable": unavailable}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print(f"suite {NEXT_EDIT}: {len(cases)} cases, seed {args.seed}")
         print(next_edit.format_table(table))
+        for kind, why in unavailable.items():
+            print(f"class {kind}: unavailable ({why})")
     return 0
 
 

@@ -9,13 +9,9 @@ for) and its sources kept in the user's cache.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import tempfile
-import zipfile
 from pathlib import Path
 
+from engine.releases import cache_root, fetch_sources, release_pairs, versions_cache
 from engine.train.corpus import BENCHMARK_PACKAGES
 
 PACKAGE, VERSION = "more-itertools", "10.5.0"
@@ -27,32 +23,44 @@ assert SECOND_PACKAGE in BENCHMARK_PACKAGES
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "dg-lsp" / "heldout"
+    return cache_root() / "heldout"
 
 
 def heldout_sources(cache: Path | None = None, package: str = PACKAGE,
                     version: str = VERSION) -> Path:
     """The folder of a pinned package's Python sources (the bench's by default), fetched on
-    first use.
+    first use (engine.releases: its wheel, with pip).
 
     Raises OSError with the reason (and what to do) when pip cannot fetch it."""
     folder = (cache or cache_dir()) / f"{package}-{version}"
-    if (folder / ".complete").exists():
-        return folder
-    with tempfile.TemporaryDirectory() as download:
-        command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                   "--only-binary", ":all:", "--dest", download, f"{package}=={version}"]
-        run = subprocess.run(command, capture_output=True, text=True, timeout=300)
-        wheels = list(Path(download).glob("*.whl"))
-        if run.returncode != 0 or not wheels:
-            why = run.stderr.strip()[-300:]
-            raise OSError(f"cannot fetch {package}=={version} with pip ({why}); pass "
-                          "--cases-from a folder of Python sources instead")
-        folder.mkdir(parents=True, exist_ok=True)
-        with zipfile.ZipFile(wheels[0]) as wheel:
-            for name in wheel.namelist():
-                if name.endswith(".py") and ".dist-info/" not in name:
-                    wheel.extract(name, folder)
-    (folder / ".complete").touch()
-    return folder
+    try:
+        return fetch_sources(package, version, folder)
+    except OSError as exc:
+        raise OSError(f"{exc}; pass --cases-from a folder of Python sources instead") from exc
+
+
+# Consecutive releases of the held-out packages whose differences hold real next-edit cases
+# (`dg-lsp eval --suite next-edit`, class "real"): the pairs that have some (many releases,
+# 10.4.0 -> 10.5.0 among them, change no span the server asks about after the edit before).
+REAL_EDIT_PAIRS = (
+    ("more-itertools", "10.2.0", "10.3.0"),
+    ("more-itertools", "10.6.0", "10.7.0"),
+    ("more-itertools", "10.7.0", "10.8.0"),
+    ("more-itertools", "10.8.0", "11.0.0"),
+    ("more-itertools", "11.1.0", "11.2.0"),
+    ("boltons", "23.1.1", "24.0.0"),
+    ("boltons", "24.0.0", "24.1.0"),
+)
+
+
+def heldout_release_pairs(cache: Path | None = None) -> list[tuple[str, str]]:
+    """(old text, new text) of each Python file that changed between the releases of
+    REAL_EDIT_PAIRS, fetched on first use into `cache` (default: ~/.cache/dg-lsp/versions).
+
+    Raises OSError with the reason when pip cannot fetch one."""
+    root = cache or versions_cache()
+    pairs = []
+    for package, older, newer in REAL_EDIT_PAIRS:
+        _, _, files = release_pairs(package, [older, newer], root)[0]
+        pairs += [(old, new) for _, old, new in files]
+    return pairs

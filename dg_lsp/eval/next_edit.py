@@ -3,7 +3,10 @@
 Cases are synthetic edits (engine.edits) cut from packages no model here trained on (the
 bench's held-out packages): a name renamed or a literal changed at one occurrence, a line
 changed by a pattern (a value wrapped in a call, a keyword argument added) with an alike line
-near it, and edits that imply nothing (a blank line added, a statement's end typed). Each case
+near it, and edits that imply nothing (a blank line added, a statement's end typed); and real
+ones (class "real", engine.version_edits): a hunk between two consecutive releases of those
+packages (dg_lsp.eval.heldout.REAL_EDIT_PAIRS) with the hunk after it, where that next hunk
+rewrites a span the server asks about after the first. Each case
 is replayed as an editor does it, through a real `dg-lsp serve`: the document opened as it
 was, the edit typed a character at a time (`didChange`), then `textDocument/copilotInlineEdit`
 at the cursor.
@@ -13,8 +16,10 @@ the edit's region (the innermost definition around it, cut to 10 lines either si
 issue's "within the region"; the rename's or the literal's next hunk, in whatever order the
 user would take them) into the new word, or the alike line into the line changed the same
 way; its location is right when it is on one of them. Only cases with such a span are cut
-(a parameter renamed in one method implies nothing about the next method's). After an edit
-that implies nothing, any suggestion is noise. The default path (the resident engine,
+(a parameter renamed in one method implies nothing about the next method's). A real case has
+one right span, the next hunk's, and one exact answer, the next release's text there; it is
+cut only when the server's span finder (dg_lsp.next_edit.spans) asks about that span. After
+an edit that implies nothing, any suggestion is noise. The default path (the resident engine,
 default settings) comes first, the in-process engine beside it; the baselines beside both:
 no suggestion at all, and a rename-only rule (dg_lsp.next_edit.rename_rule).
 """
@@ -35,17 +40,20 @@ from dg_lsp.actions import ParsedText
 from dg_lsp.bench_lsp import PATHS, Session
 from dg_lsp.edit_history import EditHistory, RecordedEdit
 from dg_lsp.languages import language_for
-from dg_lsp.next_edit import NextEdit, region, rename_rule
+from dg_lsp.next_edit import NextEdit, region, rename_rule, spans
 from dg_lsp.positions import UTF16, offset_at
 from engine.edits import (
+    MAX_SPANS,
     NOOP,
     SyntheticEdit,
     noop_edit,
     occurrences,
     synthetic_edit,
 )
+from engine.version_edits import REAL, real_edits
 
-CLASSES = ("rename", "literal", "pattern", NOOP)
+SYNTHETIC_CLASSES = ("rename", "literal", "pattern", NOOP)  # cut in this order from one seed
+CLASSES = ("rename", "literal", "pattern", REAL, NOOP)
 DEFAULT_PER_CLASS = 30
 
 
@@ -58,7 +66,7 @@ def cut_edits(folders: list[Path], per_class: int, seed: int) -> list[SyntheticE
         raise ValueError("no Python files to cut next-edit cases from")
     rng = np.random.default_rng(seed)
     cases = []
-    for kind in CLASSES:
+    for kind in SYNTHETIC_CLASSES:
         found, tries = 0, 0
         while found < per_class and tries < 200 * per_class:
             tries += 1
@@ -68,6 +76,26 @@ def cut_edits(folders: list[Path], per_class: int, seed: int) -> list[SyntheticE
                 cases.append(case)
                 found += 1
     return cases
+
+
+def cut_real(pairs: list[tuple[str, str]], count: int, seed: int) -> list[SyntheticEdit]:
+    """`count` real edits (a seeded sample, in the order they were cut) from the (old, new)
+    versions of files in `pairs`, of those whose next hunk the server asks about."""
+    found = [case for old, new in pairs for case in real_edits(old, new) if right_spans(case)]
+    if len(found) <= count:
+        return found
+    # Its own generator: the synthetic classes' cases stay those the seed always gave.
+    chosen = np.random.default_rng([seed, 1]).choice(len(found), count, replace=False)
+    return [found[i] for i in sorted(chosen)]
+
+
+def recorded(case: SyntheticEdit) -> RecordedEdit:
+    """The case's edit as the server's history records it."""
+    history = EditHistory()
+    history.record(case.original, case.change_at, case.change_at + len(case.removed),
+                   case.inserted)
+    assert history.last is not None
+    return history.last
 
 
 def edit_region(case: SyntheticEdit) -> tuple[int, int]:
@@ -85,6 +113,11 @@ def right_spans(case: SyntheticEdit) -> set[tuple[int, int]]:
     the next method's alone), and a case with nothing to change in the region is not cut."""
     if case.kind == NOOP:
         return set()
+    if case.kind == REAL:
+        edit = recorded(case)
+        doc = ParsedText(case.text, language_for("python", "case.py"))
+        asked = {(s.start, s.end) for s in spans(doc, edit, edit.end)[:MAX_SPANS]}
+        return {(case.start, case.end)} & asked
     lo, hi = edit_region(case)
     if case.kind == "pattern":
         return {(case.start, case.end)} if lo <= case.start and case.end <= hi else set()
@@ -103,18 +136,18 @@ class Outcome:
 def judge(case: SyntheticEdit, found: NextEdit | None) -> Outcome:
     if found is None:
         return Outcome(False, False, False)
-    spans = right_spans(case)
-    located = (found.start, found.end) in spans
-    expected = case.expected if case.kind == "pattern" else case.inserted
-    return Outcome(True, located, located and found.text == expected)
+    located = (found.start, found.end) in right_spans(case)
+    # A rename's and a literal's expected text is the new word, which the edit inserted.
+    return Outcome(True, located, located and found.text == case.expected)
 
 
 def typed(case: SyntheticEdit) -> list[tuple[int, int, str]]:
     """The edit as an editor sends it: the removed word replaced by the first character of
-    the new one, then a character at a time."""
+    the new one, then a character at a time; a real edit over lines at once (a paste, a
+    formatter: typing it would be recorded as several edits)."""
     at, removed, inserted = case.change_at, case.removed, case.inserted
-    if not inserted:
-        return [(at, at + len(removed), "")]
+    if not inserted or (case.kind == REAL and "\n" in removed + inserted):
+        return [(at, at + len(removed), inserted)]
     changes = [(at, at + len(removed), inserted[0])]
     changes += [(at + i, at + i, ch) for i, ch in enumerate(inserted[1:], start=1)]
     return changes
@@ -169,12 +202,8 @@ def rule_rows(cases: list[SyntheticEdit]) -> Rows:
     rows = Rows()
     language = language_for("python", "case.py")
     for case in cases:
-        history = EditHistory()
-        history.record(case.original, case.change_at, case.change_at + len(case.removed),
-                       case.inserted)
-        cursor = case.change_at + len(case.inserted)
-        edit = history.last
-        found = rename_rule(edit, ParsedText(case.text, language), cursor) if edit else None
+        edit = recorded(case)
+        found = rename_rule(edit, ParsedText(case.text, language), edit.end)
         rows.add(case.kind, judge(case, found))
     return rows
 
@@ -242,7 +271,11 @@ def format_table(table: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def run(folders: list[Path], per_class: int, seed: int, model: str | None, device: str
+def run(folders: list[Path], per_class: int, seed: int, model: str | None, device: str,
+        real_pairs: list[tuple[str, str]] | None = None
         ) -> tuple[list[SyntheticEdit], list[dict[str, Any]]]:
+    """The cases cut from `folders` (and, given `real_pairs`, the real ones), measured."""
     cases = cut_edits(folders, per_class, seed)
+    if real_pairs:
+        cases += cut_real(real_pairs, per_class, seed)
     return cases, asyncio.run(measure(cases, model, device))

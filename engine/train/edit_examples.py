@@ -5,6 +5,8 @@ Each example is a synthetic edit cut from a training file of the corpus (`files.
 document after the user's edit with the edit shown as comments above the span to write, the
 span as the hole. `dg-engine train --init CHECKPOINT --edits N` mixes them into the masked
 objective on real code, so the model learns the edits without forgetting the code.
+`--real-edits FILE` adds real edits (the hunks between consecutive released versions of
+corpus packages, cut by `dg-engine version-edits`) beside the N synthetic ones, each once.
 """
 
 from __future__ import annotations
@@ -12,14 +14,16 @@ from __future__ import annotations
 import json
 import sys
 from bisect import bisect_left
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from engine.edits import SYNTHETIC_KINDS, model_text, synthetic_edit
+from engine.edits import SYNTHETIC_KINDS, SyntheticEdit, model_text, synthetic_edit
 from engine.tokenizer import Tokenizer
 from engine.train.corpus import FORBIDDEN
 from engine.train.examples import HOLE_BUCKETS, SpecialIds
+from engine.train.real_edits import load_cases
 
 EDITS_FILE = "edits.npz"
 KIND_WEIGHTS = (0.4, 0.2, 0.15, 0.25)  # rename, literal, keep (the span stays), pattern
@@ -52,28 +56,37 @@ class EditSet:
         return int(self.parts["offsets"].shape[0])
 
     @classmethod
-    def build(cls, texts: list[str], tok: Tokenizer, count: int, seed: int) -> EditSet:
+    def build(cls, texts: list[str], tok: Tokenizer, count: int, seed: int,
+              real: Sequence[SyntheticEdit] = ()) -> EditSet:
+        """`count` synthetic edits cut from `texts`, then each of the `real` ones (real edits
+        between released versions: engine.version_edits) whose answer fits."""
         rng = np.random.default_rng(seed)
         flat: list[int] = []
         offsets: list[tuple[int, int, int, int]] = []  # prefix, middle, suffix, end
+
+        def add(example: SyntheticEdit) -> bool:
+            prefix, middle, suffix = model_text(example)
+            # The canvas sees a window: keep the ends near the span, tokenize those.
+            ids = [tok.encode(prefix[-2000:]), tok.encode(middle), tok.encode(suffix[:1000])]
+            if not ids[1] or len(ids[1]) > MAX_MIDDLE:
+                return False
+            start = len(flat)
+            for part in ids:
+                flat.extend(part)
+            offsets.append((start, start + len(ids[0]), start + len(ids[0]) + len(ids[1]),
+                            len(flat)))
+            return True
+
         tries = 0
         while len(offsets) < count and tries < 20 * count and texts:
             tries += 1
             text = texts[int(rng.integers(0, len(texts)))]
             kind = SYNTHETIC_KINDS[int(rng.choice(len(SYNTHETIC_KINDS), p=KIND_WEIGHTS))]
             example = synthetic_edit(text, rng, kind)
-            if example is None:
-                continue
-            prefix, middle, suffix = model_text(example)
-            # The canvas sees a window: keep the ends near the span, tokenize those.
-            ids = [tok.encode(prefix[-2000:]), tok.encode(middle), tok.encode(suffix[:1000])]
-            if not ids[1] or len(ids[1]) > MAX_MIDDLE:
-                continue
-            start = len(flat)
-            for part in ids:
-                flat.extend(part)
-            offsets.append((start, start + len(ids[0]), start + len(ids[0]) + len(ids[1]),
-                            len(flat)))
+            if example is not None:
+                add(example)
+        for example in real:
+            add(example)
         return cls({"tokens": np.array(flat, dtype=np.uint16),
                     "offsets": np.array(offsets, dtype=np.int64).reshape(-1, 4)})
 
@@ -109,15 +122,21 @@ class EditSet:
         return targets, maskable
 
 
-def load_or_build(out: Path, data: Path, tok: Tokenizer, count: int, seed: int) -> EditSet:
-    """The run's edit examples: built once from the corpus, kept beside its state to resume."""
+def load_or_build(out: Path, data: Path, tok: Tokenizer, count: int, seed: int,
+                  real: Path | None = None) -> EditSet:
+    """The run's edit examples: built once from the corpus (and the real edits of `real`, a
+    file of `dg-engine version-edits`), kept beside its state to resume."""
     path = out / EDITS_FILE
     if path.exists():
         return EditSet.load(path)
-    print(f"cutting {count} synthetic edits from {data / 'files.txt'}", file=sys.stderr)
-    edits = EditSet.build(corpus_texts(data), tok, count, seed)
+    cases = load_cases(real) if real is not None else []
+    print(f"cutting {count} synthetic edits from {data / 'files.txt'}"
+          + (f", with {len(cases)} real ones from {real}" if real is not None else ""),
+          file=sys.stderr)
+    edits = EditSet.build(corpus_texts(data) if count else [], tok, count, seed, cases)
     if len(edits) == 0:
-        raise ValueError(f"{data}: no edit examples could be cut from its training files")
+        raise ValueError(f"{data}: no edit examples could be cut from its training files"
+                         + (f" or {real}" if real is not None else ""))
     out.mkdir(parents=True, exist_ok=True)
     edits.save(path)
     return edits

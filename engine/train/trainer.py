@@ -66,6 +66,8 @@ class TrainConfig:
     # Synthetic edits (engine.train.edit_examples) cut from the corpus, and their share of rows.
     edits: int = 0
     edit_share: float = 0.5
+    # Real edits (a file of `dg-engine version-edits`) added to the synthetic ones.
+    real_edits: str | None = None
 
 
 def special_ids(tok: Tokenizer) -> SpecialIds:
@@ -259,7 +261,9 @@ class Trainer:
         if val.size < 3 * cfg.seq_len + 1:
             val = train[-(8 * cfg.seq_len):]  # toy corpora: borrow the tail for a loss reading
         self.out = Path(cfg.out)
-        edits = load_or_build(self.out, data, self.tok, cfg.edits, cfg.seed) if cfg.edits else None
+        real = Path(cfg.real_edits) if cfg.real_edits else None
+        edits = (load_or_build(self.out, data, self.tok, cfg.edits, cfg.seed, real)
+                 if cfg.edits or real else None)
         self.maker = ExampleMaker(train, newline, self.ids, cfg.seq_len, edits=edits,
                                   edit_share=cfg.edit_share)
         self.val_maker = ExampleMaker(val, newline, self.ids, cfg.seq_len)
@@ -453,4 +457,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="mix N synthetic edits cut from the corpus into the rows (next-edit)")
     p.add_argument("--edit-share", type=float, default=d.edit_share,
                    help="share of rows that are edits when --edits is given")
+    p.add_argument("--real-edits", default=d.real_edits, metavar="FILE",
+                   help="also mix in the real edits of FILE (written by `dg-engine "
+                   "version-edits`), each once beside the N synthetic ones")
     p.set_defaults(func=run)
