@@ -19,6 +19,7 @@ from dg_lsp.next_edit import NextEdit
 from engine import releases
 from engine.cli import main as engine_main
 from engine.edits import LineEdit, SyntheticEdit, model_text
+from engine.train import real_edits as real_edits_command
 from engine.train.real_edits import case_row, load_cases, refuse_heldout, save_rows
 from engine.version_edits import MAX_EDIT_LINES, REAL, change_kind, hunks, real_edits
 
@@ -169,6 +170,24 @@ def test_held_out_packages_are_refused_before_anything_is_fetched(monkeypatch, t
     save_rows(out, [case_row("boltons", "1.0", "1.1", "boltons/a.py", case)])
     with pytest.raises(ValueError, match="held out"):
         load_cases(out)
+
+
+def test_a_package_pip_cannot_fetch_is_skipped_and_the_others_cases_are_written(
+        monkeypatch, tmp_path, capsys):
+    (case,) = real_edits(OLD, NEW)
+
+    def cut(package, releases, last=None, sdist=False):
+        if package == "markdown_it":
+            raise OSError("cannot list the releases of markdown_it with pip (no such package)")
+        return [("1.0", "1.1", [case_row(package, "1.0", "1.1", "toy/a.py", case)])]
+
+    monkeypatch.setattr(real_edits_command, "cut_package", cut)
+    out = tmp_path / "real.jsonl"
+    assert engine_main(["version-edits", "toy", "markdown_it", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "markdown_it: skipped: cannot list the releases" in err
+    assert "not cut: markdown_it" in err
+    assert load_cases(out) == [case]
 
 
 # -- releases ---------------------------------------------------------------------------------

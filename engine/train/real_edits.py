@@ -104,15 +104,25 @@ def run(args: argparse.Namespace) -> int:
     for package, _, _ in specs:
         refuse_heldout(package)  # before fetching anything
     rows: list[dict[str, Any]] = []
+    failed = []
     for package, _, last in specs:
-        for older, newer, found in cut_package(package, args.releases, last or None,
-                                               args.sdist):
+        # A package pip cannot list or fetch (a misspelt name, a release without a wheel) is
+        # reported and skipped: the other packages' cases, minutes of fetching, are kept.
+        try:
+            pairs = cut_package(package, args.releases, last or None, args.sdist)
+        except (OSError, ValueError) as exc:
+            print(f"{package}: skipped: {exc}", file=sys.stderr)
+            failed.append(package)
+            continue
+        for older, newer, found in pairs:
             print(f"{package} {older} -> {newer}: {len(found)} cases ({_kinds(found)})",
                   file=sys.stderr)
             rows += found
     save_rows(args.out, rows)
     print(f"{len(rows)} cases ({_kinds(rows)}) written to {args.out}", file=sys.stderr)
-    return 0
+    if failed:
+        print(f"not cut: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
