@@ -43,6 +43,14 @@ def _pip(*args: str) -> subprocess.CompletedProcess[str]:
         raise OSError(f"pip {args[0]} took more than {PIP_TIMEOUT} s") from exc
 
 
+def _reason(stderr: str) -> str:
+    """What pip says went wrong: its first ERROR line (its warnings come before it), else its
+    last line."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line.removeprefix("ERROR:").strip() for line in lines if line.startswith("ERROR:")]
+    return (errors or lines[-1:] or [""])[0][:300]
+
+
 def release_versions(package: str) -> list[str]:
     """The package's final releases on the index, oldest first.
 
@@ -51,7 +59,7 @@ def release_versions(package: str) -> list[str]:
     found = re.search(r"^Available versions: (.+)$", run.stdout, re.MULTILINE)
     if run.returncode != 0 or found is None:
         raise OSError(f"cannot list the releases of {package} with pip "
-                      f"({run.stderr.strip()[-300:]})")
+                      f"({_reason(run.stderr)})")
     finals = [v.strip() for v in found.group(1).split(",") if FINAL.fullmatch(v.strip())]
     return sorted(finals, key=lambda v: tuple(int(part) for part in v.split(".")))
 
@@ -81,7 +89,7 @@ def fetch_sources(package: str, version: str, folder: Path, sdist: bool = False)
             archives = [p for p in Path(download).iterdir()
                         if p.name.endswith((".tar.gz", ".zip"))]
         if run.returncode != 0 or not archives:
-            why = run.stderr.strip()[-300:] or "no wheel"
+            why = _reason(run.stderr) or "no wheel"
             raise OSError(f"cannot fetch {package}=={version} with pip ({why})")
         folder.mkdir(parents=True, exist_ok=True)
         for rel, data in _python_files(archives[0]):

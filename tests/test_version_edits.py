@@ -210,6 +210,20 @@ def test_releases_are_the_final_ones_in_order_and_consecutive_ones_end_where_ask
         releases.consecutive(versions, 2, last="3.0")
 
 
+def test_a_release_pip_cannot_fetch_is_reported_with_pips_error_not_its_warnings(
+        monkeypatch, tmp_path):
+    stderr = ("WARNING: Location 'file:///opt/simple/toy/' is ignored: it is neither a file "
+              "nor a directory.\nERROR: Could not find a version that satisfies the "
+              "requirement toy==1.1.0 (from versions: 1.0.1, 1.1.1)\nERROR: No matching "
+              "distribution found for toy==1.1.0\n")
+    monkeypatch.setattr(releases, "_pip", lambda *args: completed(1, stderr=stderr))
+    with pytest.raises(OSError) as caught:
+        releases.fetch_sources("toy", "1.1.0", tmp_path / "toy-1.1.0")
+    assert str(caught.value) == (
+        "cannot fetch toy==1.1.0 with pip (Could not find a version that satisfies the "
+        "requirement toy==1.1.0 (from versions: 1.0.1, 1.1.1))")
+
+
 def archive_bytes(kind: str, files: dict[str, bytes]) -> bytes:
     buffer = io.BytesIO()
     if kind == "zip":
