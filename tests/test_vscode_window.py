@@ -402,9 +402,18 @@ def next_edit(page: Any, path: Path, open_file: Callable[[str, str], None],
         return found if found["struck"] and hint else None
 
     result["next_drawn"] = poll("the next edit drawn", drawn, timeout=120)
-    # no ghost text over it, so that Tab is the next edit's (the when clause)
-    poll("no ghost text", lambda: page.query_selector(".ghost-text-decoration") is None,
-         timeout=30)
+    # Tab is the next edit's only without ghost text (the when clause). An inline completion
+    # at the cursor may be shown beside it (on a busy machine one was, for `count2`): Escape
+    # hides the ghost text, as a person would, and leaves the next edit drawn.
+    try:
+        poll("no ghost text", lambda: page.query_selector(".ghost-text-decoration") is None,
+             timeout=10)
+    except TimeoutError:
+        result["ghost_beside_next_edit"] = True
+        page.keyboard.press("Escape")
+        poll("no ghost text after Escape",
+             lambda: page.query_selector(".ghost-text-decoration") is None, timeout=10)
+        poll("the next edit still drawn", drawn, timeout=10)
     shot("next")
     page.keyboard.press("Tab")  # to the suggestion
     poll("the hint gone after the jump", lambda: not any(
