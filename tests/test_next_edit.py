@@ -17,7 +17,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
 from dg_lsp.actions import ParsedText
 from dg_lsp.edit_history import MAX_EDITS, EditHistory
-from dg_lsp.eval.next_edit import judge, right_spans
+from dg_lsp.eval.next_edit import Outcome, Rows, format_table, judge, right_spans, summary
 from dg_lsp.languages import language_for
 from dg_lsp.lsp_next_edit import ACCEPTED_COMMAND, METHOD
 from dg_lsp.next_edit import NextEdit, rename_rule, spans, suggest
@@ -383,3 +383,20 @@ def test_synthetic_renames_follow_a_name_only_inside_its_own_function():
         if case is not None and case.removed == "dt":
             targets.add(case.text.count("\n", 0, case.start))
     assert targets == {2}  # utcoffset's own `dt`, never dst's parameter
+
+
+def test_the_eval_table_gives_each_exact_rate_its_95_percent_interval():
+    rows = Rows()
+    for i in range(30):
+        rows.add("rename", Outcome(True, True, i < 25, 0.05))
+    for _ in range(30):
+        rows.add("noop", Outcome(False, False, False, 0.01))
+    table = summary("default (resident engine)", rows)
+    # Wilson's interval for 25 of 30: 0.664-0.927
+    assert [round(v, 3) for v in table[0]["exact95"]] == [0.664, 0.927]
+    assert table[1]["exact95"] is None  # noop has no right text
+    lines = format_table(table).split("\n")
+    assert lines[0].split()[3:6] == ["exact", "exact", "95%"]
+    assert lines[2].split()[3:6] == ["rename", "30", "83%"]
+    assert lines[2].split()[6] == "66-93%"
+    assert lines[3].split()[6] == "-"

@@ -50,6 +50,7 @@ from engine.edits import (
     occurrences,
     synthetic_edit,
 )
+from engine.stats import wilson_interval
 from engine.version_edits import REAL, real_edits
 
 SYNTHETIC_CLASSES = ("rename", "literal", "pattern", NOOP)  # cut in this order from one seed
@@ -221,6 +222,7 @@ def summary(name: str, rows: Rows) -> list[dict[str, Any]]:
             "suggested": sum(o.suggested for o in got) / n,
             "located": None if kind == NOOP else sum(o.located for o in got) / n,
             "exact": None if kind == NOOP else sum(o.exact for o in got) / n,
+            "exact95": None if kind == NOOP else wilson_interval(sum(o.exact for o in got), n),
             "p50Ms": _ms(seconds, 0.5), "p95Ms": _ms(seconds, 0.95)})
     return out
 
@@ -259,9 +261,13 @@ def format_table(table: list[dict[str, Any]]) -> str:
     def pct(v: float | None) -> str:
         return "-" if v is None else f"{100 * v:.0f}%"
 
-    header = ["path", "class", "cases", "exact", "located", "suggested", "p50 ms", "p95 ms"]
+    def interval(v: tuple[float, float] | None) -> str:
+        return "-" if v is None else f"{100 * v[0]:.0f}-{100 * v[1]:.0f}%"
+
+    header = ["path", "class", "cases", "exact", "exact 95%", "located", "suggested", "p50 ms",
+              "p95 ms"]
     rows = [header] + [[r["path"], r["class"], str(r["cases"]), pct(r["exact"]),
-                        pct(r["located"]), pct(r["suggested"]),
+                        interval(r.get("exact95")), pct(r["located"]), pct(r["suggested"]),
                         "-" if r["p50Ms"] is None else f"{r['p50Ms']:.0f}",
                         "-" if r["p95Ms"] is None else f"{r['p95Ms']:.0f}"] for r in table]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
