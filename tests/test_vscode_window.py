@@ -86,6 +86,9 @@ SETTINGS = {
     "editor.wordBasedSuggestions": "off",
     "editor.minimap.enabled": False,
     "files.hotExit": "off",
+    # only Ctrl+S saves: code-server saved the file on its own once, before the test's save,
+    # whose mtime then never changed (CI timed out waiting for it)
+    "files.autoSave": "off",
 }
 
 
@@ -225,12 +228,13 @@ def drive(page: Any, port: int, folder: Path, source: Path, tmp: Path,
         return page.inner_text(".monaco-editor .view-lines").replace("\xa0", " ")
 
     def save_and_read(path: Path = source) -> str:
-        """The saved text, once the write is over: code-server truncates the file before it
-        writes it (CI once read it empty in between), so the text is read until two reads
-        a moment apart agree on a non-empty file."""
-        before = path.stat().st_mtime_ns
+        """The saved text, once the write is over: Ctrl+S, until the editor's tab is no longer
+        dirty (auto-save is off: only this saves), then the file read until two reads a moment
+        apart agree on a non-empty text (code-server truncates the file before it writes it;
+        CI once read it empty in between)."""
+        page.wait_for_selector(".tab.active.dirty", timeout=10_000)  # there is a change
         page.keyboard.press("Control+s")
-        poll("the file saved", lambda: path.stat().st_mtime_ns != before)
+        poll("the file saved", lambda: page.query_selector(".tab.active.dirty") is None)
 
         def settled() -> str | None:
             first = path.read_text()
