@@ -12,9 +12,8 @@ it lives and dies with the document (dg_lsp.documents).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from os.path import commonprefix
 
-from engine.edits import LineEdit
+from engine.edits import LineEdit, smallest_change
 
 MAX_EDITS = 8
 # Characters kept of an edit's removed and inserted text: a paste of a whole file is one edit
@@ -68,11 +67,9 @@ class EditHistory:
             # A client that sends whole lines or the whole document: keep what changed.
             # (Not within a line: selecting "count" and typing "t" must stay one edit with
             # the keystrokes that follow it.)
-            same = len(commonprefix([removed, new]))
-            start, removed, new = start + same, removed[same:], new[same:]
-            same = len(commonprefix([removed[::-1], new[::-1]]))
-            end = start + len(removed) - same
-            removed, new = removed[: len(removed) - same], new[: len(new) - same]
+            same, removed, new = smallest_change(removed, new)
+            start += same
+            end = start + len(removed)
         self._add(text, start, end, removed, new, shift=len(new) - len(removed))
 
     def _add(self, text: str, start: int, end: int, removed: str, inserted: str, shift: int

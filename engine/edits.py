@@ -108,6 +108,15 @@ def occurrences(text: str, word: str, start: int = 0, end: int | None = None
     return [(m.start(), m.end()) for m in pattern.finditer(text, start, end)]
 
 
+def smallest_change(before: str, after: str) -> tuple[int, str, str]:
+    """(at, removed, inserted): before[at:at + len(removed)] became `inserted`, with the text
+    both share at either end left out (as the editor's history records a change)."""
+    head = len(os.path.commonprefix([before, after]))
+    rest_before, rest_after = before[head:], after[head:]
+    tail = len(os.path.commonprefix([rest_before[::-1], rest_after[::-1]]))
+    return head, rest_before[:len(rest_before) - tail], rest_after[:len(rest_after) - tail]
+
+
 def line_span(text: str, offset: int) -> tuple[int, int]:
     """[start, end) of the line holding `offset`, its newline excluded."""
     start = text.rfind("\n", 0, offset) + 1
@@ -464,9 +473,7 @@ def pattern_edit(text: str, rng: np.random.Generator) -> SyntheticEdit | None:
         offsets.append(offsets[-1] + len(line) + 1)
     # The user's edit, as the smallest change of line i (the pattern's insertion).
     old_i = lines[i]
-    head = len(os.path.commonprefix([old_i, new_i]))
-    tail = len(os.path.commonprefix([old_i[head:][::-1], new_i[head:][::-1]]))
-    removed, inserted = old_i[head:len(old_i) - tail], new_i[head:len(new_i) - tail]
+    head, removed, inserted = smallest_change(old_i, new_i)
     change_at = offsets[i] + head
     after = text[:change_at] + inserted + text[change_at + len(removed):]
     shift = len(inserted) - len(removed) if i < j else 0

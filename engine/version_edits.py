@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import ast
 import difflib
-import os
 from dataclasses import dataclass
 
 from engine.edits import (
@@ -41,6 +40,7 @@ from engine.edits import (
     definition_region,
     implied_spans,
     is_identifier,
+    smallest_change,
 )
 
 REAL = "real"
@@ -80,15 +80,6 @@ def hunks(old_lines: list[str], new_lines: list[str]) -> list[Hunk]:
         else:
             found.append(Hunk(i1, i2, j1, j2))
     return found
-
-
-def smallest_change(before: str, after: str) -> tuple[int, str, str]:
-    """(at, removed, inserted): before[at:at + len(removed)] became `inserted`, with the text
-    both share at either end left out (as the editor's history records a change)."""
-    head = len(os.path.commonprefix([before, after]))
-    rest_before, rest_after = before[head:], after[head:]
-    tail = len(os.path.commonprefix([rest_before[::-1], rest_after[::-1]]))
-    return head, rest_before[:len(rest_before) - tail], rest_after[:len(rest_after) - tail]
 
 
 def readable(text: str) -> bool:
