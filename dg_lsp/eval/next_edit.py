@@ -216,13 +216,13 @@ def summary(name: str, rows: Rows) -> list[dict[str, Any]]:
         if not got:
             continue
         seconds = sorted(o.seconds for o in got if o.seconds is not None)
-        n = len(got)
+        n, exact = len(got), sum(o.exact for o in got)
         out.append({
             "path": name, "class": kind, "cases": n,
             "suggested": sum(o.suggested for o in got) / n,
             "located": None if kind == NOOP else sum(o.located for o in got) / n,
-            "exact": None if kind == NOOP else sum(o.exact for o in got) / n,
-            "exact95": None if kind == NOOP else wilson_interval(sum(o.exact for o in got), n),
+            "exact": None if kind == NOOP else exact / n,
+            "exact95": None if kind == NOOP else wilson_interval(exact, n),
             "p50Ms": _ms(seconds, 0.5), "p95Ms": _ms(seconds, 0.95)})
     return out
 
