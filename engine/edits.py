@@ -242,7 +242,10 @@ class SyntheticEdit:
     span_kind: str = "word"
 
 
-SYNTHETIC_KINDS = ("rename", "literal", "keep", "pattern")  # what the model learns from
+# What the model learns from. "respell" is a rename whose new name does not extend the old
+# one (iterable -> iterator): trained on beside "rename", judged as one.
+RESPELL = "respell"
+SYNTHETIC_KINDS = ("rename", RESPELL, "literal", "keep", "pattern")
 NOOP = "noop"  # edits that imply nothing: judged on, never trained on
 WINDOW_LINES = 24  # the edit and the span it implies are this close (the region's size)
 
@@ -335,6 +338,39 @@ def _renamed(word: str, rng: np.random.Generator, pool: list[str]) -> str:
     return word + "_" + ("a", "b", "x", "tmp", "item", "data")[int(rng.integers(0, 6))]
 
 
+ENDINGS = ("or", "er", "ers", "ed", "ing", "ion", "ator", "ation", "ent", "s", "es", "y", "al",
+           "ive", "ure", "ize", "ly")
+
+
+def _respelled(word: str, rng: np.random.Generator, pool: list[str]) -> str:
+    """A new name for `word` that is not `word` with something added, as people also rename:
+    its ending changed (iterable -> iterator), a part swapped for another name's (unit_key ->
+    unit_name), its last part dropped (max_size -> max, items -> item), another name. A model
+    that saw only extensions writes the old name again for these."""
+    choice = int(rng.integers(0, 4))
+    parts = word.split("_")
+    named = [i for i, part in enumerate(parts) if part]
+    if choice == 1 and len(named) > 1:
+        others = sorted({p.lower() for w in pool for p in w.split("_")
+                         if len(p) > 1 and p.isalpha()} - {p.lower() for p in parts})
+        if others:
+            i = named[int(rng.integers(0, len(named)))]
+            parts[i] = others[int(rng.integers(0, len(others)))]
+            return "_".join(parts)
+    if choice == 2:
+        if len(named) > 1:
+            return "_".join(parts[:named[-1]]).rstrip("_") or word
+        if len(word) > 3 and word.endswith("s"):
+            return word[:-1]
+    if choice == 3 and pool:
+        return pool[int(rng.integers(0, len(pool)))]
+    cut = int(rng.integers(max(2, len(word) // 2), len(word))) if len(word) > 2 else 0
+    if not word[:cut].rstrip("_"):
+        return pool[int(rng.integers(0, len(pool)))] if pool else word
+    new = word[:cut].rstrip("_") + ENDINGS[int(rng.integers(0, len(ENDINGS)))]
+    return word if new.startswith(word) else new
+
+
 def _changed_literal(word: str, rng: np.random.Generator, pool: list[str]) -> str:
     if word[0] in "\"'":
         q = word[0]
@@ -373,7 +409,8 @@ def synthetic_edit(text: str, rng: np.random.Generator, kind: str) -> SyntheticE
     if kind == "literal":
         new = _changed_literal(word, rng, [w for w in pool if w[0] in "\"'"])
     else:
-        new = _renamed(word, rng, [w for w in pool if w[0].isalpha() and w not in NOT_CHANGED])
+        renamed = _respelled if kind == RESPELL else _renamed
+        new = renamed(word, rng, [w for w in pool if w[0].isalpha() and w not in NOT_CHANGED])
     if new == word or not new:
         return None
     # The user's edit: the window's first occurrence, where people rename (the assignment,
@@ -402,7 +439,7 @@ def synthetic_edit(text: str, rng: np.random.Generator, kind: str) -> SyntheticE
             return None
         shift = len(new) - len(word) if edited[0] < s else 0
         return SyntheticEdit(kind, *change, s + shift, e + shift, other)
-    return SyntheticEdit(kind, *change, start, end, new)
+    return SyntheticEdit("rename" if kind == RESPELL else kind, *change, start, end, new)
 
 
 # A repeated line changed the same way at its next occurrence: wrap an assignment's value or a

@@ -25,6 +25,7 @@ from dg_lsp.server import STATS_COMMAND
 from dg_lsp.settings import Settings
 from engine.edits import (
     NOOP,
+    RESPELL,
     LineEdit,
     SyntheticEdit,
     changed_words,
@@ -339,6 +340,24 @@ def test_synthetic_renames_change_code_never_prose_builtins_or_dunders():
             assert case.change_at == text.index(case.removed)  # the first occurrence
     assert renamed == {"values", "factor", "result"}  # `v` is on one line only
     assert code_words("def broken(:\n    '''unterminated\n") is None
+
+
+def test_respelled_renames_are_renames_whose_new_name_does_not_extend_the_old():
+    text = ("def total(iterable, max_size):\n"
+            "    items = list(iterable)[:max_size]\n"
+            "    return sum(items) + max_size\n")
+    rng = np.random.default_rng(0)
+    seen = set()
+    for _ in range(300):
+        case = synthetic_edit(text, rng, RESPELL)
+        if case is None:
+            continue
+        assert case.kind == "rename"  # judged as one; only the new name differs
+        assert case.expected == case.inserted != case.removed
+        assert not case.expected.startswith(case.removed)
+        assert case.text[case.start:case.end] == case.removed
+        seen.add(case.removed)
+    assert seen == {"iterable", "max_size", "items"}
 
 
 def test_the_eval_counts_only_the_occurrences_in_the_edits_region_as_right():
