@@ -16,7 +16,9 @@ follows. The suggestion is found in three steps:
 2. **What**: the model writes what each span becomes (an infill of a few tokens ending a
    comment above the span's line, `# count ->`, under the recent edits shown as comments:
    engine.edits.infill_text), through the same Backend and resident engine as every
-   completion, cancelled like them.
+   completion, cancelled like them. A word is written only with tokens those comments hold
+   (InfillRequest.tokens_from): the new word is one the edits show, and the bundled model,
+   asked to copy a rare token (`iterator`), otherwise writes a frequent one (`logger`).
 3. **Whether**: a suggestion is offered only if the model changed the span, the edited
    document parses no worse, uses no name the file lacks (dg_lsp.names), and the model was
    at least `minEditConfidence` sure of it (dg_lsp.gate). The user's own edit is never
@@ -44,6 +46,7 @@ from engine.edits import (
     implied_spans,
     infill_text,
     is_identifier,
+    question,
     region_around,
 )
 from engine.types import InfillRequest, Score, UnitEnd
@@ -100,14 +103,17 @@ def suggest(
     for span in spans(doc, edit, cursor)[:MAX_SPANS]:
         start, end = span.start, span.end
         tokens = WORD_TOKENS if span.kind == "word" else LINE_TOKENS
-        prefix, suffix = infill_text(doc.text, start, end, history, comment,
-                                     line=span.kind == "line")
+        line = span.kind == "line"
+        prefix, suffix = infill_text(doc.text, start, end, history, comment, line=line)
         prefix, suffix = windows(prefix, suffix, char_budget(settings.canvas_length, tokens),
                                  settings.suffix_fraction)
         # The same edit must get the same suggestion whatever the engine served before.
+        # A line (a pattern) is the span's line rewritten: its tokens need not be the shown
+        # ones (the wrapper meets the line's text), and restricting them measured no better.
+        shown = None if line else question(doc.text, start, end, history, comment)
         request = InfillRequest(prefix, suffix, tokens, sampler,
                                 settings.canvas_length, settings.suffix_fraction,
-                                UnitEnd("line"))
+                                UnitEnd("line"), shown)
         last = None
         for draft in backend.infill_stream(request, cancel, document=doc.uri or None):
             last = draft

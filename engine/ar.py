@@ -20,6 +20,7 @@ from engine.canvas import Canvas, VocabText, completion_text
 from engine.config import ModelConfig
 from engine.kv_cache import joined
 from engine.models.transformer import LayerKV, Transformer
+from engine.samplers import allowed_mask
 from engine.tokenizer import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, Tokenizer
 from engine.types import Draft, score_of
 
@@ -67,6 +68,13 @@ def decode_ar(
             raise ValueError("a healed canvas needs the vocabulary to constrain the hole")
         heal_banned = torch.ones_like(banned)
         heal_banned[vocab.ids_starting_with(canvas.heal_text)] = False
+    allowed = allowed_mask(canvas.allowed, model.cfg.vocab_size, device)
+    if allowed is not None:
+        if heal_banned is not None and (allowed & ~heal_banned).any():
+            heal_banned |= ~allowed  # the first token completes the heal with an allowed one
+        banned_after = banned | ~allowed
+    else:
+        banned_after = banned
 
     prompt = torch.tensor(fim_prompt(tokenizer, canvas), device=device)
     out: list[int] = []
@@ -88,9 +96,11 @@ def decode_ar(
             logits, kv = model(next_input, positions, past, past_positions)
             past = kv if past is None else joined(past, kv)
             last = logits[0, -1].float()
-            last[banned] = float("-inf")
             if heal_banned is not None and not out:
-                last[heal_banned] = float("-inf")
+                last[banned] = float("-inf")
+                last[heal_banned] = float("-inf")  # the heal wins where no allowed token fits
+            else:
+                last[banned_after] = float("-inf")
             token = int(last.argmax())
             # The greedy pick's probability: the same confidence the masked family scores.
             picked = float(last.softmax(-1)[token])

@@ -69,6 +69,9 @@ class Canvas:
     heal_text: str = ""  # cut from the prefix; the hole's text must start with it
     crlf: bool = False  # the document uses CRLF: the completion gets "\r\n" back
     max_length: int = CANVAS_LENGTH  # L: room an expanding hole (DreamOn) may grow into
+    # The token ids the hole may hold (InfillRequest.tokens_from, with the stop tokens);
+    # None: any.
+    allowed: frozenset[int] | None = None
 
     @property
     def hole_end(self) -> int:

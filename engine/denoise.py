@@ -50,7 +50,7 @@ from engine.canvas import Canvas, VocabText, completion_text
 from engine.config import ModelConfig
 from engine.kv_cache import ContextCache, PrefixCache, first_positions, joined
 from engine.models.transformer import LayerKV, Transformer
-from engine.samplers import adjust_logits, step
+from engine.samplers import adjust_logits, allowed_mask, step
 from engine.stops import completion_ids
 from engine.tokenizer import Tokenizer
 from engine.types import Draft, SamplerSettings, score_of
@@ -214,6 +214,13 @@ class MaskedDenoiser:
                 raise ValueError("a healed canvas needs the vocabulary to constrain the hole")
             self.heal_allowed = torch.zeros(model.cfg.vocab_size, dtype=torch.bool, device=device)
             self.heal_allowed[vocab.ids_starting_with(canvas.heal_text)] = True
+        self.allowed = allowed_mask(canvas.allowed, model.cfg.vocab_size, device)
+        if self.allowed is not None and self.heal_allowed is not None:
+            # The first token must also complete the healed text; where no allowed token
+            # does, the heal wins (the text was cut from the prefix).
+            both = self.heal_allowed & self.allowed
+            if both.any():
+                self.heal_allowed = both
         self.generator = torch.Generator(device=device).manual_seed(settings.seed)
         self.refresh = max(1, settings.cache_refresh)
         self.prefix_cache = (prefix_cache if self.refresh > 1 and settings.share_prefix
@@ -371,7 +378,10 @@ class MaskedDenoiser:
         expand = self.expand_id is not None and no_room
         step_banned = self.banned + ([self.expand_id] if expand else [])
         logits = adjust_logits(logits.float(), self.stop_ids, settings.eos_penalty, step_banned)
-        if self.heal_allowed is not None and lo == 0:
+        healed = self.heal_allowed is not None and lo == 0
+        if self.allowed is not None:
+            logits[int(healed):, ~self.allowed] = float("-inf")
+        if healed:
             logits[0, ~self.heal_allowed] = float("-inf")
         if settings.min_tokens > lo and self.stop_list:
             logits[: settings.min_tokens - lo, self.stop_list] = float("-inf")

@@ -92,8 +92,17 @@ class Decoder:
             return self._rewrite(request, timings)
         t0 = time.perf_counter()
         canvas = self.canvas(request, request.max_tokens)
+        if request.tokens_from is not None:
+            canvas = dataclasses.replace(canvas, allowed=self.allowed(request.tokens_from))
         timings["tokenize"] = time.perf_counter() - t0
         return self.fill(canvas, request.max_tokens, request.settings, stop_early, timings)
+
+    def allowed(self, text: str) -> frozenset[int]:
+        """The ids a hole restricted to `text`'s tokens may hold: those, and the tokens that
+        end a hole (stop, pad) or grow it (DreamOn's expand)."""
+        ends = {self.config.expand_token_id} - {None}
+        return frozenset(self.tokenizer.encode(to_lf(text))) | self.stop_ids() | \
+            self.config.stop_token_ids | ends  # type: ignore[operator]
 
     def fill(self, canvas: Canvas, max_tokens: int, settings: SamplerSettings,
              stop_early: bool, timings: dict[str, float]) -> Steps:
@@ -236,7 +245,8 @@ class BlockDecoder(Decoder):
 
         prefix_ids, suffix_ids = canvas.context_ids
         for draft in denoise_block(self.model, self.checkpoint, prefix_ids, suffix_ids,
-                                   max_tokens, settings, start_ids=start_ids, pinned=pinned):
+                                   max_tokens, settings, start_ids=start_ids, pinned=pinned,
+                                   allowed=canvas.allowed):
             yield dataclasses.replace(draft, text=completion_text(canvas, draft.text))
 
 

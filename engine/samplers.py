@@ -44,6 +44,17 @@ def adjust_logits(
     return logits
 
 
+def allowed_mask(ids: frozenset[int] | None, vocab_size: int, device: torch.device | str
+                 ) -> Tensor | None:
+    """A [V] bool mask of the token ids a hole may hold (engine.canvas.Canvas.allowed);
+    None when any may be."""
+    if ids is None:
+        return None
+    mask = torch.zeros(vocab_size, dtype=torch.bool, device=device)
+    mask[[i for i in ids if 0 <= i < vocab_size]] = True
+    return mask
+
+
 def propose(
     logits: Tensor, temperature: float, generator: torch.Generator | None = None
 ) -> tuple[Tensor, Tensor, Tensor]:

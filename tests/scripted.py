@@ -16,6 +16,7 @@ class Scripted:
         self.score = score
         self.calls: list[tuple[str, str]] = []  # (prefix, suffix) of every request
         self.documents: list[str | None] = []  # the document each request named
+        self.requests: list = []  # every request, as sent
 
     def _drafts(self, prefix: str, suffix: str):
         self.calls.append((prefix, suffix))
@@ -24,8 +25,10 @@ class Scripted:
 
     def infill_stream(self, request, cancel=None, document=None):
         self.documents.append(document)
+        self.requests.append(request)
         return self._drafts(request.prefix, request.suffix)
 
     def rewrite_stream(self, request, cancel=None, document=None):
         self.documents.append(document)
+        self.requests.append(request)
         return self._drafts(request.prefix, request.suffix)

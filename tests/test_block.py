@@ -23,6 +23,8 @@ from engine.checkpoint import Checkpoint, read_checkpoint  # noqa: E402
 from engine.models.block import (  # noqa: E402
     FIM_TEMPLATE,
     GEMMA_CHAT_TEMPLATE,
+    block_settings,
+    block_stop_ids,
     denoise_block,
     entropy_bound_accept,
     fim_prompt_ids,
@@ -196,6 +198,16 @@ def test_pinned_tokens_stay(dg: tuple[Any, Checkpoint]):
         assert [d.token_ids[i] for i in kept] == [start[i] for i in kept]
     free = ours(model, ckpt, 1, CANVAS, start_ids=start, pinned=[False] * len(start))
     assert free[-1].token_ids != drafts[-1].token_ids
+
+
+def test_a_restricted_hole_holds_only_the_allowed_tokens(dg: tuple[Any, Checkpoint]):
+    model, ckpt = dg
+    allowed = frozenset(ckpt.tokenizer.encode("return fib(n - 1)"))
+    ends = block_stop_ids(block_settings(ckpt, SamplerSettings()))  # stop and pad
+    free = ours(model, ckpt, 1, CANVAS)[-1].token_ids
+    kept = ours(model, ckpt, 1, CANVAS, allowed=allowed)[-1].token_ids
+    assert not set(free) <= allowed | ends  # random weights: the restriction bites
+    assert kept and set(kept) <= allowed | ends
 
 
 def test_cancel_stops_between_steps(dg: tuple[Any, Checkpoint]):

@@ -131,6 +131,41 @@ def test_token_healing_constrains_the_first_token_and_strips_the_healed_text() -
     assert eng.infill("x = sel", "", max_tokens=4).text == "f"
 
 
+def test_a_hole_restricted_to_a_texts_tokens_writes_only_those() -> None:
+    eng = bigram_engine({"):": "return", "return": " n", " n": EOS})
+    # The tokens it wants are in the text: the same completion as unrestricted.
+    assert eng.infill(PREFIX, SUFFIX, max_tokens=6).text == "return n"
+    request = InfillRequest(PREFIX, SUFFIX, 6, tokens_from="# n -> return n")
+    *_, last = eng.infill_stream(request)
+    assert (last.text, last.finish_reason) == ("return n", "stop")
+    # 'return' is not: every other token ties, and of the allowed ones the lowest id, the
+    # stop token, is taken; never the forbidden 'return'.
+    *_, last = eng.infill_stream(InfillRequest(PREFIX, SUFFIX, 6, tokens_from=" n"))
+    assert (last.text, last.finish_reason) == ("", "stop")
+
+
+@pytest.mark.parametrize("family", ["masked", "ar"])
+def test_any_models_restricted_hole_holds_only_the_texts_tokens(family: str, dream: Engine,
+                                                                 ar_ckpt: Path) -> None:
+    eng = dream if family == "masked" else Engine.load(str(ar_ckpt), device="cpu",
+                                                        dtype="float32")
+    text = "# count -> total\n# count ->"
+    allowed = set(eng.tokenizer.encode(text)) | eng.decoder.stop_ids()
+    free = eng.infill(PREFIX, SUFFIX, max_tokens=12, stop_early=False)
+    assert not set(free.token_ids) <= allowed  # random weights: the restriction bites
+    *_, last = eng.infill_stream(InfillRequest(PREFIX, SUFFIX, 12, tokens_from=text))
+    assert last.token_ids and set(last.token_ids) <= allowed
+    # A healed prefix ('sel', cut from it) needs a first token that starts with 'sel': none
+    # of the text's does, and the heal wins there (the user typed it); the rest is the text's.
+    *_, last = eng.infill_stream(InfillRequest("x = sel", SUFFIX, 12, tokens_from=text))
+    assert eng.tokenizer.decode(last.token_ids[:1]).startswith("sel")
+    assert set(last.token_ids[1:]) <= allowed
+    # Where the text has a token that completes it, that one is taken.
+    both = set(eng.tokenizer.encode("self." + text)) | eng.decoder.stop_ids()
+    *_, last = eng.infill_stream(InfillRequest("x = sel", SUFFIX, 12, tokens_from="self." + text))
+    assert set(last.token_ids) <= both
+
+
 def test_cache_refresh_above_one_reuses_context_and_reports(dream: Engine) -> None:
     eng = bigram_engine({"):": "return", "return": " n", " n": EOS})
     # Attention adds nothing in the bigram model, so a stale cache changes nothing here.

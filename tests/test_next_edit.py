@@ -170,6 +170,11 @@ def test_suggest_writes_the_first_span_the_model_changes_and_shows_it_the_edit()
                            "        # count -> total\n"
                            "        # count ->")
     assert suffix.startswith("\n        count += item.price\n")
+    # The word is written with the tokens of what the comments show, nothing else.
+    assert model.requests[0].tokens_from == ("        # was: count = 0\n"
+                                             "        # now: total = 0\n"
+                                             "        # count -> total\n"
+                                             "        # count ->")
 
 
 def test_a_kept_span_an_unknown_name_and_an_unsure_model_suggest_nothing():

@@ -43,6 +43,7 @@ from torch import Tensor
 
 from engine.checkpoint import CONVERT_CHUNK_BYTES, FLOAT_DTYPES
 from engine.config import CheckpointError
+from engine.samplers import allowed_mask
 from engine.stops import completion_ids
 from engine.types import Draft, SamplerSettings
 
@@ -349,6 +350,7 @@ def denoise_block(
     start_ids: Sequence[int] | None = None,
     pinned: Sequence[bool] | None = None,
     template: str | None = None,
+    allowed: frozenset[int] | None = None,
 ) -> Iterator[Draft]:
     """Fill the hole between prefix and suffix; one Draft per denoising step, then a final one.
 
@@ -363,7 +365,8 @@ def denoise_block(
     (one flag per start token) only pinned positions keep their start token, now and at every
     step; the others start as noise and are denoised (edit strength = share not pinned).
     The runner (engine.runner) takes one draft per step and stops taking them when the
-    request is cancelled.
+    request is cancelled. `allowed` (engine.canvas.Canvas.allowed): the only token ids the
+    sampler may pick, besides the stop and pad tokens.
     """
     tf = _transformers()
     s = block_settings(ckpt, settings)
@@ -379,6 +382,7 @@ def denoise_block(
     embed_dtype = model.model.decoder.embed_tokens.weight.dtype
     generator = torch.Generator(device=device).manual_seed(s.seed)
     stop = block_stop_ids(s)
+    allowed_ids = allowed_mask(None if allowed is None else allowed | stop, vocab, device)
     start = list(start_ids or [])
     flags = list(pinned) if pinned is not None else None
 
@@ -443,6 +447,10 @@ def denoise_block(
                 if s.eos_penalty and s.eos_ids:
                     logits[..., s.eos_ids] -= s.eos_penalty
                 logits = logits / temperature(remaining, s, device)
+                # The next step conditions on what the model said, not on the restriction.
+                raw_logits = logits
+                if allowed_ids is not None:
+                    logits = logits.masked_fill(~allowed_ids, float("-inf"))
 
                 # Propose a token everywhere, accept the confident ones, renoise the rest.
                 probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
@@ -471,7 +479,7 @@ def denoise_block(
                     mean_entropy = entropy.sum(dim=-1) / free.sum(dim=-1).clamp_min(1)
                 confident = bool(mean_entropy < s.confidence)
                 argmax = new_argmax
-                self_cond = logits.to(embed_dtype)
+                self_cond = raw_logits.to(embed_dtype)
 
                 committed = len(done_ids) + int((accepted & free).sum()) + int(keep.sum())
                 yield draft(done_ids + argmax[0].tolist(), committed)
