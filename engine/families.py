@@ -100,9 +100,9 @@ class Decoder:
     def allowed(self, text: str) -> frozenset[int]:
         """The ids a hole restricted to `text`'s tokens may hold: those, and the tokens that
         end a hole (stop, pad) or grow it (DreamOn's expand)."""
-        ends = {self.config.expand_token_id} - {None}
-        return frozenset(self.tokenizer.encode(to_lf(text))) | self.stop_ids() | \
-            self.config.stop_token_ids | ends  # type: ignore[operator]
+        grow = {i for i in (self.config.expand_token_id,) if i is not None}
+        ends = self.stop_ids() | self.config.stop_token_ids | grow
+        return frozenset(self.tokenizer.encode(to_lf(text))) | ends
 
     def fill(self, canvas: Canvas, max_tokens: int, settings: SamplerSettings,
              stop_early: bool, timings: dict[str, float]) -> Steps:

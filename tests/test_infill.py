@@ -193,6 +193,12 @@ def test_dreamon_expand_splits_a_mask_while_there_is_room() -> None:
         [ret, pad, pad],
     ]
     assert drafts[-1].done and drafts[-1].finish_reason == "length"
+    # Restricted to 'return', the hole still grows (expand is how it ends or grows, never
+    # forbidden by the text); <|pad|> is not the text's, so the ties go to 'return'.
+    restricted = InfillRequest(PREFIX, "", 2, SamplerSettings(eos_penalty=1.0),
+                               canvas_length=prefix_len + 3, tokens_from="return")
+    assert [d.token_ids for d in eng.infill_stream(restricted)] == [
+        [ret, mask], [ret, mask, mask], [ret, ret, mask], [ret, ret, ret]]
 
 
 def test_dreamon_stop_token_deletes_its_slot() -> None:
