@@ -46,7 +46,7 @@ from engine.edits import (
     implied_spans,
     infill_text,
     is_identifier,
-    question,
+    line_span,
     region_around,
 )
 from engine.types import InfillRequest, Score, UnitEnd
@@ -105,12 +105,14 @@ def suggest(
         tokens = WORD_TOKENS if span.kind == "word" else LINE_TOKENS
         line = span.kind == "line"
         prefix, suffix = infill_text(doc.text, start, end, history, comment, line=line)
+        # What the prefix adds above the span's line: the edits as comments and the question.
+        # A word is written with their tokens only; a line (a pattern) is the span's line
+        # rewritten, whose tokens need not be the shown ones (the wrapper meets the line's
+        # text), and restricted, fewer came out right (docs/usage.md).
+        shown = None if line else prefix[line_span(doc.text, start)[0]:]
         prefix, suffix = windows(prefix, suffix, char_budget(settings.canvas_length, tokens),
                                  settings.suffix_fraction)
         # The same edit must get the same suggestion whatever the engine served before.
-        # A line (a pattern) is the span's line rewritten: its tokens need not be the shown
-        # ones (the wrapper meets the line's text), and restricting them measured no better.
-        shown = None if line else question(doc.text, start, end, history, comment)
         request = InfillRequest(prefix, suffix, tokens, sampler,
                                 settings.canvas_length, settings.suffix_fraction,
                                 UnitEnd("line"), shown)

@@ -214,11 +214,13 @@ class MaskedDenoiser:
                 raise ValueError("a healed canvas needs the vocabulary to constrain the hole")
             self.heal_allowed = torch.zeros(model.cfg.vocab_size, dtype=torch.bool, device=device)
             self.heal_allowed[vocab.ids_starting_with(canvas.heal_text)] = True
-        self.allowed = allowed_mask(canvas.allowed, model.cfg.vocab_size, device)
-        if self.allowed is not None and self.heal_allowed is not None:
+        allowed = allowed_mask(canvas.allowed, model.cfg.vocab_size, device)
+        # Negated once here, not at every step.
+        self.forbidden = None if allowed is None else ~allowed
+        if allowed is not None and self.heal_allowed is not None:
             # The first token must also complete the healed text; where no allowed token
             # does, the heal wins (the text was cut from the prefix).
-            both = self.heal_allowed & self.allowed
+            both = self.heal_allowed & allowed
             if both.any():
                 self.heal_allowed = both
         self.generator = torch.Generator(device=device).manual_seed(settings.seed)
@@ -379,8 +381,8 @@ class MaskedDenoiser:
         step_banned = self.banned + ([self.expand_id] if expand else [])
         logits = adjust_logits(logits.float(), self.stop_ids, settings.eos_penalty, step_banned)
         healed = self.heal_allowed is not None and lo == 0
-        if self.allowed is not None:
-            logits[int(healed):, ~self.allowed] = float("-inf")
+        if self.forbidden is not None:
+            logits[int(healed):, self.forbidden] = float("-inf")
         if healed:
             logits[0, ~self.heal_allowed] = float("-inf")
         if settings.min_tokens > lo and self.stop_list:

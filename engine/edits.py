@@ -545,27 +545,19 @@ def noop_edit(text: str, rng: np.random.Generator) -> SyntheticEdit | None:
     return SyntheticEdit(NOOP, original, at, removed, inserted, after, edit, -1, -1, "")
 
 
-def question(text: str, start: int, end: int, edits: Sequence[LineEdit], comment: str,
-             line: bool = False) -> str:
-    """The comment lines above the span's line that ask the model what text[start:end]
-    becomes: the edits (history_comment), then the question the model ends (`# count ->` for
-    a word; `# was: <the line>` / `# now:` for a line)."""
-    line_lo, _ = line_span(text, start)
-    indent = re.match(r"[ \t]*", text[line_lo:start]).group()  # type: ignore[union-attr]
-    span = text[start:end]
-    ask = (f"{indent}{comment} was: {span}\n{indent}{comment} now:" if line
-           else f"{indent}{comment} {span} ->")
-    return history_comment(edits, comment, indent) + ask
-
-
 def infill_text(text: str, start: int, end: int, edits: Sequence[LineEdit], comment: str,
                 line: bool = False) -> tuple[str, str]:
     """(prefix, suffix) around the hole where the model writes the new text of text[start:end]:
-    the document up to the span's line and the question, then the span's line and the rest of
-    the document as they are."""
+    the edits shown as comments above the span's line, then the question, a comment the
+    model ends (`# count ->` for a word; `# was: <the line>` / `# now:` for a line), then the
+    span's line and the rest of the document as they are."""
     line_lo, _ = line_span(text, start)
-    return (text[:line_lo] + question(text, start, end, edits, comment, line),
-            "\n" + text[line_lo:])
+    indent = re.match(r"[ \t]*", text[line_lo:start]).group()  # type: ignore[union-attr]
+    note = history_comment(edits, comment, indent)
+    span = text[start:end]
+    ask = (f"{indent}{comment} was: {span}\n{indent}{comment} now:" if line
+           else f"{indent}{comment} {span} ->")
+    return text[:line_lo] + note + ask, "\n" + text[line_lo:]
 
 
 def model_text(example: SyntheticEdit, comment: str = "#") -> tuple[str, str, str]:

@@ -383,6 +383,7 @@ def denoise_block(
     generator = torch.Generator(device=device).manual_seed(s.seed)
     stop = block_stop_ids(s)
     allowed_ids = allowed_mask(None if allowed is None else allowed | stop, vocab, device)
+    forbidden = None if allowed_ids is None else ~allowed_ids
     start = list(start_ids or [])
     flags = list(pinned) if pinned is not None else None
 
@@ -449,8 +450,8 @@ def denoise_block(
                 logits = logits / temperature(remaining, s, device)
                 # The next step conditions on what the model said, not on the restriction.
                 raw_logits = logits
-                if allowed_ids is not None:
-                    logits = logits.masked_fill(~allowed_ids, float("-inf"))
+                if forbidden is not None:
+                    logits = logits.masked_fill(forbidden, float("-inf"))
 
                 # Propose a token everywhere, accept the confident ones, renoise the rest.
                 probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
