@@ -14,21 +14,24 @@ class Scripted:
     def __init__(self, *texts: str, score: Score | None = None) -> None:
         self.texts = list(texts)
         self.score = score
-        self.calls: list[tuple[str, str]] = []  # (prefix, suffix) of every request
         self.documents: list[str | None] = []  # the document each request named
         self.requests: list = []  # every request, as sent
 
-    def _drafts(self, prefix: str, suffix: str):
-        self.calls.append((prefix, suffix))
+    @property
+    def calls(self) -> list[tuple[str, str]]:
+        """(prefix, suffix) of every request."""
+        return [(r.prefix, r.suffix) for r in self.requests]
+
+    def _drafts(self):
         yield Draft(step=3, token_ids=[], committed=0, text=self.texts.pop(0), done=True,
                     finish_reason="stop", score=self.score)
 
     def infill_stream(self, request, cancel=None, document=None):
         self.documents.append(document)
         self.requests.append(request)
-        return self._drafts(request.prefix, request.suffix)
+        return self._drafts()
 
     def rewrite_stream(self, request, cancel=None, document=None):
         self.documents.append(document)
         self.requests.append(request)
-        return self._drafts(request.prefix, request.suffix)
+        return self._drafts()

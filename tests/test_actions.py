@@ -206,7 +206,7 @@ def test_a_body_keeps_its_longest_parseable_lines_and_a_rewrite_is_whole_or_refu
 
 
 class TooLong(Scripted):
-    def _drafts(self, prefix, suffix):
+    def _drafts(self):
         raise ValueError("a hole of 900 tokens does not fit a canvas of 256")
         yield
 

@@ -193,7 +193,7 @@ def test_a_failing_target_is_recorded_and_the_others_still_run():
     class Failing(Scripted):
         def infill_stream(self, request, cancel=None, document=None):
             if len(self.calls) == 1:
-                self.calls.append((request.prefix, request.suffix))
+                self.requests.append(request)
                 raise ConnectionError("the engine went away")
             return super().infill_stream(request, cancel)
 

@@ -249,7 +249,7 @@ def test_a_lost_resident_engine_is_not_waited_for():
 
     class Dead(Scripted):
         def infill_stream(self, request, cancel=None, document=None):
-            self.calls.append((request.prefix, request.suffix))
+            self.requests.append(request)
             raise EngineUnavailable("the engine stopped mid-request: reset")
 
     doc = ParsedText(source(0), language_for("python"))

@@ -54,11 +54,11 @@ class Docstrings(Scripted):
         super().__init__()
         self.during = during
 
-    def _drafts(self, prefix: str, suffix: str):
+    def _drafts(self):
         if self.during is not None:
             self.during()
         self.texts.append("Doc.")
-        return super()._drafts(prefix, suffix)
+        return super()._drafts()
 
 
 @pytest.fixture
