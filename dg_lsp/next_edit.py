@@ -43,10 +43,10 @@ from engine.edits import (
     LineEdit,
     Span,
     changed_words,
+    edits_result,
     implied_spans,
     infill_text,
     is_identifier,
-    line_span,
     region_around,
 )
 from engine.types import InfillRequest, Score, UnitEnd
@@ -105,11 +105,13 @@ def suggest(
         tokens = WORD_TOKENS if span.kind == "word" else LINE_TOKENS
         line = span.kind == "line"
         prefix, suffix = infill_text(doc.text, start, end, history, comment, line=line)
-        # What the prefix adds above the span's line: the edits as comments and the question.
-        # A word is written with their tokens only; a line (a pattern) is the span's line
-        # rewritten, whose tokens need not be the shown ones (the wrapper meets the line's
-        # text), and restricted, fewer came out right (docs/usage.md).
-        shown = None if line else prefix[line_span(doc.text, start)[0]:]
+        # A word is written only with the tokens of what the shown edits made (the lines as
+        # they are now, the new words): not with the words they removed, which the model,
+        # seeing them all around the span, would otherwise write back (`iterable` after
+        # `iterable -> iterator`). A line (a pattern) is the span's line rewritten, whose
+        # tokens need not be the shown ones, and restricted, fewer came out right
+        # (docs/usage.md).
+        shown = None if line else edits_result(history)
         prefix, suffix = windows(prefix, suffix, char_budget(settings.canvas_length, tokens),
                                  settings.suffix_fraction)
         # The same edit must get the same suggestion whatever the engine served before.

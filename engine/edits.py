@@ -84,6 +84,20 @@ def history_comment(edits: Sequence[LineEdit], comment: str, indent: str) -> str
     return "".join(lines)
 
 
+def edits_result(edits: Sequence[LineEdit]) -> str:
+    """What the edits history_comment shows made, in the comments' own spelling (a space
+    before each, as after `now:` and `->`): each line as it is now and each new word. A word
+    the next edit writes is one of these; the words the edits removed are not, unless they
+    remain."""
+    parts = []
+    for edit in list(edits)[-SHOWN_EDITS:]:
+        parts.append(f" {shown(edit.after)}\n")
+        removed, inserted = changed_words(edit)
+        if len(removed) == len(inserted):
+            parts += [f" {new}\n" for new in inserted[:SHOWN_WORDS]]
+    return "".join(parts)
+
+
 def words(text: str) -> list[str]:
     """The words of `text` an edit can change (WORD, less keywords and NOT_CHANGED)."""
     return [w for w in WORD.findall(text) if w not in NOT_CHANGED]

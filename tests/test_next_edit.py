@@ -170,11 +170,9 @@ def test_suggest_writes_the_first_span_the_model_changes_and_shows_it_the_edit()
                            "        # count -> total\n"
                            "        # count ->")
     assert suffix.startswith("\n        count += item.price\n")
-    # The word is written with the tokens of what the comments show, nothing else.
-    assert model.requests[0].tokens_from == ("        # was: count = 0\n"
-                                             "        # now: total = 0\n"
-                                             "        # count -> total\n"
-                                             "        # count ->")
+    # The word is written with the tokens of what the edit made (the line as it is now, the
+    # new word), nothing else: not `count`, which the edit removed.
+    assert model.requests[0].tokens_from == " total = 0\n total\n"
 
 
 def test_a_kept_span_an_unknown_name_and_an_unsure_model_suggest_nothing():
