@@ -8,10 +8,13 @@ target's range and leave a file that parses with no new errors.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 import subprocess
 import sys
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -30,10 +33,12 @@ from dg_lsp.actions import (
     targets_at,
 )
 from dg_lsp.languages import language_for
+from dg_lsp.lsp_actions import StepsOnWorker
 from dg_lsp.positions import offset_at
 from dg_lsp.rewrite import RewriteError, _same_nesting, compute_edit, shape
 from dg_lsp.server import REWRITE_COMMAND
 from dg_lsp.settings import Settings
+from engine.types import InfillRequest
 from tests.scripted import Scripted
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -538,3 +543,28 @@ async def test_a_client_without_resolve_support_gets_the_edit_with_the_action(en
         assert new == PY[:expected.start] + expected.text + PY[expected.end:]
     finally:
         await client.shutdown_session()
+
+
+class _SteppedWhere(Scripted):
+    """Scripted, noting the thread each draft is computed on."""
+
+    def __init__(self, resident: bool) -> None:
+        super().__init__("x")
+        self.engine_info = dataclasses.replace(Scripted.engine_info, resident=resident)
+        self.threads: list[str] = []
+
+    def _drafts(self):
+        self.threads.append(threading.current_thread().name)
+        yield from super()._drafts()
+
+
+@pytest.mark.parametrize("resident", [False, True])
+def test_an_in_process_engine_steps_on_the_worker_a_resident_one_on_the_caller(resident):
+    # The in-process engine is not thread-safe: its steps interleave on the one worker. A
+    # resident engine steps in its own process: a hop per step would only add latency.
+    backend = _SteppedWhere(resident)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dg-engine") as worker:
+        drafts = list(StepsOnWorker(backend, worker).infill_stream(InfillRequest("a", "b", 4)))
+    assert [d.text for d in drafts] == ["x"]
+    caller = threading.current_thread().name
+    assert backend.threads == [caller if resident else "dg-engine_0"]
