@@ -35,7 +35,8 @@ CALIBRATOR_FILE = Path(__file__).with_name("gate_calibrator.json")
 # The calibrator's inputs, in order (`features`). Tried and left out (no better
 # cross-validated log loss on the training cursors; scripts/experiments/gate_features.py):
 # what precedes the cursor on its line (`=`, `(`, `.`, `,`, `:`, a keyword, the line start),
-# passes per token, a brackets hole, whether the engine stopped at the unit's end.
+# passes per token, a brackets hole, whether the engine stopped at the unit's end, whether
+# the completed line repeats one of the file (docs/usage.md: no gain on held-out cursors).
 FEATURES = ("lowest", "mean", "log_tokens", "block", "log_chars", "lines")
 
 
