@@ -16,13 +16,14 @@ follows. The suggestion is found in three steps:
 2. **What**: the model writes what each span becomes (an infill of a few tokens ending a
    comment above the span's line, `# count ->`, under the recent edits shown as comments:
    engine.edits.infill_text), through the same Backend and resident engine as every
-   completion, cancelled like them. A word is written only with tokens those comments hold
-   (InfillRequest.tokens_from): the new word is one the edits show, and the bundled model,
-   asked to copy a rare token (`iterator`), otherwise writes a frequent one (`logger`).
-3. **Whether**: a suggestion is offered only if the model changed the span, the edited
-   document parses no worse, uses no name the file lacks (dg_lsp.names), and the model was
-   at least `minEditConfidence` sure of it (dg_lsp.gate). The user's own edit is never
-   touched, so nothing undoes it.
+   completion, cancelled like them. A word is written only with the tokens of the new words
+   the edits put in (InfillRequest.tokens_from, engine.edits.edits_result): the new word is
+   one the edits show, and the bundled model, asked to copy a rare token (`iterator`),
+   otherwise writes a frequent one (`logger`), or the old word back.
+3. **Whether**: a suggestion is offered only if the model changed the span (a word: into
+   one of those new words, not a piece of one), the edited document parses no worse, uses
+   no name the file lacks (dg_lsp.names), and the model was at least `minEditConfidence`
+   sure of it (dg_lsp.gate). The user's own edit is never touched, so nothing undoes it.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from engine.edits import (
     implied_spans,
     infill_text,
     is_identifier,
+    new_words,
     region_around,
 )
 from engine.types import InfillRequest, Score, UnitEnd
@@ -98,6 +100,7 @@ def suggest(
         return None
     comment = doc.language.line_comment if doc.language else "#"
     sampler = replace(settings.sampler, share_prefix=False)
+    replaced = new_words(history)
     errors = None
     steps = 0
     for span in spans(doc, edit, cursor)[:MAX_SPANS]:
@@ -105,12 +108,12 @@ def suggest(
         tokens = WORD_TOKENS if span.kind == "word" else LINE_TOKENS
         line = span.kind == "line"
         prefix, suffix = infill_text(doc.text, start, end, history, comment, line=line)
-        # A word is written only with the tokens of what the shown edits made (the lines as
-        # they are now, the new words): not with the words they removed, which the model,
-        # seeing them all around the span, would otherwise write back (`iterable` after
-        # `iterable -> iterator`). A line (a pattern) is the span's line rewritten, whose
-        # tokens need not be the shown ones, and restricted, fewer came out right
-        # (docs/usage.md).
+        # A word is written only with the tokens of the new words the shown edits put in
+        # (or, when they replaced none one for one, of their lines as they are now): not
+        # with the words they removed, which the model, seeing them all around the span,
+        # would otherwise write back (`iterable` after `iterable -> iterator`). A line (a
+        # pattern) is the span's line rewritten, whose tokens need not be the shown ones,
+        # and restricted, fewer came out right (docs/usage.md).
         shown = None if line else edits_result(history)
         prefix, suffix = windows(prefix, suffix, char_budget(settings.canvas_length, tokens),
                                  settings.suffix_fraction)
@@ -127,6 +130,8 @@ def suggest(
         original = doc.text[start:end]
         if span.kind == "word":
             text = _word(last.text, original)
+            if replaced and text not in replaced:
+                text = None  # a piece of a new word (`L` for `LIMITED`): the model stopped early
         else:
             text = last.text.split("\n", 1)[0].strip() or None
         if text is None or text == original or stutters(text):

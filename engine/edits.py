@@ -84,18 +84,25 @@ def history_comment(edits: Sequence[LineEdit], comment: str, indent: str) -> str
     return "".join(lines)
 
 
-def edits_result(edits: Sequence[LineEdit]) -> str:
-    """What the edits history_comment shows made, in the comments' own spelling (a space
-    before each, as after `now:` and `->`): each line as it is now and each new word. A word
-    the next edit writes is one of these; the words the edits removed are not, unless they
-    remain."""
-    parts = []
+def new_words(edits: Sequence[LineEdit]) -> list[str]:
+    """The words the edits history_comment shows put in one for one (its `old -> new` lines)."""
+    found = []
     for edit in list(edits)[-SHOWN_EDITS:]:
-        parts.append(f" {shown(edit.after)}\n")
         removed, inserted = changed_words(edit)
         if len(removed) == len(inserted):
-            parts += [f" {new}\n" for new in inserted[:SHOWN_WORDS]]
-    return "".join(parts)
+            found += inserted[:SHOWN_WORDS]
+    return list(dict.fromkeys(found))
+
+
+def edits_result(edits: Sequence[LineEdit]) -> str:
+    """What the next edit of a word may be written with, in the comments' own spelling (a
+    space before each, as after `->` and `now:`): the new words, when the edits replaced
+    words one for one; otherwise each line as it is now. Never a word the edits removed,
+    unless it remains in a line."""
+    words = new_words(edits)
+    if words:
+        return "".join(f" {word}\n" for word in words)
+    return "".join(f" {shown(edit.after)}\n" for edit in list(edits)[-SHOWN_EDITS:])
 
 
 def words(text: str) -> list[str]:

@@ -30,6 +30,7 @@ from engine.edits import (
     SyntheticEdit,
     changed_words,
     code_words,
+    edits_result,
     history_comment,
     model_text,
     noop_edit,
@@ -170,9 +171,18 @@ def test_suggest_writes_the_first_span_the_model_changes_and_shows_it_the_edit()
                            "        # count -> total\n"
                            "        # count ->")
     assert suffix.startswith("\n        count += item.price\n")
-    # The word is written with the tokens of what the edit made (the line as it is now, the
-    # new word), nothing else: not `count`, which the edit removed.
-    assert model.requests[0].tokens_from == " total = 0\n total\n"
+    # The word is written with the tokens of the word the edit put in, nothing else: not
+    # `count`, which the edit removed.
+    assert model.requests[0].tokens_from == " total\n"
+
+
+def test_a_word_is_written_with_the_new_words_or_else_the_edited_lines_as_they_are_now():
+    assert edits_result([LineEdit("    count = 0\n", "    total = 0\n")]) == " total\n"
+    two = [LineEdit("a = 1\n", "b = 1\n"), LineEdit("x = f(a)\n", "x = g(b)\n")]
+    assert edits_result(two) == " b\n g\n"
+    # `args` became two words: no one-for-one replacement, so the line as it is now.
+    grown = LineEdit("    return f(args)\n", "    return f(iterables, repeat=repeat)\n")
+    assert edits_result([grown]) == " return f(iterables, repeat=repeat)\n"
 
 
 def test_a_kept_span_an_unknown_name_and_an_unsure_model_suggest_nothing():
@@ -182,6 +192,8 @@ def test_a_kept_span_an_unknown_name_and_an_unsure_model_suggest_nothing():
     args = (doc, history.line_edits(), history.last, cursor)
     assert suggest(Scripted("count", "count"), *args, Settings()) is None
     assert suggest(Scripted("totl", "amount"), *args, Settings()) is None  # names not in file
+    # A name the file knows, but not the word the edit put in (a piece of it, another word).
+    assert suggest(Scripted("items", "item"), *args, Settings()) is None
     unsure = Scripted("total", "total", score=Score(0.2, 0.5, 1, 3))
     assert suggest(unsure, *args, Settings(min_edit_confidence=0.3)) is None
     assert suggest(Scripted("total"), *args, Settings(min_edit_confidence=0.1)) is not None
