@@ -101,6 +101,11 @@ def suggest(
     comment = doc.language.line_comment if doc.language else "#"
     sampler = replace(settings.sampler, share_prefix=False)
     replaced = new_words(history)
+    # A word is written only with the tokens of the new words the shown edits put in (or,
+    # when they replaced none one for one, of their lines as they are now): not with the
+    # words they removed, which the model, seeing them all around the span, would otherwise
+    # write back (`iterable` after `iterable -> iterator`).
+    word_tokens = edits_result(history, replaced)
     errors = None
     steps = 0
     for span in spans(doc, edit, cursor)[:MAX_SPANS]:
@@ -108,13 +113,9 @@ def suggest(
         tokens = WORD_TOKENS if span.kind == "word" else LINE_TOKENS
         line = span.kind == "line"
         prefix, suffix = infill_text(doc.text, start, end, history, comment, line=line)
-        # A word is written only with the tokens of the new words the shown edits put in
-        # (or, when they replaced none one for one, of their lines as they are now): not
-        # with the words they removed, which the model, seeing them all around the span,
-        # would otherwise write back (`iterable` after `iterable -> iterator`). A line (a
-        # pattern) is the span's line rewritten, whose tokens need not be the shown ones,
-        # and restricted, fewer came out right (docs/usage.md).
-        shown = None if line else edits_result(history)
+        # A line (a pattern) is the span's line rewritten, whose tokens need not be the shown
+        # ones, and restricted, fewer came out right (docs/usage.md).
+        shown = None if line else word_tokens
         prefix, suffix = windows(prefix, suffix, char_budget(settings.canvas_length, tokens),
                                  settings.suffix_fraction)
         # The same edit must get the same suggestion whatever the engine served before.

@@ -77,29 +77,30 @@ def history_comment(edits: Sequence[LineEdit], comment: str, indent: str) -> str
     for edit in list(edits)[-SHOWN_EDITS:]:
         lines.append(f"{indent}{comment} was: {shown(edit.before)}\n")
         lines.append(f"{indent}{comment} now: {shown(edit.after)}\n")
-        removed, inserted = changed_words(edit)
-        if len(removed) == len(inserted):
-            lines += [f"{indent}{comment} {old} -> {new}\n"
-                      for old, new in zip(removed[:SHOWN_WORDS], inserted, strict=False)]
+        lines += [f"{indent}{comment} {old} -> {new}\n" for old, new in replacements(edit)]
     return "".join(lines)
 
 
+def replacements(edit: LineEdit) -> list[tuple[str, str]]:
+    """(old, new) for the words `edit` replaced one for one, as many as history_comment shows
+    (its `old -> new` lines); none when it took out more or fewer words than it put in."""
+    removed, inserted = changed_words(edit)
+    if len(removed) != len(inserted):
+        return []
+    return list(zip(removed, inserted, strict=True))[:SHOWN_WORDS]
+
+
 def new_words(edits: Sequence[LineEdit]) -> list[str]:
-    """The words the edits history_comment shows put in one for one (its `old -> new` lines)."""
-    found = []
-    for edit in list(edits)[-SHOWN_EDITS:]:
-        removed, inserted = changed_words(edit)
-        if len(removed) == len(inserted):
-            found += inserted[:SHOWN_WORDS]
-    return list(dict.fromkeys(found))
+    """The new words of the `old -> new` lines history_comment shows for `edits`."""
+    return list(dict.fromkeys(new for edit in list(edits)[-SHOWN_EDITS:]
+                              for _, new in replacements(edit)))
 
 
-def edits_result(edits: Sequence[LineEdit]) -> str:
+def edits_result(edits: Sequence[LineEdit], words: Sequence[str]) -> str:
     """What the next edit of a word may be written with, in the comments' own spelling (a
-    space before each, as after `->` and `now:`): the new words, when the edits replaced
-    words one for one; otherwise each line as it is now. Never a word the edits removed,
-    unless it remains in a line."""
-    words = new_words(edits)
+    space before each, as after `->` and `now:`): `words`, the edits' new_words, when they
+    replaced words one for one; otherwise each line as it is now. Never a word the edits
+    removed, unless it remains in a line."""
     if words:
         return "".join(f" {word}\n" for word in words)
     return "".join(f" {shown(edit.after)}\n" for edit in list(edits)[-SHOWN_EDITS:])

@@ -33,6 +33,7 @@ from engine.edits import (
     edits_result,
     history_comment,
     model_text,
+    new_words,
     noop_edit,
     similar_lines,
     synthetic_edit,
@@ -177,12 +178,17 @@ def test_suggest_writes_the_first_span_the_model_changes_and_shows_it_the_edit()
 
 
 def test_a_word_is_written_with_the_new_words_or_else_the_edited_lines_as_they_are_now():
-    assert edits_result([LineEdit("    count = 0\n", "    total = 0\n")]) == " total\n"
+    def result(edits: list[LineEdit]) -> str:
+        return edits_result(edits, new_words(edits))
+
+    assert result([LineEdit("    count = 0\n", "    total = 0\n")]) == " total\n"
     two = [LineEdit("a = 1\n", "b = 1\n"), LineEdit("x = f(a)\n", "x = g(b)\n")]
-    assert edits_result(two) == " b\n g\n"
+    assert new_words(two) == ["b", "g"]
+    assert result(two) == " b\n g\n"
     # `args` became two words: no one-for-one replacement, so the line as it is now.
     grown = LineEdit("    return f(args)\n", "    return f(iterables, repeat=repeat)\n")
-    assert edits_result([grown]) == " return f(iterables, repeat=repeat)\n"
+    assert new_words([grown]) == []
+    assert result([grown]) == " return f(iterables, repeat=repeat)\n"
 
 
 def test_a_kept_span_an_unknown_name_and_an_unsure_model_suggest_nothing():
