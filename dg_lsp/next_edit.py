@@ -16,10 +16,10 @@ follows. The suggestion is found in three steps:
 2. **What**: the model writes what each span becomes (an infill of a few tokens ending a
    comment above the span's line, `# count ->`, under the recent edits shown as comments:
    engine.edits.infill_text), through the same Backend and resident engine as every
-   completion, cancelled like them. A word is written only with the tokens of the new words
-   the edits put in (InfillRequest.tokens_from, engine.edits.edits_result): the new word is
-   one the edits show, and the bundled model, asked to copy a rare token (`iterator`),
-   otherwise writes a frequent one (`logger`), or the old word back.
+   completion, cancelled like them. A word is written as one of the new words the edits put
+   in, or not at all (InfillRequest.choices, engine.edits.next_words): the bundled model,
+   asked to copy a rare word (`iterator`), otherwise writes a frequent one (`logger`), the old
+   word back, or the first piece of the new one (` field` of `fieldNames`).
 3. **Whether**: a suggestion is offered only if the model changed the span (a word: into
    one of those new words, not a piece of one), the edited document parses no worse, uses
    no name the file lacks (dg_lsp.names), and the model was at least `minEditConfidence`
@@ -44,19 +44,22 @@ from engine.edits import (
     LineEdit,
     Span,
     changed_words,
-    edits_result,
     implied_spans,
     infill_text,
     is_identifier,
-    new_words,
+    next_words,
     region_around,
 )
+from engine.serve.protocol import MAX_CHOICES
 from engine.types import InfillRequest, Score, UnitEnd
 
 # Tokens the model may write for a word (an identifier, a literal) and for a line.
 WORD_TOKENS = 16
 LINE_TOKENS = 48
 MAX_DOCUMENT_CHARS = 1_000_000
+# A longer word (a long string literal) does not fit WORD_TOKENS; the bound keeps a request's
+# choices inside the engine's (engine.serve.protocol.MAX_CHOICES_TEXT).
+MAX_WORD_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -100,12 +103,13 @@ def suggest(
         return None
     comment = doc.language.line_comment if doc.language else "#"
     sampler = replace(settings.sampler, share_prefix=False)
-    replaced = new_words(history)
-    # A word is written only with the tokens of the new words the shown edits put in (or,
-    # when they replaced none one for one, of their lines as they are now): not with the
-    # words they removed, which the model, seeing them all around the span, would otherwise
-    # write back (`iterable` after `iterable -> iterator`).
-    word_tokens = edits_result(history, replaced)
+    # A word becomes one of the new words the shown edits put in one for one (or, when they
+    # replaced none one for one, one of the words they put in), or stays: never a word they
+    # removed, which the model, seeing them all around the span, would otherwise write back
+    # (`iterable` after `iterable -> iterator`). "\n" alone: the model ends the comment with
+    # nothing, keeping the span. The latest edits' words are kept when there are many.
+    written = [w for w in next_words(history) if len(w) <= MAX_WORD_CHARS][1 - MAX_CHOICES:]
+    choices = (*(f" {word}\n" for word in written), "\n")
     errors = None
     steps = 0
     for span in spans(doc, edit, cursor)[:MAX_SPANS]:
@@ -115,7 +119,7 @@ def suggest(
         prefix, suffix = infill_text(doc.text, start, end, history, comment, line=line)
         # A line (a pattern) is the span's line rewritten, whose tokens need not be the shown
         # ones, and restricted, fewer came out right (docs/usage.md).
-        shown = None if line else word_tokens
+        shown = None if line else choices
         prefix, suffix = windows(prefix, suffix, char_budget(settings.canvas_length, tokens),
                                  settings.suffix_fraction)
         # The same edit must get the same suggestion whatever the engine served before.
@@ -131,8 +135,8 @@ def suggest(
         original = doc.text[start:end]
         if span.kind == "word":
             text = _word(last.text, original)
-            if replaced and text not in replaced:
-                text = None  # a piece of a new word (`L` for `LIMITED`): the model stopped early
+            if text not in written:
+                text = None  # an engine that cannot follow choices wrote another word
         else:
             text = last.text.split("\n", 1)[0].strip() or None
         if text is None or text == original or stutters(text):

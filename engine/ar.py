@@ -63,7 +63,7 @@ def decode_ar(
     if not stop_early:
         banned[sorted(stop_ids)] = True
     heal_banned = None
-    if canvas.heal_text:
+    if canvas.heal_text and canvas.choices is None:  # choices hold the healed text
         if vocab is None:
             raise ValueError("a healed canvas needs the vocabulary to constrain the hole")
         heal_banned = torch.ones_like(banned)
@@ -101,6 +101,11 @@ def decode_ar(
                 last[heal_banned] = float("-inf")  # the heal wins where no allowed token fits
             else:
                 last[banned_after] = float("-inf")
+            if canvas.choices is not None:  # the next token keeps a choice possible
+                live = canvas.choices.live(dict(enumerate(out)))
+                kept = allowed_mask(canvas.choices.allowed_at(live, len(out)),
+                                    model.cfg.vocab_size, device)
+                last[~kept] = float("-inf")  # type: ignore[operator]
             token = int(last.argmax())
             # The greedy pick's probability: the same confidence the masked family scores.
             picked = float(last.softmax(-1)[token])

@@ -29,6 +29,7 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from engine.choices import Choices
 from engine.config import ModelConfig
 from engine.tokenizer import Tokenizer
 from engine.types import CANVAS_LENGTH, SUFFIX_FRACTION
@@ -69,9 +70,12 @@ class Canvas:
     heal_text: str = ""  # cut from the prefix; the hole's text must start with it
     crlf: bool = False  # the document uses CRLF: the completion gets "\r\n" back
     max_length: int = CANVAS_LENGTH  # L: room an expanding hole (DreamOn) may grow into
-    # The token ids the hole may hold (InfillRequest.tokens_from, with the stop tokens);
+    # The token ids the hole may hold (InfillRequest.choices' tokens, with the stop tokens);
     # None: any.
     allowed: frozenset[int] | None = None
+    # The token sequences the hole may hold, where the family can follow them position by
+    # position (engine.choices); None: `allowed` alone.
+    choices: Choices | None = None
 
     @property
     def hole_end(self) -> int:

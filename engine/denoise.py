@@ -214,6 +214,12 @@ class MaskedDenoiser:
                 raise ValueError("a healed canvas needs the vocabulary to constrain the hole")
             self.heal_allowed = torch.zeros(model.cfg.vocab_size, dtype=torch.bool, device=device)
             self.heal_allowed[vocab.ids_starting_with(canvas.heal_text)] = True
+        # A hole of fixed length follows its choices position by position (engine.choices);
+        # DreamOn's hole changes length, so it keeps their tokens only. The choices hold the
+        # healed text, so they replace the heal's rule.
+        self.choices = canvas.choices if self.expand_id is None else None
+        if self.choices is not None:
+            self.heal_allowed = None
         allowed = allowed_mask(canvas.allowed, model.cfg.vocab_size, device)
         # Negated once here, not at every step.
         self.forbidden = None if allowed is None else ~allowed
@@ -385,7 +391,9 @@ class MaskedDenoiser:
             logits[int(healed):, self.forbidden] = float("-inf")
         if healed:
             logits[0, ~self.heal_allowed] = float("-inf")
-        if settings.min_tokens > lo and self.stop_list:
+        if self.choices is not None:
+            self._follow_choices(logits, lo)
+        elif settings.min_tokens > lo and self.stop_list:  # choices set their own lengths
             logits[: settings.min_tokens - lo, self.stop_list] = float("-inf")
         min_commit = 1
         if steps_left is not None:
@@ -401,11 +409,13 @@ class MaskedDenoiser:
         commit[lo:hi] = picked & masked[lo:hi]
         proposed = region.clone()  # outside lo..hi everything is committed already
         proposed[lo:hi] = proposed_range
-        if settings.stop_run and self.expand_id is None:
-            commit |= _stop_run(region, hole.committed, commit, proposed, self.stop_tensor)
-        region[commit] = proposed[commit]
         proposed_confidence = hole.confidence.clone()
         proposed_confidence[lo:hi] = confidence.float()
+        if self.choices is not None:
+            commit = self._choose(lo, proposed, proposed_confidence)
+        elif settings.stop_run and self.expand_id is None:
+            commit |= _stop_run(region, hole.committed, commit, proposed, self.stop_tensor)
+        region[commit] = proposed[commit]
         hole.confidence[commit] = proposed_confidence[commit]
         hole.committed |= commit
         self._masked_range = None
@@ -421,6 +431,39 @@ class MaskedDenoiser:
         done = self.done
         return self.draft(done, ("stop" if self.stopped else "length") if done else "")
 
+    def _committed(self) -> dict[int, int]:
+        tokens, committed = self.hole.tokens(), self.hole.committed.tolist()
+        return {i: t for i, (t, c) in enumerate(zip(tokens, committed, strict=True)) if c}
+
+    def _follow_choices(self, logits: Tensor, lo: int) -> None:
+        """Forbid at the first masked position lo (the logits' first row) the tokens no choice
+        that agrees with the committed ones holds there."""
+        assert self.choices is not None
+        live = self.choices.live(self._committed())
+        kept = allowed_mask(self.choices.allowed_at(live, lo), logits.shape[1], logits.device)
+        logits[0, ~kept] = float("-inf")  # type: ignore[operator]
+
+    def _choose(self, lo: int, proposed: Tensor, confidence: Tensor) -> Tensor:
+        """What a step commits in a hole of choices: the first masked position lo, as the
+        sampler proposes it, then every position on which the choices still possible agree,
+        as they hold it (with no confidence of the model's: it did not choose them). The
+        model decides where the choices part, left to right; a choice once begun is written
+        to its end at once. Committing the surest positions first instead let a stop token
+        the model guessed at the second position (a one-token word) rule out a longer word
+        it had begun."""
+        assert self.choices is not None
+        committed = self._committed()
+        committed[lo] = int(proposed[lo])
+        live = self.choices.live(committed)
+        commit = torch.zeros_like(self.hole.committed)
+        commit[lo] = True
+        for position in self.hole.masked().nonzero().flatten().tolist():
+            held = {s[position] if position < len(s) else self.pad_id for s in live}
+            if position != lo and len(held) == 1:
+                proposed[position] = held.pop()
+                confidence[position] = math.nan
+                commit[position] = True
+        return commit
 
 def _stop_run(region: Tensor, committed: Tensor, commit: Tensor, proposed: Tensor,
               stop_ids: Tensor) -> Tensor:

@@ -96,14 +96,11 @@ def new_words(edits: Sequence[LineEdit]) -> list[str]:
                               for _, new in replacements(edit)))
 
 
-def edits_result(edits: Sequence[LineEdit], words: Sequence[str]) -> str:
-    """What the next edit of a word may be written with, in the comments' own spelling (a
-    space before each, as after `->` and `now:`): `words`, the edits' new_words, when they
-    replaced words one for one; otherwise each line as it is now. Never a word the edits
-    removed, unless it remains in a line."""
-    if words:
-        return "".join(f" {word}\n" for word in words)
-    return "".join(f" {shown(edit.after)}\n" for edit in list(edits)[-SHOWN_EDITS:])
+def next_words(edits: Sequence[LineEdit]) -> list[str]:
+    """The words a word the edits imply may become: the edits' new_words, when they replaced
+    words one for one; otherwise every word they put in. Never a word they removed."""
+    return new_words(edits) or list(dict.fromkeys(
+        word for edit in list(edits)[-SHOWN_EDITS:] for word in changed_words(edit)[1]))
 
 
 def words(text: str) -> list[str]:

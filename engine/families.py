@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from engine.ar import FIM_TOKENS, decode_ar
 from engine.bounds import STRENGTH_RANGE
 from engine.canvas import Canvas, VocabText, completion_text, layout, to_lf
+from engine.choices import Choices
 from engine.config import ModelConfig
 from engine.denoise import MaskedDenoiser
 from engine.kv_cache import PrefixCache
@@ -92,17 +93,23 @@ class Decoder:
             return self._rewrite(request, timings)
         t0 = time.perf_counter()
         canvas = self.canvas(request, request.max_tokens)
-        if request.tokens_from is not None:
-            canvas = dataclasses.replace(canvas, allowed=self.allowed(request.tokens_from))
+        if request.choices is not None:
+            choices = self.choices(request.choices, canvas.heal_text, canvas.hole_len)
+            grow = {i for i in (self.config.expand_token_id,) if i is not None}
+            canvas = dataclasses.replace(canvas, allowed=choices.tokens | grow, choices=choices)
         timings["tokenize"] = time.perf_counter() - t0
         return self.fill(canvas, request.max_tokens, request.settings, stop_early, timings)
 
-    def allowed(self, text: str) -> frozenset[int]:
-        """The ids a hole restricted to `text`'s tokens may hold: those, and the tokens that
-        end a hole (stop, pad) or grow it (DreamOn's expand)."""
-        grow = {i for i in (self.config.expand_token_id,) if i is not None}
-        ends = self.stop_ids() | self.config.stop_token_ids | grow
-        return frozenset(self.tokenizer.encode(to_lf(text))) | ends
+    def choices(self, texts: Sequence[str], heal_text: str, room: int) -> Choices:
+        """A hole restricted to one of `texts` or nothing, each ended by the tokens that end a
+        hole (stop, pad). The hole's text starts with the healed text (engine.canvas). A text
+        of more than `room` tokens is left out: begun, it could not be finished."""
+        ends = self.stop_ids() | self.config.stop_token_ids
+        ends |= {i for i in (self.config.pad_token_id, self.config.eos_token_id) if i is not None}
+        sequences = [self.tokenizer.encode(heal_text + to_lf(text)) for text in texts]
+        if heal_text:
+            sequences.append(self.tokenizer.encode(heal_text))
+        return Choices.of((s for s in sequences if len(s) <= room), ends)
 
     def fill(self, canvas: Canvas, max_tokens: int, settings: SamplerSettings,
              stop_early: bool, timings: dict[str, float]) -> Steps:

@@ -92,10 +92,10 @@ class InfillRequest:
     # The unit the client shows: the engine stops once the committed text holds its end
     # (the last draft's finish_reason is then "unit"); None: the hole's own end.
     until: UnitEnd | None = None
-    # None, or a text the hole's tokens must come from: the hole then holds only tokens this
-    # text encodes to (and the stop tokens). A next edit's word is one the edits show; a small
-    # model asked to copy a rare token writes a frequent one instead (`logger` for `iterator`).
-    tokens_from: str | None = None
+    # None, or the texts the hole may hold: it then holds one of them or nothing
+    # (engine.choices). A next edit's word is one the edits show; a small model asked to copy a
+    # rare word writes a frequent one instead (`logger` for `iterator`), or a piece of it.
+    choices: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

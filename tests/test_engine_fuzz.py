@@ -57,8 +57,8 @@ def valid_request(rng: random.Random, i: int) -> dict[str, Any]:
                     "settings": {"sampler": rng.choice(["topk", "threshold", "entropy"])}}
         if op == "rewrite":
             request |= {"original": "1 + 2", "strength": 0.5}
-        elif rng.random() < 0.3:  # a next edit's word, written with these tokens only
-            request["tokens_from"] = "# x -> y\n# x ->"
+        elif rng.random() < 0.3:  # a next edit's word: one of these or nothing
+            request["choices"] = [" y\n", " total\n", "\n"]
     if op == "cancel":
         request["target"] = rng.randint(0, i)
     return request
@@ -69,7 +69,7 @@ def mutated(rng: random.Random, i: int) -> bytes:
     how = rng.choice(["field", "drop", "settings", "id", "text", "flip", "cut", "deep"])
     if how == "field":
         request[rng.choice(list(NORMAL) + ["op", "strength", "original", "stream",
-                                           "tokens_from"])] = (
+                                           "choices"])] = (
             random_value(rng))
     elif how == "drop" and len(request) > 1:
         del request[rng.choice(list(request))]

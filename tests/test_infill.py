@@ -131,39 +131,54 @@ def test_token_healing_constrains_the_first_token_and_strips_the_healed_text() -
     assert eng.infill("x = sel", "", max_tokens=4).text == "f"
 
 
-def test_a_hole_restricted_to_a_texts_tokens_writes_only_those() -> None:
+def test_a_hole_of_choices_holds_one_of_them_or_nothing() -> None:
     eng = bigram_engine({"):": "return", "return": " n", " n": EOS})
-    # The tokens it wants are in the text: the same completion as unrestricted.
+    # The text it wants is a choice: the same completion as unrestricted.
     assert eng.infill(PREFIX, SUFFIX, max_tokens=6).text == "return n"
-    request = InfillRequest(PREFIX, SUFFIX, 6, tokens_from="# n -> return n")
-    *_, last = eng.infill_stream(request)
+    *_, last = eng.infill_stream(InfillRequest(PREFIX, SUFFIX, 6, choices=("return n", "x")))
     assert (last.text, last.finish_reason) == ("return n", "stop")
-    # 'return' is not: every other token ties, and of the allowed ones the lowest id, the
-    # stop token, is taken; never the forbidden 'return'.
-    *_, last = eng.infill_stream(InfillRequest(PREFIX, SUFFIX, 6, tokens_from=" n"))
+    # 'return' begins no choice: every other token ties, and of those allowed at the first
+    # position the lowest id, the stop token, is taken: nothing; never the forbidden 'return'.
+    *_, last = eng.infill_stream(InfillRequest(PREFIX, SUFFIX, 6, choices=(" n",)))
     assert (last.text, last.finish_reason) == ("", "stop")
 
 
+def test_a_choice_begun_is_written_to_its_end_in_the_same_pass() -> None:
+    # The model would stop after 'return'; the only choice it begins goes on with ' n'.
+    eng = bigram_engine({"):": "return", "return": EOS})
+    assert eng.infill(PREFIX, SUFFIX, max_tokens=6).text == "return"
+    drafts = list(eng.infill_stream(InfillRequest(PREFIX, SUFFIX, 6, choices=("return n",))))
+    assert [(d.step, d.text) for d in drafts] == [(1, "return n")]
+    assert drafts[-1].finish_reason == "stop"
+    # Two choices begin alike: the model decides at the first position they part.
+    eng = bigram_engine({"):": "return", "return": " b", " b": EOS})
+    drafts = list(eng.infill_stream(InfillRequest(PREFIX, SUFFIX, 6,
+                                                  choices=("return n", "return b"))))
+    assert [(d.step, d.text) for d in drafts] == [(1, "return"), (2, "return b")]
+    # Only the model's own picks are scored: 'return' and ' b', not the forced stop tokens.
+    assert drafts[-1].score.tokens == 2
+
+
 @pytest.mark.parametrize("family", ["masked", "ar"])
-def test_any_models_restricted_hole_holds_only_the_texts_tokens(family: str, dream: Engine,
-                                                                 ar_ckpt: Path) -> None:
+def test_any_models_hole_of_choices_holds_one_of_them(family: str, dream: Engine,
+                                                      ar_ckpt: Path) -> None:
     eng = dream if family == "masked" else Engine.load(str(ar_ckpt), device="cpu",
                                                         dtype="float32")
-    text = "# count -> total\n# count ->"
-    allowed = set(eng.tokenizer.encode(text)) | eng.decoder.stop_ids()
-    free = eng.infill(PREFIX, SUFFIX, max_tokens=12, stop_early=False)
-    assert not set(free.token_ids) <= allowed  # random weights: the restriction bites
-    *_, last = eng.infill_stream(InfillRequest(PREFIX, SUFFIX, 12, tokens_from=text))
-    assert last.token_ids and set(last.token_ids) <= allowed
-    # A healed prefix ('sel', cut from it) needs a first token that starts with 'sel': none
-    # of the text's does, and the heal wins there (the user typed it); the rest is the text's.
-    *_, last = eng.infill_stream(InfillRequest("x = sel", SUFFIX, 12, tokens_from=text))
-    assert eng.tokenizer.decode(last.token_ids[:1]).startswith("sel")
-    assert set(last.token_ids[1:]) <= allowed
-    # Where the text has a token that completes it, that one is taken.
-    both = set(eng.tokenizer.encode("self." + text)) | eng.decoder.stop_ids()
-    *_, last = eng.infill_stream(InfillRequest("x = sel", SUFFIX, 12, tokens_from="self." + text))
-    assert set(last.token_ids) <= both
+    choices = (" total\n", " totals\n", "\n")
+    free = eng.infill(PREFIX, SUFFIX, max_tokens=12)
+    assert free.text not in {"", *choices}  # random weights: the restriction bites
+    for seed in range(4):
+        settings = SamplerSettings(seed=seed, temperature=1.0)
+        *_, last = eng.infill_stream(InfillRequest(PREFIX, SUFFIX, 12, settings,
+                                                   choices=choices))
+        assert last.text in {"", *choices}
+    # A healed prefix ('sel', cut from it): the choices are what follows the user's 'sel'.
+    *_, last = eng.infill_stream(InfillRequest("x = sel", SUFFIX, 12,
+                                               choices=("f.items", "ected")))
+    assert last.text in {"", "f.items", "ected"}
+    # A choice longer than the hole is never begun.
+    *_, last = eng.infill_stream(InfillRequest(PREFIX, SUFFIX, 2, choices=(" total = 1\n",)))
+    assert last.text == ""
 
 
 def test_cache_refresh_above_one_reuses_context_and_reports(dream: Engine) -> None:
@@ -193,10 +208,11 @@ def test_dreamon_expand_splits_a_mask_while_there_is_room() -> None:
         [ret, pad, pad],
     ]
     assert drafts[-1].done and drafts[-1].finish_reason == "length"
-    # Restricted to 'return', the hole still grows (expand is how it ends or grows, never
-    # forbidden by the text); <|pad|> is not the text's, so the ties go to 'return'.
+    # Restricted to the choice 'return', the hole still grows (expand is how it ends or
+    # grows, never forbidden by the choices); <|pad|> ends no choice here, so the ties go to
+    # 'return'. DreamOn's hole changes length: it holds the choices' tokens, not a choice.
     restricted = InfillRequest(PREFIX, "", 2, SamplerSettings(eos_penalty=1.0),
-                               canvas_length=prefix_len + 3, tokens_from="return")
+                               canvas_length=prefix_len + 3, choices=("return",))
     assert [d.token_ids for d in eng.infill_stream(restricted)] == [
         [ret, mask], [ret, mask, mask], [ret, ret, mask], [ret, ret, ret]]
 

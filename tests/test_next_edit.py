@@ -30,10 +30,10 @@ from engine.edits import (
     SyntheticEdit,
     changed_words,
     code_words,
-    edits_result,
     history_comment,
     model_text,
     new_words,
+    next_words,
     noop_edit,
     similar_lines,
     synthetic_edit,
@@ -172,23 +172,19 @@ def test_suggest_writes_the_first_span_the_model_changes_and_shows_it_the_edit()
                            "        # count -> total\n"
                            "        # count ->")
     assert suffix.startswith("\n        count += item.price\n")
-    # The word is written with the tokens of the word the edit put in, nothing else: not
-    # `count`, which the edit removed.
-    assert model.requests[0].tokens_from == " total\n"
+    # The word is the word the edit put in, or nothing ("\n" ends the comment): not `count`,
+    # which the edit removed.
+    assert model.requests[0].choices == (" total\n", "\n")
 
 
-def test_a_word_is_written_with_the_new_words_or_else_the_edited_lines_as_they_are_now():
-    def result(edits: list[LineEdit]) -> str:
-        return edits_result(edits, new_words(edits))
-
-    assert result([LineEdit("    count = 0\n", "    total = 0\n")]) == " total\n"
+def test_a_word_becomes_one_of_the_new_words_or_else_a_word_the_edits_put_in():
+    assert next_words([LineEdit("    count = 0\n", "    total = 0\n")]) == ["total"]
     two = [LineEdit("a = 1\n", "b = 1\n"), LineEdit("x = f(a)\n", "x = g(b)\n")]
-    assert new_words(two) == ["b", "g"]
-    assert result(two) == " b\n g\n"
-    # `args` became two words: no one-for-one replacement, so the line as it is now.
+    assert new_words(two) == next_words(two) == ["b", "g"]
+    # `args` became two words: no one-for-one replacement, so the words put in.
     grown = LineEdit("    return f(args)\n", "    return f(iterables, repeat=repeat)\n")
     assert new_words([grown]) == []
-    assert result([grown]) == " return f(iterables, repeat=repeat)\n"
+    assert next_words([grown]) == ["iterables", "repeat"]
 
 
 def test_a_kept_span_an_unknown_name_and_an_unsure_model_suggest_nothing():

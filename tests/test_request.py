@@ -29,7 +29,7 @@ def test_an_infill_on_the_wire_is_the_version_1_message_byte_for_byte():
               "until": {"kind": "block", "line_prefix": "    ", "base_indent": ""}}
     assert protocol.encode(protocol.to_wire(request)) == protocol.encode(before)
     assert "until" not in protocol.to_wire(dataclasses.replace(request, until=None))
-    assert "tokens_from" not in protocol.to_wire(request)  # sent only when it restricts
+    assert "choices" not in protocol.to_wire(request)  # sent only when it restricts
 
 
 def test_a_rewrite_on_the_wire_is_the_version_1_message_byte_for_byte():
@@ -44,7 +44,7 @@ def test_a_rewrite_on_the_wire_is_the_version_1_message_byte_for_byte():
 
 @pytest.mark.parametrize("request_", [
     InfillRequest("a", "b", 24, SETTINGS, 128, 0.4, UnitEnd("line")),
-    InfillRequest("a", "b", tokens_from="# x -> y\n# x ->"),
+    InfillRequest("a", "b", choices=(" y\n", "\n")),
     InfillRequest("a", "b"),
     RewriteRequest("a", "b", "c", 0.25, 12, SETTINGS, 96, 0.3),
     RewriteRequest("a", "b", "c"),
@@ -73,10 +73,13 @@ def test_an_older_clients_message_parses_with_the_defaults():
     ({"op": "rewrite", "original": "y", "strength": 2},
      "strength: expected a finite number in 0..1, got 2"),
     ({"op": "infill", "until": {"kind": "page"}}, "until.kind must be one of"),
-    ({"op": "infill", "tokens_from": ["x"]}, "tokens_from: expected"),
-    ({"op": "infill", "tokens_from": "x" * (protocol.MAX_TOKENS_FROM + 1)},
-     "tokens_from: at most 16384 characters"),
-    ({"op": "infill", "tokens_from": "\ud800"}, "tokens_from: not valid Unicode"),
+    ({"op": "infill", "choices": "x"}, "choices: expected"),
+    ({"op": "infill", "choices": ["x", 1]}, "choices: expected texts, got 1"),
+    ({"op": "infill", "choices": ["x"] * (protocol.MAX_CHOICES + 1)},
+     "choices: at most 64 texts"),
+    ({"op": "infill", "choices": ["x" * 9000, "y" * 9000]},
+     "choices: at most 16384 characters in all"),
+    ({"op": "infill", "choices": ["\ud800"]}, "choices: not valid Unicode"),
 ])
 def test_a_malformed_request_is_refused_naming_the_field(message, error):
     with pytest.raises(protocol.ProtocolError, match=error.replace("[", r"\[")) as refused:

@@ -142,6 +142,16 @@ def test_the_suffix_fraction_travels_to_the_resident_engine(engine, inproc):
     assert len(set(results.values())) > 1  # the split changed what the model wrote
 
 
+def test_choices_travel_to_the_resident_engine(engine, inproc):
+    choices = (" total\n", " totals\n", "\n")
+    for prefix in PREFIXES[:3]:
+        request = InfillRequest(prefix, "\n", 12, choices=choices)
+        here = list(inproc.infill_stream(request))[-1]
+        there = list(engine.infill_stream(request))[-1]
+        assert (there.token_ids, there.step) == (here.token_ids, here.step)
+        assert there.text in {"", *choices}
+
+
 def test_rewrites_through_the_engine_equal_in_process_ones(engine, inproc):
     prefix, original = "def f(a):\n    ", "return a + 1"
     for strength in (0.5, 1.0):

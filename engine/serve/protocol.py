@@ -57,10 +57,11 @@ engine that predates it ignores it and splits as the default does.
 the request once the committed text holds its end, with finish_reason "unit", and runs no
 pass the client would throw away. An engine that predates it ignores it.
 
-"tokens_from" (optional: a string of at most MAX_TOKENS_FROM characters) restricts the hole to
-the tokens that text encodes to, with the stop tokens (engine.types.InfillRequest): a next-edit
-suggestion's word copied from the edits it continues. An engine that predates it ignores it and
-the client gets an unrestricted answer, which it checks as any other.
+"choices" (optional: a list of at most MAX_CHOICES strings, MAX_CHOICES_TEXT characters in
+all) restricts the hole to one of those texts or nothing (engine.types.InfillRequest,
+engine.choices): a next-edit suggestion's word, one of the new words of the edits it continues.
+An engine that predates it ignores it and the client gets an unrestricted answer, which it
+checks as any other.
 
 A Draft's finish_reason is "stop", "length", "unit", "cancelled", or "deadline": the request
 ran past the engine's --request-timeout (queued or denoising) and ends with the text it has.
@@ -102,7 +103,8 @@ MAX_ID = 256  # characters of a string id
 MAX_DOCUMENT = 256  # characters of a request's "document" (document_key writes 32)
 # characters of a unit's line_prefix / base_indent: the cursor's line before the cursor
 MAX_UNIT_TEXT = 4096
-MAX_TOKENS_FROM = 16_384  # characters of a request's "tokens_from": a few comment lines
+MAX_CHOICES = 64  # texts of a request's "choices": the new words of a few edits
+MAX_CHOICES_TEXT = 16_384  # characters of a request's "choices", all together
 HEADER = struct.Struct(">I")
 
 
@@ -307,8 +309,8 @@ def _request_to_wire(request: InfillRequest | RewriteRequest) -> dict[str, Any]:
                "settings": settings_to_wire(request.settings)}
     if request.until is not None:
         message["until"] = dataclasses.asdict(request.until)
-    if request.tokens_from is not None:
-        message["tokens_from"] = request.tokens_from
+    if request.choices is not None:
+        message["choices"] = list(request.choices)
     return message
 
 
@@ -350,14 +352,20 @@ def from_wire(message: dict[str, Any]) -> InfillRequest | RewriteRequest:
         return RewriteRequest(prefix, suffix, original, strength, max_tokens, settings,
                               canvas_length, suffix_fraction)
     until = unit_from_wire(message.get("until"))
-    tokens_from = field("tokens_from", (str, type(None)))
-    if tokens_from is not None:
-        check_text("tokens_from", tokens_from)
-        if len(tokens_from) > MAX_TOKENS_FROM:
-            raise ProtocolError("bad-request", f"tokens_from: at most {MAX_TOKENS_FROM} "
-                                "characters")
+    choices = field("choices", (list, type(None)))
+    if choices is not None:
+        if len(choices) > MAX_CHOICES:
+            raise ProtocolError("bad-request", f"choices: at most {MAX_CHOICES} texts")
+        for choice in choices:
+            if not isinstance(choice, str):
+                raise ProtocolError("bad-request", f"choices: expected texts, got {choice!r:.60}")
+            check_text("choices", choice)
+        if sum(map(len, choices)) > MAX_CHOICES_TEXT:
+            raise ProtocolError("bad-request", f"choices: at most {MAX_CHOICES_TEXT} characters "
+                                "in all")
+        choices = tuple(choices)
     return InfillRequest(prefix, suffix, max_tokens, settings, canvas_length, suffix_fraction,
-                         until, tokens_from)
+                         until, choices)
 
 
 def completion_ends(hello: dict[str, Any]) -> set[int] | None:
