@@ -49,6 +49,7 @@ from engine.edits import (
     is_identifier,
     next_words,
     region_around,
+    signature_change,
 )
 from engine.serve.protocol import MAX_CHOICES
 from engine.types import InfillRequest, Score, UnitEnd
@@ -72,9 +73,13 @@ class NextEdit:
 
 
 def region(doc: ParsedText, edit: RecordedEdit) -> tuple[int, int]:
-    """[start, end) of the lines a suggestion may change after `edit`."""
-    enclosing = [node for _, node, _, _ in doc.definitions()
-                 if doc.span(node)[0] <= edit.start and edit.end <= doc.span(node)[1]]
+    """[start, end) of the lines a suggestion may change after `edit`: around the innermost
+    definition that holds it, or, when it added or removed a parameter in a function's header,
+    around that function (its callers are outside it)."""
+    header = signature_change(edit.line_edit()) is not None
+    enclosing = [node for _, node, body, _ in doc.definitions()
+                 if doc.span(node)[0] <= edit.start and edit.end <= doc.span(node)[1]
+                 and not (header and body is not None and edit.end <= doc.span(body)[0])]
     definition = None
     if enclosing:
         node = min(enclosing, key=lambda n: n.end_byte - n.start_byte)

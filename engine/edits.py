@@ -195,7 +195,9 @@ def implied_spans(text: str, edit: LineEdit, start: int, end: int, cursor: int,
     - the region's occurrences of the words the edit removed (a rename, a changed literal);
     - when it removed none but changed a line inside (not typing at its end: that is a
       statement being written), the region's lines alike the edited line as it was (a
-      repeated pattern: a value wrapped in a call, an argument added)."""
+      repeated pattern: a value wrapped in a call, an argument added);
+    - when it added a parameter to a function or removed one (signature_change), only the
+      region's lines that call it."""
     removed, _ = changed_words(edit)
     lo, hi = region
     found: set[Span] = set()
@@ -205,10 +207,16 @@ def implied_spans(text: str, edit: LineEdit, start: int, end: int, cursor: int,
                 and not span_start <= cursor <= span_end):
             found.add(Span(span_start, span_end, kind))
 
+    called = signature_change(edit)
+    if called is not None:
+        removed = []  # a parameter's name elsewhere is another variable: only the calls follow
+        for s, e in call_lines(text, called, lo, hi):
+            add(s, e, "line")
     for word in removed:
         for s, e in occurrences(text, word, lo, hi):
             add(s, e, "word")
-    if not removed and "\n" not in edit.before and changed_inside(edit):
+    if (called is None and not removed and "\n" not in edit.before
+            and changed_inside(edit)):
         offset = lo
         for candidate in text[lo:hi].split("\n"):
             indent = len(candidate) - len(candidate.lstrip())
@@ -222,6 +230,114 @@ def implied_spans(text: str, edit: LineEdit, start: int, end: int, cursor: int,
         return abs(at - cursor_line), at < cursor_line, span.start
 
     return sorted(found, key=distance)
+
+
+def _closing(line: str, opening: int) -> int | None:
+    """The index of the bracket closing line[opening] (None: not on this line), brackets in
+    strings skipped."""
+    depth, quote = 0, ""
+    for i in range(opening, len(line)):
+        ch = line[i]
+        if quote:
+            quote = "" if ch == quote and line[i - 1] != "\\" else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                return i
+    return None
+
+
+def _split_commas(text: str) -> list[str]:
+    """`text` (a parameter or an argument list) split at the commas outside brackets and
+    strings, each part stripped; [] for an empty list."""
+    parts, depth, quote, part = [], 0, "", ""
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote and text[i - 1] != "\\" else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(part.strip())
+            part = ""
+            continue
+        part += ch
+    parts.append(part.strip())
+    return [p for p in parts if p] if len(parts) > 1 or parts[0] else []
+
+
+DEF = re.compile(r"^\s*(?:async\s+)?def\s+(\w+)\s*\(")
+
+
+def _bracketed(line: str, at: re.Match[str]) -> tuple[int, int] | None:
+    """(open, close) of the brackets whose opening `at` ends with, when they close on the
+    line."""
+    opening = at.end() - 1
+    closing = _closing(line, opening)
+    return None if closing is None else (opening, closing)
+
+
+def header_parameters(line: str) -> tuple[str, list[str]] | None:
+    """(name, parameters) of a Python function's header written on one line; None for any
+    other line."""
+    found = DEF.match(line)
+    if found is None:
+        return None
+    brackets = _bracketed(line, found)
+    if brackets is None or not line[brackets[1] + 1:].rstrip().endswith(":"):
+        return None
+    return found.group(1), _split_commas(line[brackets[0] + 1 : brackets[1]])
+
+
+@dataclass(frozen=True)
+class Signature:
+    name: str
+    method: bool  # its first parameter is self or cls: it is called as self.name(...)
+
+
+def signature_change(edit: LineEdit) -> Signature | None:
+    """The function `edit` added a parameter to or removed one from (its one-line header,
+    same name, more or fewer parameters), or None."""
+    before, after = edit.before.rstrip("\n"), edit.after.rstrip("\n")
+    if "\n" in before or "\n" in after:
+        return None
+    old, new = header_parameters(before), header_parameters(after)
+    if old is None or new is None or old[0] != new[0] or len(old[1]) == len(new[1]):
+        return None
+    return Signature(new[0], new[1][:1] in (["self"], ["cls"]))
+
+
+def call_at(line: str, called: Signature) -> tuple[int, int] | None:
+    """(open, close) of the brackets of the first call of `called` on `line` (`f(`, or a
+    method's `self.f(` / `cls.f(`) when they close on the line."""
+    if DEF.match(line):
+        return None
+    receiver = r"\b(?:self|cls)\." if called.method else r"(?<![\w.])"
+    found = re.search(rf"{receiver}{re.escape(called.name)}\s*\(", line)
+    return None if found is None else _bracketed(line, found)
+
+
+def call_lines(text: str, called: Signature, lo: int, hi: int) -> list[tuple[int, int]]:
+    """[start, end) of the text after its indentation of each line of text[lo:hi] that calls
+    `called` in code (not in a comment or a docstring, where Python's tokenizer tells)."""
+    code = code_words(text)
+    found, offset = [], lo
+    for line in text[lo:hi].split("\n"):
+        at = call_at(line, called)
+        if at is not None:
+            name_at = offset + line.rfind(called.name, 0, at[0])
+            if code is None or (name_at, name_at + len(called.name)) in code:
+                indent = len(line) - len(line.lstrip())
+                found.append((offset + indent, offset + len(line.rstrip())))
+        offset += len(line) + 1
+    return found
 
 
 def changed_inside(edit: LineEdit) -> bool:
@@ -264,7 +380,7 @@ class SyntheticEdit:
 # What the model learns from. "respell" is a rename whose new name does not extend the old
 # one (iterable -> iterator): trained on beside "rename", judged as one.
 RESPELL = "respell"
-SYNTHETIC_KINDS = ("rename", RESPELL, "literal", "keep", "pattern")
+SYNTHETIC_KINDS = ("rename", RESPELL, "literal", "keep", "pattern", "parameter")
 NOOP = "noop"  # edits that imply nothing: judged on, never trained on
 WINDOW_LINES = 24  # the edit and the span it implies are this close (the region's size)
 
@@ -310,12 +426,16 @@ def innermost_definition(text: str, line: int) -> tuple[int, int] | None:
     return min(around, key=lambda d: d[1] - d[0]) if around else None
 
 
-def definition_region(text: str, start: int, end: int) -> tuple[int, int]:
+def definition_region(text: str, start: int, end: int, header: bool = False
+                      ) -> tuple[int, int]:
     """region_around for the edit that wrote text[start:end] of Python `text`, with the
     definition around it as Python's parser finds it (the server's tree-sitter finds the same
-    functions and classes, from their `def` or `class` line to their last statement's)."""
+    functions and classes, from their `def` or `class` line to their last statement's).
+    `header`: the edit changed the parameters of the function whose header it is on
+    (signature_change), so the region is around that function, where its callers are."""
     first, last = text.count("\n", 0, start), text.count("\n", 0, end)
-    around = [d for d in _definitions(text) or () if d[0] <= first and last <= d[1]]
+    around = [d for d in _definitions(text) or () if d[0] <= first and last <= d[1]
+              and not (header and d[0] == first)]
     smallest = min(around, key=lambda d: d[1] - d[0]) if around else None
     return region_around(text, start, end, smallest)
 
@@ -412,6 +532,8 @@ def synthetic_edit(text: str, rng: np.random.Generator, kind: str) -> SyntheticE
     above, as the span that should follow (for "keep": a word the edit did not change)."""
     if kind == "pattern":
         return pattern_edit(text, rng)
+    if kind == "parameter":
+        return parameter_edit(text, rng)
     lines = text.split("\n")
     if len(lines) < 4:
         return None
@@ -538,6 +660,128 @@ def pattern_edit(text: str, rng: np.random.Generator) -> SyntheticEdit | None:
     end = offsets[j] + len(lines[j].rstrip()) + shift
     return SyntheticEdit("pattern", text, change_at, removed, inserted, after,
                          LineEdit(old_i, new_i), start, end, new_j[indent:], span_kind="line")
+
+
+@functools.lru_cache(maxsize=4096)  # a corpus's files: cutting edits parses each once
+def _calls_near_headers(text: str) -> tuple[tuple[int, int, Signature], ...]:
+    """(i, j, called): line i holds the one-line header of function `called`, and line j, at
+    most WINDOW_LINES away, a call of it in code (a method's on self or cls) whose arguments
+    close on that line."""
+    lines = text.split("\n")
+    headers = []
+    for i, line in enumerate(lines):
+        found = header_parameters(line)
+        if found is not None and not found[0].startswith("__"):  # dunders: called by Python
+            headers.append((i, Signature(found[0], found[1][:1] in (["self"], ["cls"]))))
+    if not headers:
+        return ()
+    code = code_words(text)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line) + 1)
+    pairs = []
+    for i, called in headers:
+        for j in range(max(0, i - WINDOW_LINES), min(len(lines), i + WINDOW_LINES + 1)):
+            if j != i and code is not None and call_lines(
+                    text, called, starts[j], starts[j] + len(lines[j])):
+                pairs.append((i, j, called))
+    return tuple(pairs)
+
+
+@functools.lru_cache(maxsize=4096)  # a corpus's files: cutting edits parses each once
+def _scopes(text: str) -> tuple[tuple[int, int, tuple[str, ...]], ...]:
+    """(first, last, names) of the module and each function of Python `text`, innermost
+    last: 0-based lines and the parameters and assigned names a call there can pass."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return ()
+    scopes = []
+    for node in [tree, *ast.walk(tree)]:
+        if isinstance(node, ast.Module):
+            first, last, names = 0, text.count("\n"), []
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
+            names = [a.arg for a in node.args.args]
+        else:
+            continue
+        names += [n.id for n in ast.walk(node) if isinstance(n, ast.Name)
+                  and isinstance(n.ctx, ast.Store)]
+        scopes.append((first, last, tuple(n for n in dict.fromkeys(names)
+                                          if n not in NOT_CHANGED)))
+    return tuple(sorted(scopes, key=lambda s: (s[0], -s[1])))
+
+
+def _names_at(text: str, line: int) -> tuple[str, ...]:
+    """The parameters and assigned names of the function around 0-based `line` (of the
+    module at module level): the names a call there can pass."""
+    around = [names for first, last, names in _scopes(text) if first <= line <= last]
+    return around[-1] if around else ()
+
+
+def _keyword(part: str) -> bool:
+    """Whether an argument (`key=value`) or a parameter (`name=default`, `name: T = d`) is
+    written with `=`."""
+    return re.match(r"^\w+\s*(?::[^=]*)?=(?!=)", part) is not None
+
+
+def parameter_edit(text: str, rng: np.random.Generator) -> SyntheticEdit | None:
+    """A parameter removed from a function's one-line header or added at its end, and a
+    call of it near it to change the same way (the span: the call's line after its
+    indentation): the argument in the removed parameter's place taken out, or the new
+    parameter's name passed last, a variable of that name where the call is (by position, or,
+    after parameters with defaults, as `name=name` to a new `name=None`)."""
+    pairs = _calls_near_headers(text)
+    if not pairs:
+        return None
+    i, j, called = pairs[int(rng.integers(0, len(pairs)))]
+    lines = text.split("\n")
+    header, call = lines[i], lines[j]
+    found = header_parameters(header)
+    brackets = call_at(call, called)
+    assert found is not None and brackets is not None
+    params = found[1]
+    args = _split_commas(call[brackets[0] + 1 : brackets[1]])
+    skip = 1 if called.method else 0  # self or cls: not passed by a method's call
+    # The arguments passed by position, each to the parameter in its place.
+    positional = next((k for k, a in enumerate(args) if _keyword(a) or a.startswith("*")),
+                      len(args))
+    by_position = next((k for k, p in enumerate(params) if p.startswith("*")), len(params))
+    if positional > by_position - skip:
+        return None  # more passed by position than there are such parameters: *args
+    if positional >= 2 and rng.random() < 0.5:
+        k = int(rng.integers(0, positional))
+        new_params, new_args = params[: skip + k] + params[skip + k + 1 :], args[:k] + args[k + 1:]
+    else:
+        known = {*WORD.findall(header), *WORD.findall(call)} | BUILTIN_NAMES
+        names = [n for n in _names_at(text, j) if n not in known]
+        if not names or any(p.startswith("**") for p in params) or any(
+                a.startswith("*") for a in args):
+            return None
+        added = names[int(rng.integers(0, len(names)))]
+        if len(args) == positional == len(params) - skip and not any(map(_keyword, params)):
+            new_params, new_args = params + [added], args + [added]  # passed by position
+        else:  # after parameters with defaults: a keyword with a default, passed by name
+            new_params = params + [f"{added}=None"]
+            new_args = args + [f"{added}={added}"]
+    opening = DEF.match(header).end() - 1  # type: ignore[union-attr]
+    closing = _closing(header, opening)
+    assert closing is not None
+    new_header = header[: opening + 1] + ", ".join(new_params) + header[closing:]
+    new_call = call[: brackets[0] + 1] + ", ".join(new_args) + call[brackets[1]:]
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line) + 1)
+    head, removed, inserted = smallest_change(header, new_header)
+    change_at = offsets[i] + head
+    after = text[:change_at] + inserted + text[change_at + len(removed):]
+    shift = len(inserted) - len(removed) if i < j else 0
+    indent = len(call) - len(call.lstrip())
+    start = offsets[j] + indent + shift
+    end = offsets[j] + len(call.rstrip()) + shift
+    return SyntheticEdit("parameter", text, change_at, removed, inserted, after,
+                         LineEdit(header, new_header), start, end, new_call[indent:].rstrip(),
+                         span_kind="line")
 
 
 def noop_edit(text: str, rng: np.random.Generator) -> SyntheticEdit | None:

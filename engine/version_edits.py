@@ -40,6 +40,7 @@ from engine.edits import (
     definition_region,
     implied_spans,
     is_identifier,
+    signature_change,
     smallest_change,
 )
 
@@ -126,7 +127,8 @@ def _case(original: str, text: str, after: str) -> SyntheticEdit | None:
     head, tail = text[line_lo:at], text[end:len(text) if line_hi < 0 else line_hi]
     edit = LineEdit(head + removed + tail, head + inserted + tail)
     # The cursor ends the edit, as after typing it.
-    asked = implied_spans(text, edit, at, end, end, definition_region(text, at, end))
+    header = signature_change(edit) is not None
+    asked = implied_spans(text, edit, at, end, end, definition_region(text, at, end, header))
     next_at, next_removed, next_inserted = smallest_change(text, after)
     next_end = next_at + len(next_removed)
     for span in asked[:MAX_SPANS]:

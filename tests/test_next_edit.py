@@ -27,6 +27,7 @@ from engine.edits import (
     NOOP,
     RESPELL,
     LineEdit,
+    Signature,
     SyntheticEdit,
     changed_words,
     code_words,
@@ -35,6 +36,8 @@ from engine.edits import (
     new_words,
     next_words,
     noop_edit,
+    parameter_edit,
+    signature_change,
     similar_lines,
     synthetic_edit,
 )
@@ -213,6 +216,54 @@ def test_an_edit_that_removed_no_word_implies_nothing_and_the_rule_renames():
     assert (text[rule.start:rule.end], rule.text) == ("count", "total")
 
 
+SIGNATURE = ("class Cart:\n"
+             "    def add(self, item, count):\n"
+             "        self.items.append((item, count))\n"
+             "\n"
+             "    def fill(self, item):\n"
+             "        total = 0\n"
+             "        self.add(item, 1)\n"
+             "        other.add(item, 2)\n"
+             "        # self.add(item, 3) in a comment\n"
+             "        return self.add(item, total)\n")
+
+
+def test_a_parameter_removed_points_at_the_calls_around_its_function_and_they_follow():
+    history = EditHistory()
+    at = SIGNATURE.index(", count)")
+    history.record(SIGNATURE, at, at + len(", count"), "")
+    text = SIGNATURE.replace("item, count):", "item):")
+    assert signature_change(history.last.line_edit()) == Signature("add", method=True)
+    doc = ParsedText(text, PYTHON)
+    # The region is the class around `add`, where it is called; its own `count` is another
+    # variable now, `other.add` another object's method, and the comment is no call.
+    found = spans(doc, history.last, at)
+    assert [(text[s.start:s.end], s.kind) for s in found] == [
+        ("self.add(item, 1)", "line"), ("return self.add(item, total)", "line")]
+    model = Scripted("self.add(item)\n        other")
+    edit = suggest(model, doc, history.line_edits(), history.last, at, Settings())
+    assert text[:edit.start] + edit.text + text[edit.end:] == text.replace(
+        "self.add(item, 1)", "self.add(item)")
+    prefix, _ = model.calls[0]
+    assert prefix.endswith("        # was: def add(self, item, count):\n"
+                           "        # now: def add(self, item):\n"
+                           "        # was: self.add(item, 1)\n"
+                           "        # now:")
+
+
+def test_only_a_header_that_gains_or_loses_a_parameter_is_a_signature_change():
+    def change(before: str, after: str) -> Signature | None:
+        return signature_change(LineEdit(before, after))
+
+    assert change("def f(a, b=(1, 2)):", "def f(a, b=(1, 2), c=None):") == Signature("f", False)
+    assert change("def f(a: Dict[str, int], b) -> Tuple[int, int]:",
+                  "def f(a: Dict[str, int]) -> Tuple[int, int]:") == Signature("f", False)
+    assert change("def f(a, b):", "def f(a, c):") is None  # a parameter renamed
+    assert change("def f(a, b):", "def g(a):") is None
+    assert change("x = f(a, b)", "x = f(a)") is None
+    assert change("def f(a,", "def f(a, b,") is None  # a header over several lines
+
+
 # -- synthetic edits --------------------------------------------------------------------------
 
 
@@ -248,6 +299,34 @@ def test_synthetic_edits_are_consistent_with_what_the_model_is_shown():
         assert prefix == case.text[:line] + note + ask
         assert (middle, suffix) == (" " + case.expected, "\n" + case.text[line:])
     assert seen == {"rename", "literal", "keep", "pattern", NOOP}
+
+
+def test_a_parameter_edit_changes_a_header_and_a_call_near_it_alike():
+    outcomes = set()
+    for seed in range(60):
+        case = parameter_edit(SIGNATURE, np.random.default_rng(seed))
+        if case is None:
+            continue
+        assert case.original[:case.change_at] + case.inserted + case.original[
+            case.change_at + len(case.removed):] == case.text
+        assert case.text[case.start:case.end] in ("self.add(item, 1)",
+                                                  "return self.add(item, total)")
+        assert case.edit.before == "    def add(self, item, count):"
+        outcomes.add((case.edit.after, case.expected))
+    # Removed: the argument in the parameter's place goes. Added: a variable where the call is
+    # (`total`, not `item`, which the call passes already) is passed by position.
+    assert outcomes == {
+        ("    def add(self, count):", "self.add(1)"),
+        ("    def add(self, item):", "self.add(item)"),
+        ("    def add(self, count):", "return self.add(total)"),
+        ("    def add(self, item):", "return self.add(item)"),
+        ("    def add(self, item, count, total):", "self.add(item, 1, total)"),
+    }
+    # After a parameter with a default, a new one has a default too and is passed by name.
+    keyword = parameter_edit("def f(a, b=1):\n    return 1\n\n\nx, y = 2, 3\nf(x, b=3)\n",
+                             np.random.default_rng(0))
+    assert (keyword.edit.after, keyword.expected) == ("def f(a, b=1, y=None):",
+                                                      "f(x, b=3, y=y)")
 
 
 # -- over LSP ---------------------------------------------------------------------------------

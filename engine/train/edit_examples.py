@@ -26,8 +26,8 @@ from engine.train.examples import HOLE_BUCKETS, SpecialIds
 from engine.train.real_edits import load_cases
 
 EDITS_FILE = "edits.npz"
-# rename, respell, literal, keep (the span stays), pattern
-KIND_WEIGHTS = (0.25, 0.2, 0.15, 0.15, 0.25)
+# rename, respell, literal, keep (the span stays), pattern, parameter
+KIND_WEIGHTS = (0.2, 0.15, 0.15, 0.15, 0.15, 0.2)
 MAX_MIDDLE = 47  # tokens: a word or a line (dg_lsp.next_edit LINE_TOKENS, less its EOS)
 
 
