@@ -35,7 +35,7 @@ from dg_lsp.settings import Settings
 from engine.backend import Backend
 from engine.bounds import STRENGTH_RANGE
 from engine.types import InfillRequest, RewriteRequest, Score
-from engine.units import indent_width, leading_indent
+from engine.units import bracket_depths, indent_width, leading_indent
 
 # Keep the half of a selection the model is surest of and write the rest again.
 DEFAULT_STRENGTH = 0.5
@@ -259,23 +259,8 @@ def _unasked_change(doc: ParsedText, target: Target, text: str, instruction: str
 
 def _nesting(code: str) -> tuple[int, int]:
     """(lowest, final) bracket depth across `code`, skipping quoted strings."""
-    depth = lowest = 0
-    quote = ""
-    escaped = False
-    for ch in code:
-        if quote:
-            escaped = ch == "\\" and not escaped
-            if ch == quote and not escaped:
-                quote = ""
-            continue
-        if ch in "\"'`":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-            lowest = min(lowest, depth)
-    return lowest, depth
+    depths = [depth for _, _, depth in bracket_depths(code)]
+    return min([0, *depths]), (depths[-1] if depths else 0)
 
 
 def _same_nesting(new: str, old: str) -> bool:

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.stats import edit_similarity
+from engine.units import OPENERS, bracket_depths
 
 # What an edit can rename or change consistently: identifiers, numbers, one-line strings.
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+(?:\.\d+)?|\"[^\"\n]*\"|'[^'\n]*'")
@@ -235,42 +236,17 @@ def implied_spans(text: str, edit: LineEdit, start: int, end: int, cursor: int,
 def _closing(line: str, opening: int) -> int | None:
     """The index of the bracket closing line[opening] (None: not on this line), brackets in
     strings skipped."""
-    depth, quote = 0, ""
-    for i in range(opening, len(line)):
-        ch = line[i]
-        if quote:
-            quote = "" if ch == quote and line[i - 1] != "\\" else quote
-        elif ch in "\"'":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-            if depth == 0:
-                return i
-    return None
+    return next((opening + i for i, ch, depth in bracket_depths(line[opening:])
+                 if depth == 0 and ch in OPENERS), None)
 
 
 def _split_commas(text: str) -> list[str]:
     """`text` (a parameter or an argument list) split at the commas outside brackets and
     strings, each part stripped; [] for an empty list."""
-    parts, depth, quote, part = [], 0, "", ""
-    for i, ch in enumerate(text):
-        if quote:
-            quote = "" if ch == quote and text[i - 1] != "\\" else quote
-        elif ch in "\"'":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(part.strip())
-            part = ""
-            continue
-        part += ch
-    parts.append(part.strip())
-    return [p for p in parts if p] if len(parts) > 1 or parts[0] else []
+    cuts = [i for i, ch, depth in bracket_depths(text) if ch == "," and depth == 0]
+    parts = [text[a + 1 : b].strip() for a, b in zip([-1, *cuts], [*cuts, len(text)],
+                                                      strict=True)]
+    return [p for p in parts if p]  # a trailing comma leaves no parameter
 
 
 DEF = re.compile(r"^\s*(?:async\s+)?def\s+(\w+)\s*\(")

@@ -69,6 +69,26 @@ def cut_at_unmatched_closer(text: str) -> str:
     return text
 
 
+def bracket_depths(code: str) -> Iterator[tuple[int, str, int]]:
+    """(index, character, bracket depth after it) of each character of `code` outside quoted
+    strings (a quote and what it holds are skipped; backslash escapes are honoured)."""
+    depth, quote, escaped = 0, "", False
+    for i, ch in enumerate(code):
+        if quote:
+            escaped = ch == "\\" and not escaped
+            if ch == quote and not escaped:
+                quote = ""
+            continue
+        if ch in "\"'`":
+            quote = ch
+            continue
+        if ch in CLOSERS:
+            depth += 1
+        elif ch in OPENERS:
+            depth -= 1
+        yield i, ch, depth
+
+
 def indent_width(indent: str) -> int:
     return len(indent.expandtabs(TAB_WIDTH))
 
