@@ -43,6 +43,7 @@ from engine.edits import (
     WORD,
     LineEdit,
     Span,
+    argument_lists,
     changed_words,
     implied_spans,
     infill_text,
@@ -58,9 +59,10 @@ from engine.types import InfillRequest, Score, UnitEnd
 WORD_TOKENS = 16
 LINE_TOKENS = 48
 MAX_DOCUMENT_CHARS = 1_000_000
-# A longer word (a long string literal) does not fit WORD_TOKENS; the bound keeps a request's
-# choices inside the engine's (engine.serve.protocol.MAX_CHOICES_TEXT).
+# A longer word (a long string literal) or argument list does not fit its tokens; the bounds
+# keep a request's choices inside the engine's (engine.serve.protocol.MAX_CHOICES_TEXT).
 MAX_WORD_CHARS = 200
+MAX_ARGUMENTS_CHARS = 400
 
 
 @dataclass(frozen=True)
@@ -119,12 +121,25 @@ def suggest(
     steps = 0
     for span in spans(doc, edit, cursor)[:MAX_SPANS]:
         start, end = span.start, span.end
+        original = doc.text[start:end]
         tokens = WORD_TOKENS if span.kind == "word" else LINE_TOKENS
-        line = span.kind == "line"
-        prefix, suffix = infill_text(doc.text, start, end, history, comment, line=line)
-        # A line (a pattern) is the span's line rewritten, whose tokens need not be the shown
-        # ones, and restricted, fewer came out right (docs/usage.md).
-        shown = None if line else choices
+        offered: list[str] | None = None  # what the span may become; None: any line
+        if span.kind == "word":
+            offered = written
+            shown: tuple[str, ...] | None = choices
+        elif span.kind == "arguments":
+            # The argument lists the header's change implies, or the list as it is: written
+            # freely, the bundled model garbles a list it copies (docs/usage.md).
+            offered = argument_lists(edit.line_edit(), original)
+            if not offered or len(original) > MAX_ARGUMENTS_CHARS:
+                continue
+            shown = (*(f" {arguments}\n" for arguments in offered), f" {original}\n")
+        else:
+            # A line (a pattern) is the span's line rewritten, whose tokens need not be the
+            # shown ones, and restricted, fewer came out right (docs/usage.md).
+            shown = None
+        prefix, suffix = infill_text(doc.text, start, end, history, comment,
+                                     line=span.kind != "word")
         prefix, suffix = windows(prefix, suffix, char_budget(settings.canvas_length, tokens),
                                  settings.suffix_fraction)
         # The same edit must get the same suggestion whatever the engine served before.
@@ -137,13 +152,14 @@ def suggest(
         if last is None or last.finish_reason == "cancelled":
             return None
         steps += last.step
-        original = doc.text[start:end]
         if span.kind == "word":
             text = _word(last.text, original)
-            if text not in written:
-                text = None  # an engine that cannot follow choices wrote another word
         else:
-            text = last.text.split("\n", 1)[0].strip() or None
+            text = last.text.split("\n", 1)[0].strip()
+            if span.kind == "line":
+                text = text or None
+        if offered is not None and text not in offered:
+            text = None  # an engine that cannot follow choices wrote something else
         if text is None or text == original or stutters(text):
             continue  # the model keeps this one as it is, or loops
         if gate.refusal(last.score, settings.min_edit_confidence) is not None:

@@ -179,12 +179,13 @@ def region_around(text: str, start: int, end: int, definition: tuple[int, int] |
 
 @dataclass(frozen=True)
 class Span:
-    """Where the model writes: a word (an occurrence of what the edit removed) or a line's
-    text after its indentation (a line alike the edited one)."""
+    """Where the model writes: a word (an occurrence of what the edit removed), a line's
+    text after its indentation (a line alike the edited one), or a call's arguments (a call
+    of a function whose parameters changed)."""
 
     start: int
     end: int
-    kind: str  # "word" or "line"
+    kind: str  # "word", "line" or "arguments"
 
 
 def implied_spans(text: str, edit: LineEdit, start: int, end: int, cursor: int,
@@ -198,7 +199,7 @@ def implied_spans(text: str, edit: LineEdit, start: int, end: int, cursor: int,
       statement being written), the region's lines alike the edited line as it was (a
       repeated pattern: a value wrapped in a call, an argument added);
     - when it added a parameter to a function or removed one (signature_change), only the
-      region's lines that call it."""
+      argument lists of the region's calls of it."""
     removed, _ = changed_words(edit)
     lo, hi = region
     found: set[Span] = set()
@@ -211,8 +212,8 @@ def implied_spans(text: str, edit: LineEdit, start: int, end: int, cursor: int,
     called = signature_change(edit)
     if called is not None:
         removed = []  # a parameter's name elsewhere is another variable: only the calls follow
-        for s, e in call_lines(text, called, lo, hi):
-            add(s, e, "line")
+        for s, e in call_arguments(text, called, lo, hi):
+            add(s, e, "arguments")
     for word in removed:
         for s, e in occurrences(text, word, lo, hi):
             add(s, e, "word")
@@ -300,9 +301,10 @@ def call_at(line: str, called: Signature) -> tuple[int, int] | None:
     return None if found is None else _bracketed(line, found)
 
 
-def call_lines(text: str, called: Signature, lo: int, hi: int) -> list[tuple[int, int]]:
-    """[start, end) of the text after its indentation of each line of text[lo:hi] that calls
-    `called` in code (not in a comment or a docstring, where Python's tokenizer tells)."""
+def call_arguments(text: str, called: Signature, lo: int, hi: int) -> list[tuple[int, int]]:
+    """[start, end) of the argument list (the text between the brackets) of the call of
+    `called` on each line of text[lo:hi] that calls it in code (not in a comment or a
+    docstring, where Python's tokenizer tells)."""
     code = code_words(text)
     found, offset = [], lo
     for line in text[lo:hi].split("\n"):
@@ -310,10 +312,55 @@ def call_lines(text: str, called: Signature, lo: int, hi: int) -> list[tuple[int
         if at is not None:
             name_at = offset + line.rfind(called.name, 0, at[0])
             if code is None or (name_at, name_at + len(called.name)) in code:
-                indent = len(line) - len(line.lstrip())
-                found.append((offset + indent, offset + len(line.rstrip())))
+                found.append((offset + at[0] + 1, offset + at[1]))
         offset += len(line) + 1
     return found
+
+
+def _keyword(part: str) -> bool:
+    """Whether an argument (`key=value`) or a parameter (`name=default`, `name: T = d`) is
+    written with `=`."""
+    return re.match(r"^\w+\s*(?::[^=]*)?=(?!=)", part) is not None
+
+
+def _positional(arguments: list[str]) -> int:
+    """How many of a call's arguments come first and are passed by position."""
+    return next((k for k, a in enumerate(arguments) if _keyword(a) or a.startswith("*")),
+                len(arguments))
+
+
+def argument_lists(edit: LineEdit, arguments: str) -> list[str]:
+    """The argument lists a call passing `arguments` may become after `edit` added a
+    parameter to its function's header or removed one (signature_change): without the
+    argument the removed parameter took (by its name, else by its place), or with the added
+    parameter's name passed in its place and, last, by name (`y=y`). The model chooses
+    among them and the list as it is; none when the call cannot follow (a `*args`)."""
+    old = header_parameters(edit.before.rstrip("\n"))
+    new = header_parameters(edit.after.rstrip("\n"))
+    if old is None or new is None:
+        return []
+    before, after = old[1], new[1]
+    skip = 1 if after[:1] in (["self"], ["cls"]) or before[:1] in (["self"], ["cls"]) else 0
+    k = next((i for i, (a, b) in enumerate(zip(before, after, strict=False)) if a != b),
+             min(len(before), len(after)))
+    args = _split_commas(arguments)
+    positional = _positional(args)
+    by_place = not any(p.startswith("*") for p in (after if len(after) > len(before)
+                                                    else before)[:k])
+    lists = []
+    if len(after) < len(before):
+        gone = re.match(r"\w*", before[k].lstrip("*")).group()  # type: ignore[union-attr]
+        named = [i for i, a in enumerate(args) if re.match(rf"{re.escape(gone)}\s*=(?!=)", a)]
+        if named:
+            lists.append(args[: named[0]] + args[named[0] + 1 :])
+        elif by_place and not before[k].startswith("*") and 0 <= k - skip < positional:
+            lists.append(args[: k - skip] + args[k - skip + 1 :])
+    elif not after[k].startswith("*"):
+        added = re.match(r"\w*", after[k]).group()  # type: ignore[union-attr]
+        if by_place and 0 <= k - skip <= positional:
+            lists.append(args[: k - skip] + [added] + args[k - skip :])
+        lists.append(args + [f"{added}={added}"])
+    return [t for t in dict.fromkeys(", ".join(a) for a in lists) if t != arguments.strip()]
 
 
 def changed_inside(edit: LineEdit) -> bool:
@@ -348,8 +395,8 @@ class SyntheticEdit:
     start: int
     end: int
     expected: str
-    # The span's kind (Span.kind): a word, or a line's text after its indentation; the model
-    # is asked about each in its own form (infill_text).
+    # The span's kind (Span.kind): a word, a line's text after its indentation, or a call's
+    # arguments; the model is asked about each in its own form (infill_text).
     span_kind: str = "word"
 
 
@@ -658,7 +705,7 @@ def _calls_near_headers(text: str) -> tuple[tuple[int, int, Signature], ...]:
     pairs = []
     for i, called in headers:
         for j in range(max(0, i - WINDOW_LINES), min(len(lines), i + WINDOW_LINES + 1)):
-            if j != i and code is not None and call_lines(
+            if j != i and code is not None and call_arguments(
                     text, called, starts[j], starts[j] + len(lines[j])):
                 pairs.append((i, j, called))
     return tuple(pairs)
@@ -695,18 +742,12 @@ def _names_at(text: str, line: int) -> tuple[str, ...]:
     return around[-1] if around else ()
 
 
-def _keyword(part: str) -> bool:
-    """Whether an argument (`key=value`) or a parameter (`name=default`, `name: T = d`) is
-    written with `=`."""
-    return re.match(r"^\w+\s*(?::[^=]*)?=(?!=)", part) is not None
-
-
 def parameter_edit(text: str, rng: np.random.Generator) -> SyntheticEdit | None:
     """A parameter removed from a function's one-line header or added at its end, and a
-    call of it near it to change the same way (the span: the call's line after its
-    indentation): the argument in the removed parameter's place taken out, or the new
-    parameter's name passed last, a variable of that name where the call is (by position, or,
-    after parameters with defaults, as `name=name` to a new `name=None`)."""
+    call of it near it to change the same way (the span: the call's arguments): the argument
+    in the removed parameter's place taken out, or the new parameter's name passed last, a
+    variable of that name where the call is (by position, or, after parameters with
+    defaults, as `name=name` to a new `name=None`)."""
     pairs = _calls_near_headers(text)
     if not pairs:
         return None
@@ -720,8 +761,7 @@ def parameter_edit(text: str, rng: np.random.Generator) -> SyntheticEdit | None:
     args = _split_commas(call[brackets[0] + 1 : brackets[1]])
     skip = 1 if called.method else 0  # self or cls: not passed by a method's call
     # The arguments passed by position, each to the parameter in its place.
-    positional = next((k for k, a in enumerate(args) if _keyword(a) or a.startswith("*")),
-                      len(args))
+    positional = _positional(args)
     by_position = next((k for k, p in enumerate(params) if p.startswith("*")), len(params))
     if positional > by_position - skip:
         return None  # more passed by position than there are such parameters: *args
@@ -744,7 +784,6 @@ def parameter_edit(text: str, rng: np.random.Generator) -> SyntheticEdit | None:
     closing = _closing(header, opening)
     assert closing is not None
     new_header = header[: opening + 1] + ", ".join(new_params) + header[closing:]
-    new_call = call[: brackets[0] + 1] + ", ".join(new_args) + call[brackets[1]:]
     offsets = [0]
     for line in lines:
         offsets.append(offsets[-1] + len(line) + 1)
@@ -752,12 +791,11 @@ def parameter_edit(text: str, rng: np.random.Generator) -> SyntheticEdit | None:
     change_at = offsets[i] + head
     after = text[:change_at] + inserted + text[change_at + len(removed):]
     shift = len(inserted) - len(removed) if i < j else 0
-    indent = len(call) - len(call.lstrip())
-    start = offsets[j] + indent + shift
-    end = offsets[j] + len(call.rstrip()) + shift
+    start = offsets[j] + brackets[0] + 1 + shift
+    end = offsets[j] + brackets[1] + shift
     return SyntheticEdit("parameter", text, change_at, removed, inserted, after,
-                         LineEdit(header, new_header), start, end, new_call[indent:].rstrip(),
-                         span_kind="line")
+                         LineEdit(header, new_header), start, end, ", ".join(new_args),
+                         span_kind="arguments")
 
 
 def noop_edit(text: str, rng: np.random.Generator) -> SyntheticEdit | None:
@@ -802,5 +840,5 @@ def infill_text(text: str, start: int, end: int, edits: Sequence[LineEdit], comm
 def model_text(example: SyntheticEdit, comment: str = "#") -> tuple[str, str, str]:
     """(prefix, middle, suffix) the model reads and writes for `example`."""
     prefix, suffix = infill_text(example.text, example.start, example.end, [example.edit],
-                                 comment, line=example.span_kind == "line")
+                                 comment, line=example.span_kind != "word")
     return prefix, " " + example.expected, suffix

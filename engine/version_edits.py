@@ -156,8 +156,9 @@ def answerable(original: str, expected: str, span: Span) -> bool:
 
 def change_kind(case: SyntheticEdit) -> str:
     """What a real case follows: "rename" (a name), "literal" (a number or a string),
-    "pattern" (a line of code alike the edited one) or "prose" (a word or line of a comment
-    or a docstring, which the server asks about as well)."""
+    "pattern" (a line of code alike the edited one), "parameter" (a call's arguments after
+    its function's header changed) or "prose" (a word or line of a comment or a docstring,
+    which the server asks about as well)."""
     code = code_words(case.text)
     if code is not None:
         inside = [w for w in code if case.start <= w[0] and w[1] <= case.end]
@@ -165,4 +166,6 @@ def change_kind(case: SyntheticEdit) -> str:
             return "prose"
     if case.span_kind == "line":
         return "pattern"
+    if case.span_kind == "arguments":
+        return "parameter"
     return "rename" if is_identifier(case.expected) else "literal"

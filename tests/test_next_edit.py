@@ -29,6 +29,7 @@ from engine.edits import (
     LineEdit,
     Signature,
     SyntheticEdit,
+    argument_lists,
     changed_words,
     code_words,
     history_comment,
@@ -239,16 +240,50 @@ def test_a_parameter_removed_points_at_the_calls_around_its_function_and_they_fo
     # variable now, `other.add` another object's method, and the comment is no call.
     found = spans(doc, history.last, at)
     assert [(text[s.start:s.end], s.kind) for s in found] == [
-        ("self.add(item, 1)", "line"), ("return self.add(item, total)", "line")]
-    model = Scripted("self.add(item)\n        other")
+        ("item, 1", "arguments"), ("item, total", "arguments")]
+    model = Scripted(" item\n        other")
     edit = suggest(model, doc, history.line_edits(), history.last, at, Settings())
     assert text[:edit.start] + edit.text + text[edit.end:] == text.replace(
         "self.add(item, 1)", "self.add(item)")
     prefix, _ = model.calls[0]
     assert prefix.endswith("        # was: def add(self, item, count):\n"
                            "        # now: def add(self, item):\n"
-                           "        # was: self.add(item, 1)\n"
+                           "        # was: item, 1\n"
                            "        # now:")
+    # The model chooses between the list without the removed parameter's argument and the
+    # list as it is.
+    assert model.requests[0].choices == (" item\n", " item, 1\n")
+
+
+def test_a_call_keeps_its_arguments_when_the_model_writes_another_list():
+    history = EditHistory()
+    at = SIGNATURE.index(", count)")
+    history.record(SIGNATURE, at, at + len(", count"), "")
+    text = SIGNATURE.replace("item, count):", "item):")
+    # the engine could not follow the choices: "1" is not a list the header's change implies
+    model = Scripted(" 1\n", " item, total\n")
+    assert suggest(model, ParsedText(text, PYTHON), history.line_edits(), history.last, at,
+                   Settings()) is None
+    assert len(model.requests) == 2  # both calls asked, neither changed
+
+
+def test_the_argument_lists_a_call_may_become_follow_the_header():
+    def lists(before: str, after: str, arguments: str) -> list[str]:
+        return argument_lists(LineEdit(before, after), arguments)
+
+    # removed: the argument in its place, or the one passed by its name
+    assert lists("def f(a, b, c):", "def f(a, c):", "x, y, z") == ["x, z"]
+    assert lists("def f(a, b=1, c=2):", "def f(a, c=2):", "x, c=3, b=4") == ["x, c=3"]
+    assert lists("    def f(self, a, b):", "    def f(self, b):", "x, y") == ["y"]
+    assert lists("def f(a, b):", "def f(a):", "x") == []  # `b` was not passed
+    assert lists("def f(a, *args):", "def f(a):", "x, y, z") == []
+    # added: passed in its place, and by name
+    assert lists("def f(a):", "def f(a, b):", "x") == ["x, b", "x, b=b"]
+    assert lists("def f(a):", "def f(b, a):", "x") == ["b, x", "x, b=b"]
+    assert lists("def f():", "def f(n):", "") == ["n", "n=n"]
+    assert lists("def f(a, b=1):", "def f(a, b=1, c=None):", "x, b=2") == ["x, b=2, c=c"]
+    assert lists("def f(a, *, k=1):", "def f(a, *, k=1, j=2):", "x") == ["x, j=j"]
+    assert lists("x = f(a)", "x = f(a, b)", "a") == []  # not a header
 
 
 def test_only_a_header_that_gains_or_loses_a_parameter_is_a_signature_change():
@@ -309,24 +344,22 @@ def test_a_parameter_edit_changes_a_header_and_a_call_near_it_alike():
             continue
         assert case.original[:case.change_at] + case.inserted + case.original[
             case.change_at + len(case.removed):] == case.text
-        assert case.text[case.start:case.end] in ("self.add(item, 1)",
-                                                  "return self.add(item, total)")
+        assert case.text[case.start:case.end] in ("item, 1", "item, total")
         assert case.edit.before == "    def add(self, item, count):"
         outcomes.add((case.edit.after, case.expected))
     # Removed: the argument in the parameter's place goes. Added: a variable where the call is
     # (`total`, not `item`, which the call passes already) is passed by position.
     assert outcomes == {
-        ("    def add(self, count):", "self.add(1)"),
-        ("    def add(self, item):", "self.add(item)"),
-        ("    def add(self, count):", "return self.add(total)"),
-        ("    def add(self, item):", "return self.add(item)"),
-        ("    def add(self, item, count, total):", "self.add(item, 1, total)"),
+        ("    def add(self, count):", "1"),
+        ("    def add(self, item):", "item"),
+        ("    def add(self, count):", "total"),
+        ("    def add(self, item, count, total):", "item, 1, total"),
     }
     # After a parameter with a default, a new one has a default too and is passed by name.
     keyword = parameter_edit("def f(a, b=1):\n    return 1\n\n\nx, y = 2, 3\nf(x, b=3)\n",
                              np.random.default_rng(0))
     assert (keyword.edit.after, keyword.expected) == ("def f(a, b=1, y=None):",
-                                                      "f(x, b=3, y=y)")
+                                                      "x, b=3, y=y")
 
 
 # -- over LSP ---------------------------------------------------------------------------------

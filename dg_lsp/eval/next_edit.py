@@ -129,7 +129,7 @@ def right_spans(case: SyntheticEdit) -> set[tuple[int, int]]:
         asked = {(s.start, s.end) for s in spans(doc, edit, edit.end)[:MAX_SPANS]}
         return {(case.start, case.end)} & asked
     lo, hi = edit_region(case)
-    if case.span_kind == "line":  # a pattern's alike line, a parameter's call
+    if case.span_kind != "word":  # a pattern's alike line, a parameter's call's arguments
         return {(case.start, case.end)} if lo <= case.start and case.end <= hi else set()
     edited = (case.change_at, case.change_at + len(case.inserted))
     return {(s, e) for s, e in occurrences(case.text, case.removed, lo, hi) if (s, e) != edited}
