@@ -7,8 +7,9 @@ follows. The suggestion is found in three steps:
    definition enclosing the last edit, cut to REGION_LINES lines on each side (the whole
    window when no definition encloses it). The spans to look at (`spans`) are the region's
    other occurrences of the words the last edit removed (engine.edits.changed_words), or,
-   when it removed none but changed a line inside, the lines alike that line as it was;
-   nearest the cursor first. The region and the spans are computed in engine.edits
+   when it removed none but changed a line inside, the lines alike that line as it was, or,
+   when it added a parameter to a function's header or removed one, the argument lists of
+   the calls of it; nearest the cursor first. The region and the spans are computed in engine.edits
    (region_around, implied_spans), where the real edits cut for training and evaluation
    (engine.version_edits) find them the same way. An edit that removed no word and only
    added text at a line's end or a new line (a statement being written) implies nothing,
@@ -19,7 +20,10 @@ follows. The suggestion is found in three steps:
    completion, cancelled like them. A word is written as one of the new words the edits put
    in, or not at all (InfillRequest.choices, engine.edits.next_words): the bundled model,
    asked to copy a rare word (`iterator`), otherwise writes a frequent one (`logger`), the old
-   word back, or the first piece of the new one (` field` of `fieldNames`).
+   word back, or the first piece of the new one (` field` of `fieldNames`). A call's
+   arguments, after its function gained or lost a parameter, become one of the lists the
+   header's change implies (engine.edits.argument_lists) or stay: written freely, the model
+   garbles the arguments it copies.
 3. **Whether**: a suggestion is offered only if the model changed the span (a word: into
    one of those new words, not a piece of one), the edited document parses no worse, uses
    no name the file lacks (dg_lsp.names), and the model was at least `minEditConfidence`

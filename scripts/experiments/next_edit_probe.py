@@ -79,7 +79,8 @@ def main() -> None:
         count = counts.setdefault(case.kind, [0, 0, 0, 0])
         for i, value in enumerate((1, outcome.exact, rule.exact, outcome.suggested)):
             count[i] += int(value)
-        report.append({"kind": case.kind, "exact": outcome.exact, "ruleExact": rule.exact,
+        report.append({"kind": case.kind, "exact": outcome.exact, "located": outcome.located,
+                       "ruleExact": rule.exact,
                        "removed": case.removed, "inserted": case.inserted,
                        "expected": case.expected, "suggested": found and found.text,
                        "written": list(written)})
