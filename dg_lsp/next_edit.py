@@ -20,10 +20,12 @@ follows. The suggestion is found in three steps:
    completion, cancelled like them. A word is written as one of the new words the edits put
    in, or not at all (InfillRequest.choices, engine.edits.next_words): the bundled model,
    asked to copy a rare word (`iterator`), otherwise writes a frequent one (`logger`), the old
-   word back, or the first piece of the new one (` field` of `fieldNames`). A call's
-   arguments, after its function gained or lost a parameter, become one of the lists the
-   header's change implies (engine.edits.argument_lists) or stay: written freely, the model
-   garbles the arguments it copies.
+   word back, or the first piece of the new one (` field` of `fieldNames`). Likewise a
+   line alike the edited one becomes that line changed the same way where their pieces
+   line up (engine.edits.analogous_lines), and a call's arguments, after its function gained
+   or lost a parameter, one of the lists the header's change implies
+   (engine.edits.argument_lists), or each stays: written freely, the model garbles the text
+   it copies.
 3. **Whether**: a suggestion is offered only if the model changed the span (a word: into
    one of those new words, not a piece of one), the edited document parses no worse, uses
    no name the file lacks (dg_lsp.names), and the model was at least `minEditConfidence`
@@ -47,6 +49,7 @@ from engine.edits import (
     WORD,
     LineEdit,
     Span,
+    analogous_lines,
     argument_lists,
     changed_words,
     implied_spans,
@@ -63,10 +66,10 @@ from engine.types import InfillRequest, Score, UnitEnd
 WORD_TOKENS = 16
 LINE_TOKENS = 48
 MAX_DOCUMENT_CHARS = 1_000_000
-# A longer word (a long string literal) or argument list does not fit its tokens; the bounds
-# keep a request's choices inside the engine's (engine.serve.protocol.MAX_CHOICES_TEXT).
+# A longer word (a long string literal), line or argument list does not fit its tokens; the
+# bounds keep a request's choices inside the engine's (engine.serve.protocol.MAX_CHOICES_TEXT).
 MAX_WORD_CHARS = 200
-MAX_ARGUMENTS_CHARS = 400
+MAX_LINE_CHARS = 400
 
 
 @dataclass(frozen=True)
@@ -131,17 +134,19 @@ def suggest(
         if span.kind == "word":
             offered = written
             shown: tuple[str, ...] | None = choices
-        elif span.kind == "arguments":
-            # The argument lists the header's change implies, or the list as it is: written
-            # freely, the bundled model garbles a list it copies (docs/usage.md).
-            offered = argument_lists(edit.line_edit(), original)
-            if not offered or len(original) > MAX_ARGUMENTS_CHARS:
-                continue
-            shown = (*(f" {arguments}\n" for arguments in offered), f" {original}\n")
         else:
-            # A line (a pattern) is the span's line rewritten, whose tokens need not be the
-            # shown ones, and restricted, fewer came out right (docs/usage.md).
-            shown = None
+            # The argument lists the header's change implies, or the lines the edited line's
+            # change implies here (the same text put in at the places that line up), or the
+            # span as it is: written freely, the bundled model garbles the text it copies
+            # (docs/usage.md). A line no alignment finds a place in is written freely.
+            implied = argument_lists if span.kind == "arguments" else analogous_lines
+            offered = implied(edit.line_edit(), original)
+            if not offered or len(original) > MAX_LINE_CHARS:
+                if span.kind == "arguments":
+                    continue
+                offered = None
+            shown = (None if offered is None
+                     else (*(f" {text}\n" for text in offered), f" {original}\n"))
         prefix, suffix = infill_text(doc.text, start, end, history, comment,
                                      line=span.kind != "word")
         prefix, suffix = windows(prefix, suffix, char_budget(settings.canvas_length, tokens),

@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import ast
 import builtins
+import difflib
 import functools
 import io
+import itertools
 import keyword
 import os
 import re
@@ -361,6 +363,55 @@ def argument_lists(edit: LineEdit, arguments: str) -> list[str]:
             lists.append(args[: k - skip] + [added] + args[k - skip :])
         lists.append(args + [f"{added}={added}"])
     return [t for t in dict.fromkeys(", ".join(a) for a in lists) if t != arguments.strip()]
+
+
+PIECE = re.compile(r"\w+|\s+|.")  # what lines are aligned by: names, spaces, a character
+MAX_ANALOGIES = 8
+
+
+def analogous_lines(edit: LineEdit, line: str) -> list[str]:
+    """`line` (a line's text after its indentation) changed the way `edit` changed its one
+    line: each piece of text the edit put in, at the place of `line` that lines up with where
+    it went in the line as it was (difflib's alignment of the two lines' pieces); where a
+    place lines up two ways, each. [] when a place has no counterpart, or the edit replaced
+    text that `line` does not hold there."""
+    before, after = edit.before.strip(), edit.after.strip()
+    if "\n" in before or "\n" in after:
+        return []
+    was, now, target = PIECE.findall(before), PIECE.findall(after), PIECE.findall(line)
+    # A boundary of `was` -> those of `target` it lines up with, aligned from the start and
+    # from the end (`f(a, b)` against `g(c, d(e))`: its last `)` is either).
+    places: dict[int, list[int]] = {0: [0], len(was): [len(target)]}  # the ends, and:
+    for backwards in (False, True):
+        a, b = (was[::-1], target[::-1]) if backwards else (was, target)
+        for block in difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks():
+            for k in range(block.size + 1) if block.size else ():
+                i, j = block.a + k, block.b + k
+                if backwards:
+                    i, j = len(was) - i, len(target) - j
+                if j not in places.setdefault(i, []):
+                    places[i].append(j)
+    changes = []  # per change: the ways to make it, (start, end, text) in `target`
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, was, now,
+                                                        autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        ways = [(s, e, "".join(now[j1:j2])) for s in places.get(i1, [])
+                for e in places.get(i2, []) if e - s == i2 - i1 and target[s:e] == was[i1:i2]]
+        if not ways:
+            return []
+        changes.append(ways)
+    found = []
+    for ways in itertools.islice(itertools.product(*changes), MAX_ANALOGIES):
+        pieces, at = [], 0
+        for s, e, text in sorted(ways):
+            if s < at:
+                break  # two changes over one place
+            pieces += ["".join(target[at:s]), text]
+            at = e
+        else:
+            found.append("".join(pieces) + "".join(target[at:]))
+    return [t for t in dict.fromkeys(found) if t != line]
 
 
 def changed_inside(edit: LineEdit) -> bool:

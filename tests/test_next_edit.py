@@ -29,6 +29,7 @@ from engine.edits import (
     LineEdit,
     Signature,
     SyntheticEdit,
+    analogous_lines,
     argument_lists,
     changed_words,
     code_words,
@@ -144,10 +145,46 @@ def test_a_line_changed_inside_points_at_the_lines_alike_and_typing_at_an_end_at
                    end + 1, Settings())
     assert text[:edit.start] + edit.text + text[edit.end:] == text.replace(
         "height = raw.height + 1", "height = int(raw.height + 1)")
+    # The model chose between the line changed alike (the edit's `int(` and `)` where they
+    # line up) and the line as it is.
+    assert model.requests[0].choices == (" height = int(raw.height + 1)\n",
+                                         " height = raw.height + 1\n")
     typing = EditHistory()
     at = PATTERN.index("\n    name")
     typed(typing, PATTERN, at, at, " * 2")  # the statement is still being written
     assert spans(ParsedText(PATTERN, PYTHON), typing.last, at + 4) == []
+
+
+def test_a_line_changes_the_way_the_edited_line_did_where_their_pieces_line_up():
+    def alike(before: str, after: str, line: str) -> list[str]:
+        return analogous_lines(LineEdit(before, after), line)
+
+    assert alike("    x = foo(a)", "    x = int(foo(a))", "y = bar(b)") == ["y = int(bar(b))"]
+    assert alike("f(a, b)", "f(a, b, strict=True)", "g(c, d)") == ["g(c, d, strict=True)"]
+    # the closing bracket lines up with either of the line's last two
+    assert alike("f(a, b)", "f(a, b, strict=True)", "g(c, d(e))") == [
+        "g(c, d(e, strict=True))", "g(c, d(e), strict=True)"]
+    assert alike("x = call(timeout=10)", "x = call(timeout=20)", "y = call(timeout=10, a=1)"
+                 ) == ["y = call(timeout=20, a=1)"]
+    # the replaced text is not there: nothing to change alike
+    assert alike("x = call(timeout=10)", "x = call(timeout=20)", "y = call(timeout=5)") == []
+    assert alike("x = f(a)", "x = f(a)\ny = 2", "z = f(b)") == []  # not one line
+
+
+def test_a_line_no_alignment_finds_a_place_in_is_written_freely():
+    text = "def f(raw):\n    width = raw.width + 1\n    height = raw.height * 1\n"
+    at = text.index("+")
+    history = EditHistory()
+    history.record(text, at, at + 1, "-")
+    text = text.replace("+", "-")
+    found = spans(ParsedText(text, PYTHON), history.last, at)
+    assert [(text[s.start:s.end], s.kind) for s in found] == [("height = raw.height * 1", "line")]
+    # `+` became `-`, and the alike line has `*` there: no line is implied, the model writes
+    model = Scripted("height = raw.height - 1\n")
+    edit = suggest(model, ParsedText(text, PYTHON), history.line_edits(), history.last, at,
+                   Settings())
+    assert model.requests[0].choices is None
+    assert text[:edit.start] + edit.text + text[edit.end:] == text.replace("* 1", "- 1")
 
 
 def test_the_spans_are_what_the_edit_removed_in_its_definition_nearest_first():
