@@ -367,16 +367,20 @@ def argument_lists(edit: LineEdit, arguments: str) -> list[str]:
 
 PIECE = re.compile(r"\w+|\s+|.")  # what lines are aligned by: names, spaces, a character
 MAX_ANALOGIES = 8
+# Lines are compared (similar_lines) and aligned (analogous_lines) only up to this length: both
+# take time quadratic in it (a 13k-character line took 40 s), and a line that long is data,
+# not a pattern a user repeats.
+MAX_ALIKE_CHARS = 200
 
 
 def analogous_lines(edit: LineEdit, line: str) -> list[str]:
     """`line` (a line's text after its indentation) changed the way `edit` changed its one
     line: each piece of text the edit put in, at the place of `line` that lines up with where
     it went in the line as it was (difflib's alignment of the two lines' pieces); where a
-    place lines up two ways, each. [] when a place has no counterpart, or the edit replaced
-    text that `line` does not hold there."""
+    place lines up two ways, each. [] when a place has no counterpart, the edit replaced
+    text that `line` does not hold there, or a line is longer than MAX_ALIKE_CHARS."""
     before, after = edit.before.strip(), edit.after.strip()
-    if "\n" in before or "\n" in after:
+    if "\n" in before or "\n" in after or max(map(len, (before, after, line))) > MAX_ALIKE_CHARS:
         return []
     was, now, target = PIECE.findall(before), PIECE.findall(after), PIECE.findall(line)
     # A boundary of `was` -> those of `target` it lines up with, aligned from the start and
@@ -685,6 +689,8 @@ def similar_lines(a: str, b: str) -> bool:
     """Whether line `b` repeats line `a`'s shape (same indentation, alike text)."""
     indent_a, indent_b = len(a) - len(a.lstrip()), len(b) - len(b.lstrip())
     a, b = a.strip(), b.strip()
+    if max(len(a), len(b)) > MAX_ALIKE_CHARS:
+        return False
     # The similarity is at most the shorter length over the longer: that bound skips the
     # quadratic distance for most pairs of lines.
     return (indent_a == indent_b and a != b

@@ -24,6 +24,7 @@ from dg_lsp.next_edit import NextEdit, rename_rule, spans, suggest
 from dg_lsp.server import STATS_COMMAND
 from dg_lsp.settings import Settings
 from engine.edits import (
+    MAX_ALIKE_CHARS,
     NOOP,
     RESPELL,
     LineEdit,
@@ -185,6 +186,22 @@ def test_a_line_no_alignment_finds_a_place_in_is_written_freely():
                    Settings())
     assert model.requests[0].choices is None
     assert text[:edit.start] + edit.text + text[edit.end:] == text.replace("* 1", "- 1")
+
+
+def test_lines_of_data_are_not_compared_as_patterns():
+    # Comparing and aligning lines is quadratic in their length (a 13k-character pair took
+    # 40 s): a line over MAX_ALIKE_CHARS is no pattern, and the edit inside it implies nothing.
+    row = ", ".join(f"{i}.5" for i in range(60))
+    text = f"TABLE = [\n    [{row}],\n    [{row.replace('.5', '.25')}],\n]\n"
+    assert len(row) > MAX_ALIKE_CHARS
+    at = text.index("[0.5") + 1
+    history = EditHistory()
+    history.record(text, at, at, "-")  # 0.5 -> -0.5: changed inside, no word removed
+    text = text[:at] + "-" + text[at:]
+    assert spans(ParsedText(text, PYTHON), history.last, at) == []
+    short = LineEdit("[0.5, 1.5]", "[-0.5, 1.5]")
+    assert analogous_lines(short, "[0.25, 1.25]") == ["[-0.25, 1.25]"]
+    assert analogous_lines(LineEdit(f"[{row}]", f"[-{row}]"), f"[{row}]") == []
 
 
 def test_the_spans_are_what_the_edit_removed_in_its_definition_nearest_first():
