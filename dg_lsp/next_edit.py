@@ -66,10 +66,10 @@ from engine.types import InfillRequest, Score, UnitEnd
 WORD_TOKENS = 16
 LINE_TOKENS = 48
 MAX_DOCUMENT_CHARS = 1_000_000
-# A longer word (a long string literal), line or argument list does not fit its tokens; the
-# bounds keep a request's choices inside the engine's (engine.serve.protocol.MAX_CHOICES_TEXT).
+# A longer word (a long string literal) does not fit WORD_TOKENS; the bound (and
+# engine.edits.MAX_ALIKE_CHARS for lines and argument lists) keeps a request's choices inside
+# the engine's (engine.serve.protocol.MAX_CHOICES_TEXT).
 MAX_WORD_CHARS = 200
-MAX_LINE_CHARS = 400
 
 
 @dataclass(frozen=True)
@@ -124,6 +124,7 @@ def suggest(
     # nothing, keeping the span. The latest edits' words are kept when there are many.
     written = [w for w in next_words(history) if len(w) <= MAX_WORD_CHARS][1 - MAX_CHOICES:]
     choices = (*(f" {word}\n" for word in written), "\n")
+    line_edit = edit.line_edit()
     errors = None
     steps = 0
     for span in spans(doc, edit, cursor)[:MAX_SPANS]:
@@ -140,11 +141,9 @@ def suggest(
             # span as it is: written freely, the bundled model garbles the text it copies
             # (docs/usage.md). A line no alignment finds a place in is written freely.
             implied = argument_lists if span.kind == "arguments" else analogous_lines
-            offered = implied(edit.line_edit(), original)
-            if not offered or len(original) > MAX_LINE_CHARS:
-                if span.kind == "arguments":
-                    continue
-                offered = None
+            offered = implied(line_edit, original) or None
+            if offered is None and span.kind == "arguments":
+                continue
             shown = (None if offered is None
                      else (*(f" {text}\n" for text in offered), f" {original}\n"))
         prefix, suffix = infill_text(doc.text, start, end, history, comment,

@@ -319,6 +319,15 @@ def call_arguments(text: str, called: Signature, lo: int, hi: int) -> list[tuple
     return found
 
 
+# Lines are compared (similar_lines) and aligned (analogous_lines), and argument lists
+# offered (argument_lists), only up to this length: comparing and aligning take time quadratic
+# in it (a 13k-character line took 40 s), a line that long is data, not a pattern a user
+# repeats, and a longer list does not fit a line's tokens.
+MAX_ALIKE_CHARS = 200
+PIECE = re.compile(r"\w+|\s+|.")  # what lines are aligned by: names, spaces, a character
+MAX_ANALOGIES = 8
+
+
 def _keyword(part: str) -> bool:
     """Whether an argument (`key=value`) or a parameter (`name=default`, `name: T = d`) is
     written with `=`."""
@@ -336,10 +345,11 @@ def argument_lists(edit: LineEdit, arguments: str) -> list[str]:
     parameter to its function's header or removed one (signature_change): without the
     argument the removed parameter took (by its name, else by its place), or with the added
     parameter's name passed in its place and, last, by name (`y=y`). The model chooses
-    among them and the list as it is; none when the call cannot follow (a `*args`)."""
+    among them and the list as it is; none when the call cannot follow (a `*args`) or the
+    list is longer than MAX_ALIKE_CHARS."""
     old = header_parameters(edit.before.rstrip("\n"))
     new = header_parameters(edit.after.rstrip("\n"))
-    if old is None or new is None:
+    if old is None or new is None or len(arguments) > MAX_ALIKE_CHARS:
         return []
     before, after = old[1], new[1]
     skip = 1 if after[:1] in (["self"], ["cls"]) or before[:1] in (["self"], ["cls"]) else 0
@@ -363,14 +373,6 @@ def argument_lists(edit: LineEdit, arguments: str) -> list[str]:
             lists.append(args[: k - skip] + [added] + args[k - skip :])
         lists.append(args + [f"{added}={added}"])
     return [t for t in dict.fromkeys(", ".join(a) for a in lists) if t != arguments.strip()]
-
-
-PIECE = re.compile(r"\w+|\s+|.")  # what lines are aligned by: names, spaces, a character
-MAX_ANALOGIES = 8
-# Lines are compared (similar_lines) and aligned (analogous_lines) only up to this length: both
-# take time quadratic in it (a 13k-character line took 40 s), and a line that long is data,
-# not a pattern a user repeats.
-MAX_ALIKE_CHARS = 200
 
 
 def analogous_lines(edit: LineEdit, line: str) -> list[str]:

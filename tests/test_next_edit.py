@@ -338,6 +338,7 @@ def test_the_argument_lists_a_call_may_become_follow_the_header():
     assert lists("def f(a, b=1):", "def f(a, b=1, c=None):", "x, b=2") == ["x, b=2, c=c"]
     assert lists("def f(a, *, k=1):", "def f(a, *, k=1, j=2):", "x") == ["x, j=j"]
     assert lists("x = f(a)", "x = f(a, b)", "a") == []  # not a header
+    assert lists("def f(a):", "def f(a, b):", "x" * (MAX_ALIKE_CHARS + 1)) == []  # too long
 
 
 def test_only_a_header_that_gains_or_loses_a_parameter_is_a_signature_change():
