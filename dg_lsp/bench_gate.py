@@ -55,6 +55,7 @@ class Shown:
     line_prefix: str = ""  # the cursor's line before the cursor
     text: str = ""  # the whole suggestion (after post-processing)
     finish_reason: str = ""  # the last draft's
+    repeated: bool = False  # `text` is another line's at the same place (Context.repeats)
 
     def score(self) -> Score | None:
         if self.lowest is None:
@@ -67,7 +68,7 @@ class Shown:
         score = self.score()
         if score is None:
             return None
-        return features(score, self.hole, self.text)
+        return features(score, self.hole, self.text, self.repeated)
 
 
 def run_cursors(cases: list[Case], model: str | None, device: str,
@@ -95,7 +96,8 @@ def run_cursors(cases: list[Case], model: str | None, device: str,
             rows.append(Shown(case.id, case.kind, score.lowest, exact_match(seen, case.middle),
                               round(edit_similarity(seen, case.middle), 3), score.mean, seen,
                               score.tokens, score.passes, ctx.kind, ctx.line_prefix,
-                              completion.text, last.finish_reason))
+                              completion.text, last.finish_reason,
+                              completion.text in ctx.repeats))
         if on_row is not None:
             on_row(rows[-1])
     return rows
@@ -111,7 +113,7 @@ def calibrated(row: Shown) -> float | None:
     from dg_lsp.gate import confidence
 
     score = row.score()
-    return None if score is None else confidence(score, row.hole, row.text)
+    return None if score is None else confidence(score, row.hole, row.text, row.repeated)
 
 
 def curve(rows: list[Shown], thresholds: tuple[float, ...] = THRESHOLDS,
@@ -181,7 +183,7 @@ def calibrator_cost_ms(repeats: int = 2000) -> float:
     seconds = []
     for _ in range(repeats):
         start = time.perf_counter()
-        confidence(score, "rest_of_line", "self.assertEqual(result, expected_value)")
+        confidence(score, "rest_of_line", "self.assertEqual(result, expected_value)", False)
         seconds.append(time.perf_counter() - start)
     return round(1000 * statistics.median(seconds), 4)
 

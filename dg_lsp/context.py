@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import tree_sitter as ts
 
 from dg_lsp.languages import LanguageSpec
+from engine.edits import MAX_ALIKE_CHARS, MAX_ANALOGIES
 from engine.types import SUFFIX_FRACTION
 from engine.units import CLOSERS
 
@@ -57,6 +58,11 @@ class Context:
     previous_line: str  # the last non-blank line before the cursor line
     language: LanguageSpec | None
     document: str  # the whole text: the names it knows (imports sit at the top, far away)
+    # What the file's other lines near the cursor hold where this hole is: the rest of each
+    # line that begins as the cursor's line does before the cursor and ends as it does after
+    # it (`    it = ` + `iter(iterable)`), nearest first. The model may choose one of them
+    # (dg_lsp.pipeline). Rest-of-line and brackets holes only.
+    repeats: tuple[str, ...] = ()
 
 
 @dataclass
@@ -136,7 +142,32 @@ def build_context(
         previous_line=previous_line,
         language=language,
         document=text,
+        repeats=(repeated_rests(head_lines[:-1] + [line_prefix + line_suffix] + tail_lines[1:],
+                                cursor_row, len(line_prefix))
+                 if kind in (REST_OF_LINE, BRACKETS) else ()),
     )
+
+
+def repeated_rests(lines: list[str], row: int, column: int) -> tuple[str, ...]:
+    """What other lines hold at `lines[row]`'s hole at `column`: the text between the same
+    beginning (the cursor line up to the cursor, indentation included, not blank) and the
+    same end (the rest of the cursor line), nearest lines first, as many as a next edit's
+    choices (MAX_ANALOGIES), none longer than the lines those compare (MAX_ALIKE_CHARS)."""
+    line = lines[row]
+    before, after = line[:column], line[column:]
+    if not before.strip():
+        return ()  # at a line's start every line of the block would match
+    found: dict[str, None] = {}
+    for other in sorted(range(len(lines)), key=lambda r: abs(r - row)):
+        text = lines[other]
+        if (other != row and len(text) > len(line) and text.startswith(before)
+                and text.endswith(after)):
+            rest = text[len(before):len(text) - len(after)]
+            if len(rest) <= MAX_ALIKE_CHARS and rest.strip():
+                found.setdefault(rest)
+                if len(found) == MAX_ANALOGIES:
+                    break
+    return tuple(found)
 
 
 def windows(before: str, after: str, budget_chars: int, suffix_fraction: float

@@ -8,7 +8,7 @@ none) is shown as it would be without the gate.
 Completions (`hides`, the `minConfidence` setting): the server turns the Score and what it
 knows when it decides (the hole kind, the suggestion after post-processing: `features`) into
 the probability that the suggestion is close to right (edit similarity at least 0.7 to what
-the user goes on to write) with `Calibrator`, a logistic regression of six weights fitted on
+the user goes on to write) with `Calibrator`, a logistic regression of seven weights fitted on
 the bundled model's completions at training-corpus cursors (dg_lsp.gate_fit,
 gate_calibrator.json), and does not show one below `minConfidence`: no ghost text, no list
 item. On held-out cursors it keeps better suggestions than the least confident token alone at
@@ -36,8 +36,9 @@ CALIBRATOR_FILE = Path(__file__).with_name("gate_calibrator.json")
 # cross-validated log loss on the training cursors; scripts/experiments/gate_features.py):
 # what precedes the cursor on its line (`=`, `(`, `.`, `,`, `:`, a keyword, the line start),
 # passes per token, a brackets hole, whether the engine stopped at the unit's end, whether
-# the completed line repeats one of the file (docs/usage.md: no gain on held-out cursors).
-FEATURES = ("lowest", "mean", "log_tokens", "block", "log_chars", "lines")
+# the completed line repeats one of the file as a whole (docs/usage.md: no gain on held-out
+# cursors; `repeated` is narrower: the text is another line's at the same place).
+FEATURES = ("lowest", "mean", "log_tokens", "block", "log_chars", "lines", "repeated")
 
 
 def refusal(score: Score | None, min_confidence: float) -> str | None:
@@ -48,26 +49,30 @@ def refusal(score: Score | None, min_confidence: float) -> str | None:
             f"({score.lowest:.2f} < {min_confidence:.2f})")
 
 
-def features(score: Score, hole: str, text: str) -> list[float]:
+def features(score: Score, hole: str, text: str, repeated: bool) -> list[float]:
     """The calibrator's inputs (FEATURES) for a completion scored `score` in a hole of kind
     `hole` (dg_lsp.context HOLE_KINDS) whose suggestion, after post-processing, is `text`:
     the least and the mean confidence, log(1 + tokens scored), whether the hole is a block,
-    log(1 + characters) and the newlines of the suggestion."""
+    log(1 + characters) and the newlines of the suggestion, and whether it is what another
+    line of the file holds at the same place (Context.repeats: the model chose it there, and
+    its Score is that of the choice, a token or two)."""
     return [score.lowest, score.mean, math.log1p(score.tokens), float(hole == "block"),
-            math.log1p(len(text)), float(text.count("\n"))]
+            math.log1p(len(text)), float(text.count("\n")), float(repeated)]
 
 
-def confidence(score: Score, hole: str, text: str) -> float:
+def confidence(score: Score, hole: str, text: str, repeated: bool) -> float:
     """The calibrator's probability that the suggestion `text` is close to right."""
-    return calibrator().probability(features(score, hole, text))
+    return calibrator().probability(features(score, hole, text, repeated))
 
 
-def hides(score: Score | None, hole: str, text: str, min_confidence: float) -> bool:
+def hides(score: Score | None, hole: str, text: str, repeated: bool,
+          min_confidence: float) -> bool:
     """Whether a completion scored `score`, in a hole of kind `hole`, whose suggestion after
-    post-processing is `text`, is not shown: its `confidence` is below `min_confidence`."""
+    post-processing is `text` (`repeated`: another line's text there), is not shown: its
+    `confidence` is below `min_confidence`."""
     if score is None or min_confidence <= 0:
         return False
-    return confidence(score, hole, text) < min_confidence
+    return confidence(score, hole, text, repeated) < min_confidence
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import asyncio
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dg_lsp import gate
 from dg_lsp.cache import CompletionCache
@@ -77,7 +77,33 @@ class Pipeline:
         ask = InfillRequest(ctx.prefix, ctx.suffix, self.settings.hole_size[ctx.kind],
                             self.settings.sampler, self.settings.canvas_length,
                             self.settings.suffix_fraction, until=unit_end(ctx))
-        return ctx, self.backend.infill_stream(ask, cancel, document=request.uri or None)
+        return ctx, self._drafts(ask, ctx, cancel, request.uri or None)
+
+    def _drafts(self, ask: InfillRequest, ctx: Context, cancel: Callable[[], bool] | None,
+                document: str | None) -> Iterator[Draft]:
+        """The engine's drafts of the hole; then, where other lines of the file hold a text
+        there (Context.repeats) that the model did not write, the drafts of the model
+        choosing between those texts and its own (InfillRequest.choices; a few passes).
+        Written freely, the bundled model writes the file's own `it = iter(iterable)` as
+        `it = next(iter)`; choosing, it takes the file's text more often (docs/usage.md).
+        A choice that keeps the model's own text ends on its own draft, with its Score."""
+        last = None
+        for last in self.backend.infill_stream(ask, cancel, document=document):
+            yield last
+        if last is None or last.finish_reason == "cancelled" or not ctx.repeats:
+            return
+        own = postprocess(last.text, ctx)
+        if own is not None and (own.replace or own.text in ctx.repeats):
+            return  # the model wrote a file's text, or one that reuses the line's closers
+        texts = (*ctx.repeats, *([own.text] if own is not None else []))
+        for draft in self.backend.infill_stream(replace(ask, choices=texts), cancel,
+                                                document=document):
+            draft = replace(draft, step=last.step + draft.step)
+            if draft.done and own is not None and draft.finish_reason != "cancelled":
+                chosen = postprocess(draft.text, ctx)
+                if chosen is not None and chosen.text == own.text:
+                    draft = replace(last, step=draft.step)
+            yield draft
 
     def finish(
         self, request: CompletionRequest, ctx: Context, last: Draft | None
@@ -85,8 +111,9 @@ class Pipeline:
         if last is None or last.finish_reason == "cancelled":
             return None
         suggestion = postprocess(last.text, ctx)
-        if suggestion is None or gate.hides(last.score, ctx.kind, suggestion.text,
-                                             self.settings.min_confidence):
+        if suggestion is None or gate.hides(
+                last.score, ctx.kind, suggestion.text, suggestion.text in ctx.repeats,
+                self.settings.min_confidence):
             return None
         self.cache.put(request.uri, request.text, request.offset, suggestion)
         return _completion(request, suggestion, ctx.kind, last.step)

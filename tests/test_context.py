@@ -54,6 +54,33 @@ def test_line_parts_and_previous_line():
     assert (ctx.line_prefix, ctx.line_suffix, ctx.previous_line) == ("b = g(a", ", 2)", "a = 1")
 
 
+def test_what_the_files_other_lines_hold_at_the_cursor_nearest_first():
+    source = ("def a(iterable):\n    it = iter(iterable)\n    return it\n\n"
+              "def b(iterable, n):\n    it = |\n    return islice(it, n)\n\n"
+              "def c(xs):\n    it = iter(xs)\n    it = iter(iterable)\n        it = deep\n")
+    ctx = ctx_at("python", source)
+    # nearest first, each text once; `        it = deep` is indented otherwise: not the same place
+    assert ctx.repeats == ("iter(iterable)", "iter(xs)")
+    # the rest of the line must match too: inside `g(|)` only `)`-ended lines count
+    ctx = ctx_at("python", "g(a)\ng(b, c)\nh(d)\ng(|)\n")
+    assert (ctx.kind, ctx.repeats) == (BRACKETS, ("b, c", "a"))
+
+
+@pytest.mark.parametrize("source", [
+    "x = 1\ny = 2\n|\n",  # a line's start: every line would match
+    "def f():\n    x = 1\n    |\n",  # a block's body
+    "# x = 1\n# x = |\n",  # a comment
+])
+def test_no_texts_at_a_lines_start_a_block_or_a_comment(source):
+    assert ctx_at("python", source).repeats == ()
+
+
+def test_at_most_eight_texts_and_none_longer_than_a_compared_line():
+    lines = [f"v = f({i})" for i in range(12)] + ["v = " + "y" * 201]
+    ctx = ctx_at("python", "\n".join(lines) + "\nv = |\n")
+    assert ctx.repeats == tuple(f"f({i})" for i in (11, 10, 9, 8, 7, 6, 5, 4))
+
+
 def test_small_file_is_whole_context():
     ctx = ctx_at("python", "import os\n\ndef f():\n    return |\n\nprint(f())\n")
     assert ctx.prefix == "import os\n\ndef f():\n    return "

@@ -140,10 +140,11 @@ def complete(lowest: float | None, min_confidence: float, text: str = "x + 1") -
     return None if completion is None else completion.text
 
 
-# A calibrator made by hand: p = sigmoid(-1 + 4 (lowest - 0.5) - 2 lines), the other inputs
-# weighted 0 (dg_lsp.gate.FEATURES: lowest, mean, log_tokens, block, log_chars, lines).
-HAND_MADE = gate.Calibrator(mean=(0.5, 0, 0, 0, 0, 0), std=(0.25, 1, 1, 1, 1, 1),
-                            weight=(1.0, 0, 0, 0, 0, -2.0), bias=-1.0)
+# A calibrator made by hand: p = sigmoid(-1 + 4 (lowest - 0.5) - 2 lines + 2 repeated), the
+# other inputs weighted 0 (dg_lsp.gate.FEATURES: lowest, mean, log_tokens, block, log_chars,
+# lines, repeated).
+HAND_MADE = gate.Calibrator(mean=(0.5, 0, 0, 0, 0, 0, 0), std=(0.25, 1, 1, 1, 1, 1, 1),
+                            weight=(1.0, 0, 0, 0, 0, -2.0, 2.0), bias=-1.0)
 
 
 @pytest.fixture
@@ -157,8 +158,8 @@ def sigmoid(z: float) -> float:
 
 def test_the_gate_hides_what_the_calibrator_is_unsure_of_and_zero_shows_everything(hand_made):
     # "x + 1", one line: p = sigmoid(-1 + 4 (lowest - 0.5))
-    assert gate.confidence(Score(0.75, 0.9, 3, 3), "rest_of_line", "x + 1") == sigmoid(0.0)
-    assert gate.confidence(Score(0.5, 0.9, 3, 3), "rest_of_line", "x + 1") == sigmoid(-1.0)
+    assert gate.confidence(Score(0.75, 0.9, 3, 3), "rest_of_line", "x + 1", False) == sigmoid(0.0)
+    assert gate.confidence(Score(0.5, 0.9, 3, 3), "rest_of_line", "x + 1", False) == sigmoid(-1.0)
     assert complete(0.5, 0.3) is None  # 0.269 < 0.3
     assert complete(0.75, 0.3) == "x + 1"  # 0.5
     assert complete(0.75, 0.5) == "x + 1"  # at the threshold: shown
@@ -166,25 +167,26 @@ def test_the_gate_hides_what_the_calibrator_is_unsure_of_and_zero_shows_everythi
     assert complete(0.5, 0.0) == "x + 1"
     assert complete(0.0, 0.0) == "x + 1"
     assert complete(None, 0.9) == "x + 1"  # an old engine's draft has no score: shown
-    assert not gate.hides(None, "block", "x", 0.9)
-    assert not gate.hides(Score(0.0, 0.0, 1, 1), "block", "x", 0.0)
+    assert not gate.hides(None, "block", "x", False, 0.9)
+    assert not gate.hides(Score(0.0, 0.0, 1, 1), "block", "x", False, 0.0)
 
 
 def test_the_gate_reads_the_suggestion_as_post_processed_not_the_raw_draft(hand_made):
     """The model writes two lines at a rest-of-line hole; the suggestion is the first (the
     unit): the calibrator sees 0 lines, p = 0.5, not sigmoid(-2) for the raw text's line."""
     assert complete(0.75, 0.4, text="x + 1\n    return y") == "x + 1"
-    assert gate.hides(Score(0.75, 0.9, 3, 3), "block", "x + 1\ny", 0.4)  # sigmoid(-2) = 0.12
+    assert gate.hides(Score(0.75, 0.9, 3, 3), "block", "x + 1\ny", False, 0.4)  # sigmoid(-2) = 0.12
 
 
 def test_the_calibrators_features_of_hand_made_completions():
-    assert gate.FEATURES == ("lowest", "mean", "log_tokens", "block", "log_chars", "lines")
-    assert gate.features(Score(0.25, 0.5, 3, 4), "rest_of_line", "x + 1") == [
-        0.25, 0.5, math.log(4), 0.0, math.log(6), 0.0]
-    assert gate.features(Score(0.5, 0.75, 0, 2), "block", "if x:\n    y\n") == [
-        0.5, 0.75, 0.0, 1.0, math.log(13), 2.0]
-    assert gate.features(Score(1.0, 1.0, 0, 1), "brackets", "") == [
-        1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    assert gate.FEATURES == ("lowest", "mean", "log_tokens", "block", "log_chars", "lines",
+                             "repeated")
+    assert gate.features(Score(0.25, 0.5, 3, 4), "rest_of_line", "x + 1", False) == [
+        0.25, 0.5, math.log(4), 0.0, math.log(6), 0.0, 0.0]
+    assert gate.features(Score(0.5, 0.75, 0, 2), "block", "if x:\n    y\n", False) == [
+        0.5, 0.75, 0.0, 1.0, math.log(13), 2.0, 0.0]
+    assert gate.features(Score(1.0, 1.0, 0, 1), "brackets", "", True) == [
+        1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0]
 
 
 def test_the_shipped_calibrator_loads_and_reads_more_confidence_as_more_likely_right():
@@ -197,8 +199,8 @@ def test_the_shipped_calibrator_loads_and_reads_more_confidence_as_more_likely_r
     assert gate.Calibrator.from_json(model.to_json()) == model
     lowest, mean = (model.weight[gate.FEATURES.index(f)] for f in ("lowest", "mean"))
     assert lowest > 0 and mean > 0
-    sure = gate.confidence(Score(0.9, 0.95, 4, 4), "rest_of_line", "x + 1")
-    unsure = gate.confidence(Score(0.05, 0.3, 4, 4), "rest_of_line", "x + 1")
+    sure = gate.confidence(Score(0.9, 0.95, 4, 4), "rest_of_line", "x + 1", False)
+    unsure = gate.confidence(Score(0.05, 0.3, 4, 4), "rest_of_line", "x + 1", False)
     assert 0 < unsure < Settings().min_confidence < sure < 1
     with pytest.raises(ValueError, match="features"):
         gate.Calibrator.from_json({**data, "features": ["lowest"]})
@@ -322,7 +324,7 @@ def test_the_bench_scores_each_cursor_as_the_gate_does(hand_made):
                      tokens=2, passes=2, hole="rest_of_line", text=text)
 
     rows = [row(0.75, True), row(0.75, False, "a\nb"), row(0.5, False), row(None, False)]
-    assert rows[0].features() == gate.features(Score(0.75, 0.75, 2, 2), "rest_of_line", "x")
+    assert rows[0].features() == gate.features(Score(0.75, 0.75, 2, 2), "rest_of_line", "x", False)
     assert rows[3].features() is None and calibrated(rows[3]) is None
     # p: 0.5, sigmoid(-2) = 0.119, sigmoid(-1) = 0.269
     points = curve(rows, (0.0, 0.2, 0.4), calibrated)
@@ -374,3 +376,9 @@ def test_the_fit_reads_only_the_training_split_of_the_standard_library(tmp_path)
         rel = path.relative_to(folder).as_posix()
         assert split_of(rel) == "train" and not FORBIDDEN.search(str(path.resolve()))
         assert "site-packages" not in path.resolve().parts
+
+
+def test_the_bench_times_the_shipped_calibrator_on_a_suggestion():
+    from dg_lsp.bench_gate import calibrator_cost_ms
+
+    assert calibrator_cost_ms(repeats=5) > 0  # it runs the calibrator as the server calls it

@@ -44,6 +44,8 @@ COMMANDS: dict[str, list[str]] = {
     "complete mid-line": ["complete", "geometry.py:11:15", "--json", *EXACT],
     "complete javascript": ["complete", "stack.js:11:11", "--json", *EXACT],
     # what the gate hides is still computed the same way
+    "complete call arguments, gate off": ["complete", "holes.py:8:26", "--json",
+                                          "--min-confidence", "0", *EXACT],
     "complete return, gate off": ["complete", "holes.py:14:16", "--json",
                                   "--min-confidence", "0", *EXACT],
     "complete mid-line, gate off": ["complete", "geometry.py:11:15", "--json",
@@ -111,9 +113,9 @@ def test_the_cases_are_not_trivial(expected: dict[str, Any]) -> None:
     # A golden test of empty outputs would hold any refactor to nothing.
     completions = [json.loads(expected[n]["stdout"])["text"] for n in COMMANDS
                    if COMMANDS[n][0] == "complete"]
-    # (3 of the 7: the confidence gate hides "return", "after operator" and "mid-line", the
-    # small model writes no JavaScript line; the two with the gate off show what it hides.
-    # A refactor that empties one more fails here.)
+    # (3 of the 8: the confidence gate hides "call arguments", "return", "after operator"
+    # and "mid-line", the small model writes no JavaScript line; the three with the gate off
+    # show what it hides. A refactor that empties one more fails here.)
     assert sum(bool(text and text.strip()) for text in completions) >= 3
     assert expected["batch docstrings"]["stdout"].count('"""') >= 4
     assert sum(bool(expected[name]["text"].strip()) for name in INFILLS) >= 2
