@@ -17,6 +17,7 @@ import asyncio
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
+from contextlib import closing
 from dataclasses import dataclass, field, replace
 
 from dg_lsp import gate
@@ -88,22 +89,26 @@ class Pipeline:
         `it = next(iter)`; choosing, it takes the file's text more often (docs/usage.md).
         A choice that keeps the model's own text ends on its own draft, with its Score."""
         last = None
-        for last in self.backend.infill_stream(ask, cancel, document=document):
-            yield last
+        # closing(): a request closed mid-way (cancelled) closes the engine's stream at once.
+        with closing(self.backend.infill_stream(ask, cancel, document=document)) as drafts:
+            for last in drafts:
+                yield last
         if last is None or last.finish_reason == "cancelled" or not ctx.repeats:
             return
         own = postprocess(last.text, ctx)
         if own is not None and (own.replace or own.text in ctx.repeats):
             return  # the model wrote a file's text, or one that reuses the line's closers
         texts = (*ctx.repeats, *([own.text] if own is not None else []))
-        for draft in self.backend.infill_stream(replace(ask, choices=texts), cancel,
-                                                document=document):
-            draft = replace(draft, step=last.step + draft.step)
-            if draft.done and own is not None and draft.finish_reason != "cancelled":
-                chosen = postprocess(draft.text, ctx)
-                if chosen is not None and chosen.text == own.text:
-                    draft = replace(last, step=draft.step)
-            yield draft
+        choosing = self.backend.infill_stream(replace(ask, choices=texts), cancel,
+                                              document=document)
+        with closing(choosing) as drafts:
+            for draft in drafts:
+                draft = replace(draft, step=last.step + draft.step)
+                if draft.done and own is not None and draft.finish_reason != "cancelled":
+                    chosen = postprocess(draft.text, ctx)
+                    if chosen is not None and chosen.text == own.text:
+                        draft = replace(last, step=draft.step)
+                yield draft
 
     def finish(
         self, request: CompletionRequest, ctx: Context, last: Draft | None

@@ -96,3 +96,26 @@ def test_the_bundled_model_writes_one_of_the_texts_it_was_offered(bundled_engine
     else:
         assert completion.text == "iter(iterable)"
     assert last.score is not None and last.done
+
+
+def test_a_request_closed_while_the_model_chooses_closes_the_engines_stream():
+    closed = []
+
+    class Slow(Written):
+        def infill_stream(self, request, cancel=None, document=None):
+            self.requests.append(request)
+            text, score, reason = self.answers.pop(0)
+            try:
+                yield Draft(step=1, token_ids=[], committed=0, text="", score=score)
+                yield Draft(step=2, token_ids=[], committed=1, text=text, done=True,
+                            finish_reason=reason, score=score)
+            finally:
+                closed.append(request.choices)
+
+    backend = Slow(("next(it)", FREE, "unit"), ("iter(iterable)", CHOSEN, "stop"))
+    pipeline = Pipeline(backend, Settings(min_confidence=0.0))
+    _, drafts = pipeline.start(CompletionRequest(SOURCE, CURSOR, language_for("python")))
+    assert [next(drafts).step for _ in range(3)] == [1, 2, 3]  # the choice's first draft
+    assert closed == [None]
+    drafts.close()  # the editor moved on
+    assert closed == [None, ("iter(iterable)", "next(it)")]
