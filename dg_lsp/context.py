@@ -34,6 +34,9 @@ PARSE_SPAN_FACTOR = 4
 SNIPPET_LINES = 60  # other-file windows, as Copilot's neighbouring tabs use
 MAX_SNIPPETS = 4
 MAX_OTHER_DOCUMENT_CHARS = 500_000
+# Context.repeats reads the lines this far before and after the cursor: a long module's
+# other functions, at about a millisecond for the widest window.
+REPEATS_SPAN = 50_000
 
 # Converts the canvas's token budget into the characters context windows are measured in;
 # code averages a little over 3 characters per token, so the windows rarely overflow.
@@ -58,10 +61,10 @@ class Context:
     previous_line: str  # the last non-blank line before the cursor line
     language: LanguageSpec | None
     document: str  # the whole text: the names it knows (imports sit at the top, far away)
-    # What the file's other lines near the cursor hold where this hole is: the rest of each
-    # line that begins as the cursor's line does before the cursor and ends as it does after
-    # it (`    it = ` + `iter(iterable)`), nearest first. The model may choose one of them
-    # (dg_lsp.pipeline). Rest-of-line and brackets holes only.
+    # What the file's other lines hold where this hole is: the rest of each line that begins
+    # as the cursor's line does before the cursor and ends as it does after it (`it = ` +
+    # `iter(iterable)`), nearest first. The model may choose one of them (dg_lsp.pipeline).
+    # Rest-of-line and brackets holes only.
     repeats: tuple[str, ...] = ()
 
 
@@ -142,27 +145,34 @@ def build_context(
         previous_line=previous_line,
         language=language,
         document=text,
-        repeats=(repeated_rests(head_lines[:-1] + [line_prefix + line_suffix] + tail_lines[1:],
-                                cursor_row, len(line_prefix))
-                 if kind in (REST_OF_LINE, BRACKETS) else ()),
+        repeats=repeated_rests(text, offset) if kind in (REST_OF_LINE, BRACKETS) else (),
     )
 
 
-def repeated_rests(lines: list[str], row: int, column: int) -> tuple[str, ...]:
-    """What other lines hold at `lines[row]`'s hole at `column`: the text between the same
-    beginning (the cursor line up to the cursor, indentation included, not blank) and the
-    same end (the rest of the cursor line), nearest lines first, as many as a next edit's
-    choices (MAX_ANALOGIES), none longer than the lines those compare (MAX_ALIKE_CHARS)."""
-    line = lines[row]
-    before, after = line[:column], line[column:]
-    if not before.strip():
+def repeated_rests(text: str, offset: int) -> tuple[str, ...]:
+    """What other lines hold at the place of the hole at `offset` of `text`: the text between
+    the same beginning (the cursor line up to the cursor, not blank; indented alike or not)
+    and the same end (the rest of the cursor line), in the lines within REPEATS_SPAN
+    characters of the cursor, nearest first, as many as a next edit's choices
+    (MAX_ANALOGIES), none longer than the lines those compare (MAX_ALIKE_CHARS)."""
+    start = text.rfind("\n", 0, offset) + 1
+    end = text.find("\n", offset)
+    end = len(text) if end < 0 else end
+    before, after = text[start:offset].lstrip(), text[offset:end]
+    if not before:
         return ()  # at a line's start every line of the block would match
+    window_start, window_end = max(0, offset - REPEATS_SPAN), min(len(text), offset + REPEATS_SPAN)
+    lines = text[window_start:window_end].split("\n")
+    # Whole lines only: a line cut by the window's edge would begin anywhere.
+    first = 0 if window_start == 0 else 1
+    last = len(lines) if window_end == len(text) else len(lines) - 1
+    cursor_row = text.count("\n", window_start, offset)
     found: dict[str, None] = {}
-    for other in sorted(range(len(lines)), key=lambda r: abs(r - row)):
-        text = lines[other]
-        if (other != row and len(text) > len(line) and text.startswith(before)
-                and text.endswith(after)):
-            rest = text[len(before):len(text) - len(after)]
+    for row in sorted(range(first, last), key=lambda r: abs(r - cursor_row)):
+        line = lines[row].lstrip()
+        if (row != cursor_row and len(line) > len(before) + len(after)
+                and line.startswith(before) and line.endswith(after)):
+            rest = line[len(before):len(line) - len(after)]
             if len(rest) <= MAX_ALIKE_CHARS and rest.strip():
                 found.setdefault(rest)
                 if len(found) == MAX_ANALOGIES:

@@ -8,6 +8,7 @@ from dg_lsp.context import (
     BLOCK,
     BRACKETS,
     COMMENT,
+    REPEATS_SPAN,
     REST_OF_LINE,
     OtherDocument,
     build_context,
@@ -59,8 +60,9 @@ def test_what_the_files_other_lines_hold_at_the_cursor_nearest_first():
               "def b(iterable, n):\n    it = |\n    return islice(it, n)\n\n"
               "def c(xs):\n    it = iter(xs)\n    it = iter(iterable)\n        it = deep\n")
     ctx = ctx_at("python", source)
-    # nearest first, each text once; `        it = deep` is indented otherwise: not the same place
-    assert ctx.repeats == ("iter(iterable)", "iter(xs)")
+    # nearest lines first (above before below at the same distance), each text once,
+    # indented alike or not
+    assert ctx.repeats == ("iter(iterable)", "iter(xs)", "deep")
     # the rest of the line must match too: inside `g(|)` only `)`-ended lines count
     ctx = ctx_at("python", "g(a)\ng(b, c)\nh(d)\ng(|)\n")
     assert (ctx.kind, ctx.repeats) == (BRACKETS, ("b, c", "a"))
@@ -73,6 +75,12 @@ def test_what_the_files_other_lines_hold_at_the_cursor_nearest_first():
 ])
 def test_no_texts_at_a_lines_start_a_block_or_a_comment(source):
     assert ctx_at("python", source).repeats == ()
+
+
+def test_texts_come_from_the_lines_within_reach_of_the_cursor():
+    filler = "pass\n" * (REPEATS_SPAN // 5)
+    ctx = ctx_at("python", "x = far\n" + filler + "x = near\nx = |\n" + filler + "x = after\n")
+    assert ctx.repeats == ("near",)
 
 
 def test_at_most_eight_texts_and_none_longer_than_a_compared_line():

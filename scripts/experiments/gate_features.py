@@ -52,19 +52,20 @@ def extended(row: Shown) -> dict[str, float]:
     where = after(row.line_prefix)
     return {"lowest": s.lowest, "mean": s.mean, "log_tokens": math.log1p(s.tokens),
             "block": float(row.hole == "block"), "log_chars": math.log1p(len(row.text)),
-            "lines": float(row.text.count("\n")),
+            "lines": float(row.text.count("\n")), "repeated": float(row.repeated),
             "passes_per_token": s.passes / max(1, s.tokens),
             "brackets": float(row.hole == "brackets"),
             "unit": float(row.finish_reason == "unit"),
             **{f"after {a}": float(where == a) for a in AFTER}}
 
 
-SHIPPED = ["lowest", "mean", "log_tokens", "block", "log_chars", "lines"]
+SHIPPED = ["lowest", "mean", "log_tokens", "block", "log_chars", "lines", "repeated"]
 SETS = {
-    "shipped (6)": SHIPPED,
-    "+ passes/token, brackets, unit end (9)": SHIPPED + ["passes_per_token", "brackets", "unit"],
-    "+ what precedes the cursor (13)": SHIPPED + [f"after {a}" for a in AFTER],
-    "all (16)": SHIPPED + ["passes_per_token", "brackets", "unit"]
+    "shipped (7)": SHIPPED,
+    "without repeated (6)": SHIPPED[:-1],
+    "+ passes/token, brackets, unit end (10)": SHIPPED + ["passes_per_token", "brackets", "unit"],
+    "+ what precedes the cursor (14)": SHIPPED + [f"after {a}" for a in AFTER],
+    "all (17)": SHIPPED + ["passes_per_token", "brackets", "unit"]
                 + [f"after {a}" for a in AFTER],
     "Score fields only (lowest, mean, tokens, passes/token)": ["lowest", "mean", "log_tokens",
                                                                "passes_per_token"],
