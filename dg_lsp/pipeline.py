@@ -82,33 +82,31 @@ class Pipeline:
 
     def _drafts(self, ask: InfillRequest, ctx: Context, cancel: Callable[[], bool] | None,
                 document: str | None) -> Iterator[Draft]:
-        """The engine's drafts of the hole; then, where other lines of the file hold a text
-        there (Context.repeats) that the model did not write, the drafts of the model
-        choosing between those texts and its own (InfillRequest.choices; a few passes).
-        Written freely, the bundled model writes the file's own `it = iter(iterable)` as
-        `it = next(iter)`; choosing, it takes the file's text more often (docs/usage.md).
-        A choice that keeps the model's own text ends on its own draft, with its Score."""
-        last = None
-        # closing(): a request closed mid-way (cancelled) closes the engine's stream at once.
-        with closing(self.backend.infill_stream(ask, cancel, document=document)) as drafts:
-            for last in drafts:
+        """The engine's drafts of the hole. Where other lines of the file hold a text at the
+        cursor's place (Context.repeats), the model first chooses one of them or none
+        (InfillRequest.choices: a pass or two); only when it chooses none, or post-processing
+        refuses its choice, does it write the hole freely. Written freely, the bundled model
+        writes the file's own `it = iter(iterable)` as `it = next(it, set)`; offered the
+        file's texts, it takes the right one more often than it writes it, in a fifth of the
+        passes (docs/usage.md)."""
+        passes = 0
+        if ctx.repeats:
+            # closing(): a request closed mid-way (cancelled) closes the engine's stream at once.
+            with closing(self.backend.infill_stream(replace(ask, choices=ctx.repeats), cancel,
+                                                    document=document)) as drafts:
+                last = None
+                for last in drafts:
+                    if not last.done:
+                        yield last
+            if last is None:
+                return
+            if last.finish_reason == "cancelled" or postprocess(last.text, ctx) is not None:
                 yield last
-        if last is None or last.finish_reason == "cancelled" or not ctx.repeats:
-            return
-        own = postprocess(last.text, ctx)
-        if own is not None and (own.replace or own.text in ctx.repeats):
-            return  # the model wrote a file's text, or one that reuses the line's closers
-        texts = (*ctx.repeats, *([own.text] if own is not None else []))
-        choosing = self.backend.infill_stream(replace(ask, choices=texts), cancel,
-                                              document=document)
-        with closing(choosing) as drafts:
+                return
+            passes = last.step
+        with closing(self.backend.infill_stream(ask, cancel, document=document)) as drafts:
             for draft in drafts:
-                draft = replace(draft, step=last.step + draft.step)
-                if draft.done and own is not None and draft.finish_reason != "cancelled":
-                    chosen = postprocess(draft.text, ctx)
-                    if chosen is not None and chosen.text == own.text:
-                        draft = replace(last, step=draft.step)
-                yield draft
+                yield replace(draft, step=passes + draft.step) if passes else draft
 
     def finish(
         self, request: CompletionRequest, ctx: Context, last: Draft | None

@@ -40,7 +40,7 @@ DTYPES = ("auto", "int8", "float32", "bfloat16", "float16", "float64")  # engine
 ENGINE_MODES = ("resident", "inproc")
 # docs/usage.md, "Confidence gate": the calibrated probability (dg_lsp.gate) the rule picks on
 # the bench's held-out cursors (`dg-lsp bench --section gate`).
-DEFAULT_MIN_CONFIDENCE = 0.1
+DEFAULT_MIN_CONFIDENCE = 0.15
 
 
 def _engine_url(value: str) -> bool:

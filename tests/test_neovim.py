@@ -21,10 +21,11 @@ import pytest
 
 from dg_lsp.languages import language_for
 from dg_lsp.pipeline import CompletionRequest, Pipeline
-from dg_lsp.settings import parse_settings
+from dg_lsp.settings import Settings, parse_settings
 from tests.nvim_harness import (
     CAPTURE_LUA,
     FIB,
+    GATE_OFF_LUA,
     NEOVIMS,
     PLUGIN,
     nvim_env,
@@ -120,7 +121,7 @@ for _, name in ipairs({ "DgCompleteDone", "DgRewriteDone" }) do
 end
 
 local dg = require("dg_lsp")
-dg.setup({ cmd = vim.fn.json_decode(vim.env.DG_CMD) })
+dg.setup({ cmd = vim.fn.json_decode(vim.env.DG_CMD), """ + GATE_OFF_LUA + """ })
 vim.cmd("edit " .. vim.env.DG_FILE)
 local buf = vim.api.nvim_get_current_buf()
 out.initialized = vim.wait(300000, function()
@@ -179,7 +180,8 @@ def test_plugin_inserts_the_pipelines_completion(plugin_run: dict[str, Any], edi
     from engine import Engine
 
     offset = len("".join(FIB.splitlines(keepends=True)[:FIB_LINE])) + FIB_CHARACTER
-    expected = Pipeline(Engine.load(str(editor_model), device="cpu")).complete(
+    expected = Pipeline(Engine.load(str(editor_model), device="cpu"),
+                        Settings(min_confidence=0.0)).complete(  # as the scene's Neovim is set
         CompletionRequest(FIB, offset, language_for("python"), "file:///fib.py"))
     assert expected is not None and expected.text.strip() != ""
     before = FIB[:expected.start] + expected.text

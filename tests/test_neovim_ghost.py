@@ -36,6 +36,7 @@ from tests.nvim_harness import (
     CAPTURE_LUA,
     FIB,
     FONTS,
+    GATE_OFF_LUA,
     ROOT,
     Neovim,
     capture_screen,
@@ -87,7 +88,7 @@ vim.api.nvim_create_autocmd("User", { pattern = "DgGhostText", callback = functi
 end })
 
 local dg = require("dg_lsp")
-dg.setup({ cmd = vim.fn.json_decode(vim.env.DG_CMD) })
+dg.setup({ cmd = vim.fn.json_decode(vim.env.DG_CMD), """ + GATE_OFF_LUA + """ })
 vim.cmd("edit " .. vim.env.DG_FILE)
 
 local function text_of(chunks)

@@ -55,7 +55,7 @@ export const DEFAULTS: ExtensionConfig = {
   engine: 'resident',
   engineTokenFile: '',
   sampler: { name: 'threshold', threshold: 0.9, cutoff: 0.5, temperature: 0 },
-  minConfidence: 0.1,
+  minConfidence: 0.15,
   languages: [],
   completionMenu: false,
   nextEdit: { enabled: true, debounceMs: 250 },

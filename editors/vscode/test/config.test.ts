@@ -32,7 +32,7 @@ test('no settings: the defaults, and the server gets its own defaults', () => {
     engine: 'resident',
     engineTokenFile: null,
     sampler: { name: 'threshold', threshold: 0.9, cutoff: 0.5, temperature: 0 },
-    minConfidence: 0.1,
+    minConfidence: 0.15,
     languages: null,
   });
   assert.deepEqual(serverCommand(config, HOME), { command: 'dg-lsp', args: ['serve'] });
