@@ -150,7 +150,11 @@ describe('dg-lsp over vscode-languageserver-protocol', () => {
 
     // What the extension sends when the user sets these (settings override the flags:
     // the default engine, "resident", would start a shared background engine).
-    const user: Record<string, string> = { model: MODEL, device: 'cpu', engine: 'inproc' };
+    // minConfidence 0: at its default the confidence gate hides the bundled model's suggestion
+    // at CURSOR (` fibonacci(n)`, which would recurse forever); this suite is about the wire.
+    const user: Record<string, unknown> = {
+      model: MODEL, device: 'cpu', engine: 'inproc', minConfidence: 0,
+    };
     const settings = serverSettings(readConfig((key) => user[key], (key) => user[key]));
     const init = await race(connection.sendRequest(InitializeRequest.type, {
       processId: process.pid,
