@@ -50,7 +50,8 @@ cp "$repo/dg_lsp/examples/fib.py" "$repo/dg_lsp/examples/fib.js" .
 bin="$work/bin"
 "$bin/dg-lsp" --version
 "$bin/dg-lsp" doctor
-echo "-- dg-lsp complete fib.py:8:11"; "$bin/dg-lsp" complete fib.py:8:11
+# --min-confidence 0 as in the README: at its default the confidence gate hides this suggestion.
+echo "-- dg-lsp complete fib.py:8:11"; "$bin/dg-lsp" complete fib.py:8:11 --min-confidence 0
 echo "-- dg-lsp complete fib.js:7:9";  "$bin/dg-lsp" complete fib.js:7:9
 echo "-- one LSP session"
 "$venv/bin/python" "$repo/scripts/lsp_session.py" "$bin/dg-lsp"

@@ -86,8 +86,11 @@ def main(command: list[str]) -> int:
     path.write_text(SOURCE)
     uri = path.as_uri()
     session = Session(command)
+    # minConfidence 0: at its default the confidence gate hides the bundled model's suggestion
+    # at the cursor below; this session checks that a suggestion reaches the editor.
     result = session.request("initialize", {
         "processId": None, "rootUri": folder.as_uri(),
+        "initializationOptions": {"dg-lsp": {"minConfidence": 0}},
         "capabilities": {"textDocument": {"codeAction": {
             "resolveSupport": {"properties": ["edit"]}, "dataSupport": True,
             "codeActionLiteralSupport": {"codeActionKind": {"valueSet": ["", "refactor"]}}}}}})
