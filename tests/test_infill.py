@@ -22,7 +22,7 @@ from engine import Engine
 from engine.ar import fim_prompt
 from engine.canvas import layout
 from engine.config import ModelConfig
-from engine.denoise import hole_logits
+from engine.denoise import MaskedDenoiser, hole_logits
 from engine.kv_cache import ContextCache, PrefixCache
 from engine.models.transformer import Transformer
 from engine.tokenizer import EOS, MASK, PAD, Tokenizer
@@ -45,6 +45,12 @@ def one_thread() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def dream(dream_ckpt: Path) -> Engine:
     return Engine.load(str(dream_ckpt), device="cpu", dtype="float32")
+
+
+@pytest.fixture
+def every_step_a_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No step reuses an earlier pass's logits (MaskedDenoiser.advance): a step, a pass."""
+    monkeypatch.setattr(MaskedDenoiser, "_sees_nothing_new", lambda self, changed: False)
 
 
 @pytest.fixture(scope="module")
@@ -181,7 +187,9 @@ def test_any_models_hole_of_choices_holds_one_of_them(family: str, dream: Engine
     assert last.text == ""
 
 
-def test_cache_refresh_above_one_reuses_context_and_reports(dream: Engine) -> None:
+def test_cache_refresh_above_one_reuses_context_and_reports(
+    dream: Engine, every_step_a_pass: None
+) -> None:
     eng = bigram_engine({"):": "return", "return": " n", " n": EOS})
     # Attention adds nothing in the bigram model, so a stale cache changes nothing here.
     assert eng.infill(PREFIX, SUFFIX, max_tokens=6, cache_refresh=4).text == "return n"
@@ -189,6 +197,42 @@ def test_cache_refresh_above_one_reuses_context_and_reports(dream: Engine) -> No
                        stop_early=False)
     assert (res.steps, res.tokens, res.finish_reason) == (6, 6, "length")
     assert res.tokens_per_step == 1.0
+
+
+# Dream: three steps commit the hole's last positions, which a cached pass reads from the
+# cache; LLaDA (unshifted): after the second refresh, the first masked position, three times.
+@pytest.mark.parametrize(("family", "tokens", "refresh", "passes"),
+                         [("dream", 6, 3, 3), ("llada", 8, 4, 5)])
+def test_a_step_whose_pass_would_see_nothing_new_commits_from_the_last_ones_logits(
+    family: str, tokens: int, refresh: int, passes: int, request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    eng: Engine = request.getfixturevalue(family)
+    kwargs = dict(max_tokens=tokens, sampler="topk", k=1, cache_refresh=refresh,
+                  stop_early=False)
+    ran: list[int] = []
+    seen: list[torch.Tensor] = []  # each step's logits, as the sampler gets them
+    commit = MaskedDenoiser._commit
+    monkeypatch.setattr(MaskedDenoiser, "_commit",
+                        lambda self, logits: (seen.append(logits.clone()), commit(self, logits)))
+    hook = eng.model.register_forward_pre_hook(lambda _, args: ran.append(1))
+    try:
+        reused = eng.infill(PREFIX, SUFFIX, **kwargs)
+        reused_ran, reused_seen, ran[:], seen[:] = len(ran), list(seen), [], []
+        monkeypatch.setattr(MaskedDenoiser, "_sees_nothing_new", lambda self, changed: False)
+        every = eng.infill(PREFIX, SUFFIX, **kwargs)
+    finally:
+        hook.remove()
+    # One position a step. A step after a pass that wrote the cache, when what was committed
+    # since lies outside its own cached pass's queries, commits from that pass's logits.
+    assert (every.steps, len(ran), every.tokens) == (tokens, tokens, tokens)
+    assert (reused.steps, reused_ran, reused.tokens) == (passes, passes, tokens)
+    assert reused.token_ids == every.token_ids
+    # They are the logits the skipped pass computes; float32, to rounding (a pass over fewer
+    # rows may sum in another order).
+    assert len(reused_seen) == len(seen) == tokens
+    for mine, its in zip(reused_seen, seen, strict=True):
+        torch.testing.assert_close(mine, its, rtol=0, atol=1e-4)
 
 
 def test_dreamon_expand_splits_a_mask_while_there_is_room() -> None:
@@ -274,7 +318,7 @@ def test_cached_step_on_a_fresh_cache_equals_the_full_pass(
 
 @pytest.mark.parametrize("family", ["dream", "llada"])
 def test_windowed_refresh_recomputes_the_window_and_spanning_the_canvas_is_a_full_pass(
-    family: str, request: pytest.FixtureRequest
+    family: str, request: pytest.FixtureRequest, every_step_a_pass: None
 ) -> None:
     eng: Engine = request.getfixturevalue(family)
     lengths: list[int] = []
@@ -332,7 +376,9 @@ def test_sampling_is_deterministic_under_a_seed(dream: Engine) -> None:
     assert (c.token_ids, c.steps) == (a.token_ids, a.steps)
 
 
-def test_learned_sampler_spans_one_token_per_pass_to_all_at_once(dream: Engine) -> None:
+def test_learned_sampler_spans_one_token_per_pass_to_all_at_once(
+    dream: Engine, every_step_a_pass: None
+) -> None:
     kwargs = dict(max_tokens=6, stop_early=False, cache_refresh=2)
     # Above any probability the policy gives, it commits the most confident position alone:
     # top-k k=1, token for token.
@@ -410,7 +456,7 @@ def test_prefix_cache_reuses_the_previous_requests_prefix_keys(dream: Engine) ->
     assert dream.decoder.prefix_cache.hits == 1
     # Same canvas: the reused keys are exactly what a full pass computes.
     assert again.token_ids == first.token_ids
-    assert first.steps == exact.steps
+    assert first.finish_reason == exact.finish_reason == "length"
     typed = dream.infill(prefix + "    ", "\n", max_tokens=6, cache_refresh=4)
     assert dream.decoder.prefix_cache.hits == 2 and typed.finish_reason in ("stop", "length")
     # Exact mode (R=1) never reuses another request's keys.

@@ -135,14 +135,15 @@ def hole_canvas(prefix: list[int], hole_len: int, suffix: list[int], mask_id: in
 @torch.inference_mode()
 def record_trajectory(model: torch.nn.Module, config, tokenizer: Tokenizer, canvas: Canvas,
                       settings: SamplerSettings, stop_ids: set[int]) -> tuple[list[int], list[int]]:
-    """Decode `canvas`'s hole with the engine's denoiser: (final hole tokens, the pass that
-    committed each position)."""
+    """Decode `canvas`'s hole with the engine's denoiser: (final hole tokens, the forward
+    pass that committed each position; steps that reuse a pass's logits count with it,
+    MaskedDenoiser.advance)."""
     d = MaskedDenoiser(model, config, tokenizer, canvas, settings, stop_ids)
     step_of = torch.zeros(canvas.hole_len, dtype=torch.long)
     while not d.done:
         d.advance(d.forward())
         committed = d.hole.committed.cpu()
-        step_of[committed & (step_of == 0)] = d.steps
+        step_of[committed & (step_of == 0)] = d.passes
     return d.hole.tokens(), step_of.tolist()
 
 
