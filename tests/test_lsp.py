@@ -299,7 +299,8 @@ async def test_typing_through_a_suggestion_is_a_cache_hit():
 
 
 async def _type_through(bundled: LanguageClient) -> None:
-    before, after = "import os\n\nroot = os.path.", "\n"
+    # A cursor where the bundled model writes a whole call, `join(os.path, path)`.
+    before, after = "import os\n\npath = os.path.", "\n"
     uri = open_doc(bundled, before + after)
     first = await inline(bundled, uri, 2, 15)
     text = first.items[0].insert_text
