@@ -277,9 +277,12 @@ def test_a_block_is_drawn_on_virtual_lines_and_accepted_line_by_line(
     assert line1["lines"][NODE_ROW] == " " * 8 + first
     assert line1["ghost"]["text"] == "" and line1["ghost"]["lines"] == rest
     line2 = ghost_run["line2"]
-    assert line2["lines"] == (NODE[:-1] + expected + "\n").split("\n")[:-1]
-    assert line2["cursor"] == [NODE_ROW + 1 + len(rest), len(rest[-1])]
-    assert line2["ghost"] is None
+    assert line2["lines"] == (NODE[:-1] + first + "\n" + rest[0] + "\n").split("\n")[:-1]
+    assert line2["cursor"] == [NODE_ROW + 2, len(rest[0])]
+    if rest[1:]:  # the lines still to accept
+        assert line2["ghost"]["text"] == "" and line2["ghost"]["lines"] == rest[1:]
+    else:
+        assert line2["ghost"] is None
 
 
 def test_the_rewrite_code_action_prompts_and_applies_the_servers_edit(ghost_run: dict[str, Any]):
