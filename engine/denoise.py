@@ -401,8 +401,7 @@ class MaskedDenoiser:
         that was committed since lies outside its live span: the trailing pads of a
         single-line hole, or the first masked position, which it reads from the cache as the
         mask it was. That pass would return these same logits for its rows, so its step
-        commits from them at once instead: the same completion in fewer passes. (The same
-        up to float rounding: a pass over fewer rows may round otherwise.)"""
+        commits from them at once instead ("Steps without a pass" above)."""
         t1 = time.perf_counter()
         reusable, self._wrote_cache = self._wrote_cache, False
         first = self.masked_range()[0]
