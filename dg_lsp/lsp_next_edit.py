@@ -29,7 +29,7 @@ from dg_lsp.actions import ParsedText
 from dg_lsp.documents import short_path
 from dg_lsp.languages import language_for
 from dg_lsp.lsp_actions import StepsOnWorker
-from dg_lsp.next_edit import suggest
+from dg_lsp.next_edit import MAX_DOCUMENT_CHARS, suggest
 from dg_lsp.positions import offset_at, position_at
 from engine.serve.client import EngineUnavailable
 
@@ -69,6 +69,10 @@ async def inline_edit(server: DgLanguageServer, params: Any) -> dict[str, list]:
                                      f"not {version}")
     if (not server.settings.enabled(doc.language_id or "") or not doc.is_valid_text
             or doc.history.last is None):
+        return {"edits": []}
+    if len(doc.text) > MAX_DOCUMENT_CHARS or "\x00" in doc.text:
+        # suggest() answers nothing here: checked before the tree is built, which would parse
+        # the whole file on the event loop (tree-sitter holds the GIL) and keep it.
         return {"edits": []}
     encoding = server.position_encoding
     cursor = offset_at(doc.text, types.Position(line, character), encoding)
