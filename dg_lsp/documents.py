@@ -8,6 +8,7 @@ copies instead, and applies every change through `dg_lsp.positions`.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,10 @@ class Change:
     text: str
 
 
+# Revisions are unique across documents and reopenings (see OpenDocument.revision).
+_revisions = itertools.count(1)
+
+
 @dataclass
 class OpenDocument:
     uri: str
@@ -37,6 +42,10 @@ class OpenDocument:
     _valid_for: str | None = field(default=None, repr=False)
     # The last few edits (next-edit suggestions read them); gone with the document.
     history: EditHistory = field(default_factory=EditHistory, repr=False)
+    # New at every open and every change. An answer is tied to the revision it was computed
+    # on, not to the version: a client may reopen a document, or change it, at the same
+    # version, and a range computed on the old text would then land on other text.
+    revision: int = field(default_factory=lambda: next(_revisions))
 
     @property
     def is_valid_text(self) -> bool:
@@ -88,6 +97,7 @@ class Documents:
             doc.text = doc.text[:change.start] + change.text + doc.text[change.end:]
             applied.append(change)
         doc.version = version
+        doc.revision = next(_revisions)
         return applied
 
     def close(self, uri: str) -> None:
@@ -95,6 +105,12 @@ class Documents:
 
     def get(self, uri: str) -> OpenDocument | None:
         return self._docs.get(uri)
+
+    def at(self, uri: str, revision: int) -> OpenDocument | None:
+        """The document `uri` if it still has the text it had at `revision`, else None (it
+        was changed, closed or reopened since: an answer computed on it may not fit)."""
+        doc = self._docs.get(uri)
+        return doc if doc is not None and doc.revision == revision else None
 
     def __contains__(self, uri: object) -> bool:
         return uri in self._docs

@@ -11,7 +11,8 @@ dg-lsp's own plugins):
 
 A request for a version the server no longer has is refused with ContentModified (no popup:
 nobody asked for a suggestion by hand); a newer request for the same document cancels the
-older one; any failure is an empty answer, logged.
+older one; a document changed or reopened while the answer was computed gets an empty one
+(whatever its version); any failure is an empty answer, logged.
 """
 
 from __future__ import annotations
@@ -87,22 +88,27 @@ async def inline_edit(server: DgLanguageServer, params: Any) -> dict[str, list]:
     server.inflight[key] = task
     stop = threading.Event()
     backend = None
+    # The answer is for this text only: its range is computed on it.
+    text, seen_version, revision = doc.text, doc.version, doc.revision
     try:
         if server.settings.debounce_ms:
             await asyncio.sleep(server.settings.debounce_ms / 1000)
         backend = await server.engine.backend()
         if backend is None:
             return {"edits": []}
-        text, seen_version = doc.text, doc.version
+        # While this waited the user may have typed, undone the last edit (then the history
+        # has none) or reopened the document (at the same version, even): a changed document
+        # has a new revision, and the answer would not fit it.
+        if server.documents.at(uri, revision) is None:
+            return {"edits": []}
         language = language_for(doc.language_id, uri)
         parsed = ParsedText(text, language, server.trees.tree(uri, text, language), uri)
         stepped = StepsOnWorker(server.engine.counting(backend), server.executor)
         found = await asyncio.get_running_loop().run_in_executor(
             None, suggest, stepped, parsed, doc.history.line_edits(), replace(doc.history.last),
             cursor, server.settings, stop.is_set)
-        current = server.documents.get(uri)
-        if found is None or current is None or current.version != seen_version:
-            return {"edits": []}  # nothing, or the user typed meanwhile: it may not fit
+        if found is None or server.documents.at(uri, revision) is None:
+            return {"edits": []}  # nothing, or the text changed meanwhile: it may not fit
         server.stats["inlineEditsSuggested"] += 1
         rng = types.Range(position_at(text, found.start, encoding),
                           position_at(text, found.end, encoding))

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from dataclasses import replace
 
+import pytest
 from lsprotocol import types
 
 from dg_lsp.lsp_next_edit import inline_edit
@@ -106,6 +108,24 @@ async def while_held(backend: Held, request, meanwhile) -> object:
 REPLACED = ["close and open", "open again", "change at the same version"]
 
 
+@pytest.mark.parametrize("how", [None, *REPLACED])
+def test_a_next_edit_for_a_document_replaced_in_flight_is_empty_never_the_old_range(how):
+    backend = Held(" total\n")
+    server, logged, _ = serve(backend)
+    version = rename(server)
+    answer = asyncio.run(while_held(
+        backend, inline_edit(server, next_edit_params(version)),
+        lambda: how and replace_document(server, how, version)))
+    if how is None:  # the same document: the suggestion, on the line below the rename's
+        (edit,) = answer["edits"]
+        assert (edit["text"], edit["textDocument"], edit["range"]) == (
+            "total", {"uri": URI, "version": 6},
+            {"start": {"line": 3, "character": 8}, "end": {"line": 3, "character": 13}})
+    else:  # 5 of 5 answered that range, which in the new text covers `l = 0`
+        assert answer == {"edits": []}
+    assert logged == []
+
+
 def test_a_next_edit_in_a_document_too_large_answers_empty_without_parsing_it():
     backend = Scripted(" total\n")
     server, logged, _ = serve(backend)
@@ -117,3 +137,23 @@ def test_a_next_edit_in_a_document_too_large_answers_empty_without_parsing_it():
         "count", "total", 1) + filler  # the kept text only: no tree was built
     assert server.trees._entries[URI].tree is None
     assert backend.requests == [] and logged == []
+
+
+def test_an_undo_during_the_debounce_answers_empty_quietly():
+    backend = Scripted(" total\n")
+    server, logged, shown = serve(backend)
+    server.settings = replace(server.settings, debounce_ms=1)
+    version = rename(server)
+
+    async def scenario():
+        task = asyncio.ensure_future(inline_edit(server, next_edit_params(version)))
+        await asyncio.sleep(0)  # the request waits out its debounce
+        change(server, version + 1, 1, 4, 9, "count")  # the rename undone: no last edit
+        assert server.documents.get(URI).history.last is None
+        return await task
+
+    assert asyncio.run(scenario()) == {"edits": []}
+    # base logged "next edit failed: TypeError: replace() should be called on dataclass
+    # instances" to the editor as an error
+    assert logged == [] and shown == []
+    assert backend.requests == []
