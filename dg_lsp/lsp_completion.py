@@ -1,8 +1,9 @@
 """Completions at an LSP position: the document's `CompletionRequest`, the pipeline run on the
 server's engine, and the range the completion replaces, as inline items or a completion list.
 
-A newer request for the same document cancels the older one; every failure is an empty
-answer (ghost text has no error UI), logged for the user who looks.
+A newer request for the same document cancels the older one; a document changed or reopened
+while the completion was computed gets none; every failure is an empty answer (ghost text has
+no error UI), logged for the user who looks.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ async def complete(
     request = completion_request(server, uri, position)
     if request is None:
         return None
+    # The completion and its range are read on this text: a document changed or reopened
+    # meanwhile (even at the same version) gets none.
+    revision = server.documents.get(uri).revision
     # A newer request for the same document makes the older one pointless.
     inflight = server.inflight
     previous = inflight.get(uri)
@@ -60,7 +64,7 @@ async def complete(
                 return None
             pipeline = Pipeline(server.engine.counting(backend), server.settings, server.cache)
             completion = await pipeline.complete_async(request, server.executor)
-        if completion is None:
+        if completion is None or server.documents.at(uri, revision) is None:
             return None
         return completion, replaced_range(request, position, completion,
                                           server.position_encoding)

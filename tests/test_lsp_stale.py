@@ -157,3 +157,20 @@ def test_an_undo_during_the_debounce_answers_empty_quietly():
     # instances" to the editor as an error
     assert logged == [] and shown == []
     assert backend.requests == []
+
+
+@pytest.mark.parametrize("how", [None, *REPLACED])
+def test_a_completion_for_a_document_replaced_in_flight_is_empty(how):
+    backend = Held("0")
+    server, logged, _ = serve(backend)
+    open_at(server, "count = \n", 6)
+    found = asyncio.run(while_held(
+        backend, server.complete(URI, types.Position(0, 8)),
+        lambda: how and replace_document(server, how, 6)))
+    if how is None:
+        completion, replaced = found
+        assert (completion.text, replaced) == ("0", types.Range(types.Position(0, 8),
+                                                                types.Position(0, 8)))
+    else:
+        assert found is None
+    assert logged == []
