@@ -56,15 +56,17 @@ def code_actions(server: DgLanguageServer, params: types.CodeActionParams
     if found is None:
         return []
     doc, targets = found
-    version = server.documents.get(uri).version
+    current = server.documents.get(uri)
     actions = []
     for target in targets:
-        data = {"uri": uri, "version": version, "action": target.action,
-                "range": _range_json(params.range)}
+        # The revision too: the range is read on this text, which a reopened document (or a
+        # change that keeps the version) no longer has at the same version.
+        data = {"uri": uri, "version": current.version, "revision": current.revision,
+                "action": target.action, "range": _range_json(params.range)}
         kind = ACTION_KINDS.get(target.action, types.CodeActionKind.RefactorRewrite)
         actions.append(types.CodeAction(title=target.title, kind=kind, data=data))
         if target.action == REWRITE:
-            args = {"textDocument": {"uri": uri, "version": version},
+            args = {"textDocument": {"uri": uri, "version": current.version},
                     "range": _range_json(params.range)}
             actions.append(types.CodeAction(
                 title="Rewrite selection with instruction…", kind=kind,
@@ -110,7 +112,8 @@ async def resolve_action(server: DgLanguageServer, action: types.CodeAction
     except (KeyError, TypeError, ValueError) as exc:
         raise JsonRpcException(f"dg-lsp: malformed code action data: {exc}",
                                REQUEST_FAILED) from exc
-    action.edit = await rewrite(server, uri, version, lsp_range, kind)
+    action.edit = await rewrite(server, uri, version, lsp_range, kind,
+                                revision=data.get("revision"))
     return action
 
 
@@ -173,9 +176,12 @@ async def rewrite(
     action: str = REWRITE,
     instruction: str | None = None,
     strength: float | None = None,
+    revision: int | None = None,
 ) -> types.WorkspaceEdit:
-    """Run one action on the document as it is at `version`; its WorkspaceEdit."""
-    _check_version(server, uri, version)
+    """Run one action on the document as it is at `version` (and at `revision`, given one:
+    OpenDocument.revision); its WorkspaceEdit."""
+    _check_version(server, uri, version, revision)
+    revision = server.documents.get(uri).revision
     if len(server.documents.get(uri).text) > MAX_DOCUMENT_CHARS:
         raise _refuse(server, f"{short_path(uri)} is too large to rewrite "
                       f"(over {MAX_DOCUMENT_CHARS} characters)")
@@ -209,7 +215,9 @@ async def rewrite(
     except EngineUnavailable as exc:
         server.engine.lost(exc, backend)
         raise _refuse(server, "the engine stopped; try again") from exc
-    _check_version(server, uri, version)  # the user may have typed while the model ran
+    # The user may have typed, or reopened the document, while the model ran: the edit's
+    # range is read on the text it was computed on.
+    _check_version(server, uri, version, revision)
     enc = server.position_encoding
     text_edit = types.TextEdit(types.Range(position_at(doc.text, edit.start, enc),
                                            position_at(doc.text, edit.end, enc)), edit.text)
@@ -238,15 +246,23 @@ def _targets(server: DgLanguageServer, uri: str, lsp_range: types.Range
     return parsed, targets_at(parsed, start, end)
 
 
-def _check_version(server: DgLanguageServer, uri: str, version: int | None) -> None:
-    if uri not in server.documents:
+def _check_version(server: DgLanguageServer, uri: str, version: int | None,
+                   revision: int | None = None) -> None:
+    """Refuse (ContentModified, shown to the user) unless `uri` is open at `version` and, given
+    a `revision`, still has that revision's text (OpenDocument.revision)."""
+    doc = server.documents.get(uri)
+    if doc is None:
         raise _refuse(server, f"{short_path(uri)} is not open")
-    current = server.documents.get(uri).version
-    if version is not None and current != version:
-        message = (f"dg-lsp: {short_path(uri)} changed (version {version} → {current}) "
+    if version is not None and doc.version != version:
+        message = (f"dg-lsp: {short_path(uri)} changed (version {version} → {doc.version}) "
                    "while the edit was computed; nothing was changed")
-        server.window_show_message(types.ShowMessageParams(types.MessageType.Warning, message))
-        raise JsonRpcContentModified(message)
+    elif revision is not None and doc.revision != revision:
+        message = (f"dg-lsp: {short_path(uri)} changed (reopened or edited at version "
+                   f"{doc.version}) while the edit was computed; nothing was changed")
+    else:
+        return
+    server.window_show_message(types.ShowMessageParams(types.MessageType.Warning, message))
+    raise JsonRpcContentModified(message)
 
 
 def _refuse(server: DgLanguageServer, reason: str) -> JsonRpcException:

@@ -14,7 +14,10 @@ from dataclasses import replace
 
 import pytest
 from lsprotocol import types
+from pygls.exceptions import JsonRpcContentModified
 
+from dg_lsp.actions import REWRITE
+from dg_lsp.lsp_actions import resolve_action
 from dg_lsp.lsp_next_edit import inline_edit
 from dg_lsp.server import create_server
 from tests.scripted import Scripted
@@ -174,3 +177,34 @@ def test_a_completion_for_a_document_replaced_in_flight_is_empty(how):
     else:
         assert found is None
     assert logged == []
+
+
+@pytest.mark.parametrize("when", [None, "before resolve", "while the model runs"])
+def test_a_code_action_for_a_document_replaced_at_the_same_version_changes_nothing(when):
+    backend = Held("return a + b")
+    server, _, shown = serve(backend)
+    open_at(server, "def f(a, b):\n    return a\n", 6)
+    listed = server.code_actions(types.CodeActionParams(
+        types.TextDocumentIdentifier(URI), types.Range(types.Position(1, 4),
+                                                       types.Position(1, 12)),
+        types.CodeActionContext(diagnostics=[])))
+    (action,) = [a for a in listed if a.data and a.data["action"] == REWRITE]
+    if when is None:  # the same document: the edit, on the selection
+        backend.release.set()
+        (change,) = asyncio.run(resolve_action(server, action)).edit.document_changes
+        assert (change.text_document.version, change.edits) == (6, [types.TextEdit(
+            types.Range(types.Position(1, 4), types.Position(1, 12)), "return a + b")])
+        assert shown == []
+        return
+    if when == "before resolve":
+        replace_document(server, "open again", 6)
+        backend.release.set()  # on base the model rewrote that range in the new text
+        request = resolve_action(server, action)
+    else:  # on base the edit came back for version 6: on `import sys` in the new text
+        request = while_held(backend, resolve_action(server, action),
+                             lambda: replace_document(server, "open again", 6))
+    with pytest.raises(JsonRpcContentModified):
+        asyncio.run(request)
+    assert shown == ["dg-lsp: prices.py changed (reopened or edited at version 6) while the "
+                     "edit was computed; nothing was changed"]
+    assert len(backend.requests) == (when != "before resolve")
