@@ -150,3 +150,33 @@ def test_the_vs_code_extension_offers_the_same_ranges_and_defaults():
     bounds = bounds_of(Settings)["min_confidence"]
     assert (gate["minimum"], gate["maximum"], gate["default"]) == (
         bounds.low, bounds.high, Settings().min_confidence)
+
+
+def test_thousands_of_unknown_keys_are_reported_once_and_briefly():
+    """A project's settings may carry 30,000 keys dg-lsp does not know: one short message, the
+    first few named and the rest counted (base showed one of 799 KB, after 4 s), and the
+    known ones still apply."""
+    from lsprotocol import types
+
+    from dg_lsp.server import create_server
+
+    server = create_server()
+    shown: list[tuple[types.MessageType, str]] = []
+    server.window_show_message = lambda params: shown.append((params.type, params.message))
+    raw = {f"project.key{i}": i for i in range(30_000)}
+    raw.update({"debounceMs": 20, "x" * 100_000: 1, "canvasLength": "y" * 100_000,
+                "sampler": {f"knob{i}": 1 for i in range(7)},
+                "holeSize": {"block": 64, "huge": 1, "tiny": 2}})
+    server.apply_settings({"dg-lsp": raw})
+    assert shown == [(types.MessageType.Warning,
+                      "dg-lsp: invalid settings ignored, previous values kept: "
+                      f"canvasLength: expected an integer in 64..8192, got '{'y' * 58}…; "
+                      "7 unknown sampler settings: sampler.knob0, sampler.knob1, "
+                      "sampler.knob2, sampler.knob3, sampler.knob4 and 2 more; "
+                      "2 unknown hole kinds: holeSize.huge, holeSize.tiny; "
+                      "30001 unknown settings: project.key0, project.key1, project.key2, "
+                      f"project.key3, project.key4 and 29996 more")]
+    assert len(shown[0][1]) < 600
+    assert (server.settings.debounce_ms, server.settings.hole_size["block"]) == (20, 64)
+    _, errors = parse_settings({"x" * 100_000: 1})
+    assert errors == [f"{'x' * 59}…: unknown setting"]
