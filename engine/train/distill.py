@@ -46,6 +46,24 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from engine.bounds import (
+    BATCH_RANGE,
+    CERTAINTY_RANGE,
+    HOLES_RANGE,
+    LEARNING_RATE_RANGE,
+    PERIOD_MINUTES_RANGE,
+    RUN_MINUTES_RANGE,
+    RUN_STEPS_RANGE,
+    SHARD_MB_RANGE,
+    SHARE_RANGE,
+    THREADS_RANGE,
+    TRAIN_SEED_RANGE,
+    WARMUP_STEPS_RANGE,
+    WEIGHT_DECAY_RANGE,
+    WINDOW_RANGE,
+    bounded,
+    check_bounds,
+)
 from engine.canvas import Canvas, expects_bos
 from engine.checkpoint import checkpoint_name, load_model, read_checkpoint, resolve
 from engine.denoise import MaskedDenoiser
@@ -76,24 +94,26 @@ class DistillConfig:
     checkpoint: str | None  # None: the bundled model
     data: str
     out: str
-    minutes: float = 60.0
-    max_steps: int | None = None
-    holes: int = 2000  # teacher trajectories to record
-    val_holes: int = 32  # validation holes: decoded at each check, and their trajectories
-    window: int = 4  # passes ahead whose commits the student predicts at once
-    certainty: float = 0.5  # weight of the certainty (entropy) term
-    real_share: float = 0.5  # share of each batch that is the masked objective on real code
-    batch: int = 16
-    lr: float = 5e-5
-    weight_decay: float = 0.0
-    warmup_steps: int = 20
-    check_minutes: float = 10.0
-    save_every_minutes: float = 5.0
+    minutes: float = bounded(60.0, RUN_MINUTES_RANGE)
+    max_steps: int | None = bounded(None, RUN_STEPS_RANGE)
+    holes: int = bounded(2000, HOLES_RANGE)  # teacher trajectories to record
+    # Validation holes: decoded at each check, and their trajectories.
+    val_holes: int = bounded(32, HOLES_RANGE)
+    window: int = bounded(4, WINDOW_RANGE)  # passes ahead whose commits the student predicts
+    certainty: float = bounded(0.5, CERTAINTY_RANGE)  # weight of the certainty (entropy) term
+    # Share of each batch that is the masked objective on real code.
+    real_share: float = bounded(0.5, SHARE_RANGE)
+    batch: int = bounded(16, BATCH_RANGE)
+    lr: float = bounded(5e-5, LEARNING_RATE_RANGE)
+    weight_decay: float = bounded(0.0, WEIGHT_DECAY_RANGE)
+    warmup_steps: int = bounded(20, WARMUP_STEPS_RANGE)
+    check_minutes: float = bounded(10.0, PERIOD_MINUTES_RANGE)
+    save_every_minutes: float = bounded(5.0, PERIOD_MINUTES_RANGE)
     device: str = "auto"
     teacher_dtype: str = "auto"  # as users get it: int8 linear layers on a CPU
-    threads: int = 0
-    seed: int = 0
-    shard_mb: float = 15.0
+    threads: int = bounded(0, THREADS_RANGE)
+    seed: int = bounded(0, TRAIN_SEED_RANGE)
+    shard_mb: float = bounded(15.0, SHARD_MB_RANGE)
     save_dtype: str = "float16"
 
 
@@ -207,6 +227,8 @@ class Distiller:
     def __init__(self, cfg: DistillConfig) -> None:
         from engine import Engine
 
+        # Everything that can be checked is, before any work (train does the same).
+        check_bounds(cfg)
         self.cfg = cfg
         if cfg.threads:
             torch.set_num_threads(cfg.threads)

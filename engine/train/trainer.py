@@ -25,6 +25,27 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
+from engine.bounds import (
+    BATCH_RANGE,
+    EDITS_RANGE,
+    FFN_RANGE,
+    HEADS_RANGE,
+    HIDDEN_RANGE,
+    LAYERS_RANGE,
+    LEARNING_RATE_RANGE,
+    PERIOD_MINUTES_RANGE,
+    RUN_MINUTES_RANGE,
+    RUN_STEPS_RANGE,
+    SEQ_LEN_RANGE,
+    SHARD_MB_RANGE,
+    SHARE_RANGE,
+    THREADS_RANGE,
+    TRAIN_SEED_RANGE,
+    WARMUP_STEPS_RANGE,
+    WEIGHT_DECAY_RANGE,
+    bounded,
+    check_bounds,
+)
 from engine.checkpoint import load_model, read_checkpoint, resolve, resolve_device
 from engine.config import ModelConfig
 from engine.models.transformer import Transformer
@@ -40,34 +61,46 @@ class TrainConfig:
     data: str
     out: str
     objective: str = "masked"  # "masked" or "ar"
-    minutes: float = 10.0
-    max_steps: int | None = None
-    hidden: int = 256
-    layers: int = 6
-    heads: int = 4
-    kv_heads: int = 2
-    ffn: int = 768
-    seq_len: int = 256
-    batch: int = 32
-    lr: float = 2e-3
-    weight_decay: float = 0.1
-    warmup_steps: int = 100
+    minutes: float = bounded(10.0, RUN_MINUTES_RANGE)
+    max_steps: int | None = bounded(None, RUN_STEPS_RANGE)
+    hidden: int = bounded(256, HIDDEN_RANGE)
+    layers: int = bounded(6, LAYERS_RANGE)
+    heads: int = bounded(4, HEADS_RANGE)
+    kv_heads: int = bounded(2, HEADS_RANGE)
+    ffn: int = bounded(768, FFN_RANGE)
+    seq_len: int = bounded(256, SEQ_LEN_RANGE)
+    batch: int = bounded(32, BATCH_RANGE)
+    lr: float = bounded(2e-3, LEARNING_RATE_RANGE)
+    weight_decay: float = bounded(0.1, WEIGHT_DECAY_RANGE)
+    warmup_steps: int = bounded(100, WARMUP_STEPS_RANGE)
     device: str = "auto"
     precision: str = "auto"  # "bf16" autocast on CUDA, "fp32" on CPU
     compile: bool = False
-    seed: int = 0
-    shard_mb: float = 15.0
+    seed: int = bounded(0, TRAIN_SEED_RANGE)
+    shard_mb: float = bounded(15.0, SHARD_MB_RANGE)
     save_dtype: str = "float16"
-    save_every_minutes: float = 5.0
-    threads: int = 0
+    save_every_minutes: float = bounded(5.0, PERIOD_MINUTES_RANGE)
+    threads: int = bounded(0, THREADS_RANGE)
     # Fine-tune this checkpoint (a folder, a hub id, "default" for the bundled model) instead
     # of training from scratch; its architecture replaces hidden/layers/heads/ffn.
     init: str | None = None
     # Synthetic edits (engine.train.edit_examples) cut from the corpus, and their share of rows.
-    edits: int = 0
-    edit_share: float = 0.5
+    edits: int = bounded(0, EDITS_RANGE)
+    edit_share: float = bounded(0.5, SHARE_RANGE)
     # Real edits (a file of `dg-engine version-edits`) added to the synthetic ones.
     real_edits: str | None = None
+
+    def check(self) -> None:
+        """ValueError naming the first option out of its range (engine.bounds) or a model
+        shape that cannot be built; the options may have been changed since construction."""
+        check_bounds(self)
+        if self.init is None:  # a fine-tuned model's shape is its checkpoint's
+            if self.hidden % self.heads or (self.hidden // self.heads) % 2:
+                raise ValueError(f"--hidden {self.hidden} must be --heads {self.heads} times "
+                                 "an even head size")
+            if self.heads % self.kv_heads:
+                raise ValueError(f"--heads {self.heads} must be a multiple of --kv-heads "
+                                 f"{self.kv_heads}")
 
 
 def special_ids(tok: Tokenizer) -> SpecialIds:
@@ -237,9 +270,11 @@ def ar_loss(model: torch.nn.Module, tokens: torch.Tensor, keep: torch.Tensor) ->
 
 
 def budget_used(elapsed: float, step: int, minutes: float, max_steps: int | None) -> float:
-    """The share of a run's budget spent: of its minutes, or of its steps if that is more."""
+    """The share of a run's budget spent: of its minutes, or of its steps if that is more.
+    Both limits are above 0 (engine.bounds: RUN_MINUTES_RANGE, RUN_STEPS_RANGE), so the share
+    reaches 1 and the run ends."""
     frac = elapsed / (minutes * 60)
-    if max_steps:
+    if max_steps is not None:
         frac = max(frac, step / max_steps)
     return min(frac, 1.0)
 
@@ -251,6 +286,9 @@ def warmup_cosine(lr: float, step: int, warmup_steps: int, progress: float) -> f
 
 class Trainer:
     def __init__(self, cfg: TrainConfig) -> None:
+        # Everything that can be checked is, before any work: a bad option or folder used to
+        # fail at the end of the budget (or never), after the work was done.
+        cfg.check()
         self.cfg = cfg
         data = Path(cfg.data)
         self.tok = Tokenizer.from_file(data / "tokenizer.json")

@@ -1,0 +1,148 @@
+"""`dg-engine train` and `dg-engine distill` never lose a run, never run a stranger's code and
+never hang (issue #52, cases 1, 4, 5, 6, 7 and 10).
+
+Commands run in this process on a thread (or, where the old behaviour burned the CPU forever,
+in a subprocess), each with a timeout: a regression to a hang fails the test instead of
+hanging the suite.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+import threading
+from pathlib import Path
+
+import pytest
+
+from engine.cli import main as engine_main
+from engine.train.corpus import build_corpus
+from tests.tiny_checkpoints import write_dream_checkpoint
+
+ROOT = Path(__file__).resolve().parent.parent
+TOY_SOURCE = Path(sysconfig.get_paths()["stdlib"]) / "json"
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_dream_checkpoint(tmp_path_factory.mktemp("teacher"), tie=True)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory, teacher: Path) -> Path:
+    """Tokenized with the teacher's vocabulary: both train (from scratch or `--init teacher`)
+    and distill read it."""
+    out = tmp_path_factory.mktemp("corpus")
+    build_corpus(out, [TOY_SOURCE], tokenizer_from=teacher)
+    return out
+
+
+def train_args(data: Path, out: Path, *extra: str) -> list[str]:
+    return ["train", "--data", str(data), "--out", str(out), "--max-steps", "2",
+            "--hidden", "32", "--layers", "2", "--heads", "4", "--kv-heads", "2", "--ffn", "64",
+            "--seq-len", "96", "--batch", "4", "--warmup-steps", "2", "--device", "cpu",
+            "--threads", "1", "--save-every-minutes", "60", *extra]
+
+
+def distill_args(teacher: Path, data: Path, out: Path, *extra: str) -> list[str]:
+    return ["distill", "--checkpoint", str(teacher), "--data", str(data), "--out", str(out),
+            "--max-steps", "2", "--holes", "2", "--val-holes", "1", "--window", "2",
+            "--batch", "2", "--warmup-steps", "1", "--check-minutes", "60", "--device", "cpu",
+            "--threads", "1", *extra]
+
+
+def dg_engine(args: list[str], capsys: pytest.CaptureFixture[str], timeout: float = 120
+              ) -> tuple[int, str]:
+    """(exit status, stderr) of `dg-engine ARGS`, run here on a thread; a command still
+    running after `timeout` seconds fails the test."""
+    result: list[int | BaseException] = []
+
+    def call() -> None:
+        try:
+            result.append(engine_main(args))
+        except SystemExit as exc:  # argparse refusing an argument
+            result.append(int(exc.code or 0))
+        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+            result.append(exc)
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert result, f"dg-engine {' '.join(args[:1])} did not end within {timeout} s"
+    if isinstance(result[0], BaseException):
+        raise result[0]
+    return result[0], capsys.readouterr().err
+
+
+def dg_engine_process(args: list[str], timeout: float = 90) -> tuple[int, str]:
+    """(exit status, stderr) of `dg-engine ARGS` in a subprocess killed after `timeout`:
+    for commands that used to never end while burning the CPU."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    try:
+        done = subprocess.run([sys.executable, "-m", "engine.cli", *args], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"dg-engine {' '.join(args)} did not end within {timeout} s")
+    return done.returncode, done.stderr
+
+
+# -- case 6: runs that always end ------------------------------------------------------------
+
+
+def test_train_with_seq_len_0_ends_with_a_message(corpus: Path, tmp_path: Path) -> None:
+    args = train_args(corpus, tmp_path / "run")
+    args[args.index("--seq-len") + 1] = "0"
+    code, err = dg_engine_process(args)
+    assert code == 2
+    assert "--seq-len: expected an integer in 32..8192, got 0" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_distill_budget_that_never_runs_out_is_refused(
+        teacher: Path, corpus: Path, tmp_path: Path) -> None:
+    args = distill_args(teacher, corpus, tmp_path / "out", "--minutes", "-1")
+    args[args.index("--max-steps") + 1] = "0"
+    code, err = dg_engine_process(args)
+    assert code == 2
+    assert "--minutes: expected a finite number in 0.01..1000000.0, got -1.0" in err
+    assert not (tmp_path / "out").exists()
+
+
+# -- cases 6 and 7: every number is bounded, with a message naming the option ---------------
+
+
+@pytest.mark.parametrize(("command", "option", "value", "expected"), [
+    ("distill", "--minutes", "0", "a finite number in 0.01..1000000.0"),
+    ("distill", "--max-steps", "0", "an integer in 1..1000000000 or null"),
+    ("distill", "--batch", "0", "an integer in 1..65536"),
+    ("distill", "--window", "0", "an integer in 1..1024"),
+    ("distill", "--holes", "0", "an integer in 1..100000000"),
+    ("train", "--batch", "0", "an integer in 1..65536"),
+    ("train", "--minutes", "0", "a finite number in 0.01..1000000.0"),
+    ("train", "--warmup-steps", "0", "an integer in 1..1000000000"),
+])
+def test_an_option_out_of_its_range_is_refused_by_name_before_any_work(
+        command: str, option: str, value: str, expected: str, teacher: Path, corpus: Path,
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    args = (distill_args(teacher, corpus, out) if command == "distill"
+            else train_args(corpus, out))
+    if option in args:
+        args[args.index(option) + 1] = value
+    else:
+        args += [option, value]
+    code, err = dg_engine(args, capsys)
+    assert code == 2
+    assert f"{option}: expected {expected}, got" in err
+    assert not out.exists()  # refused before any work
+
+
+def test_a_model_shape_that_cannot_be_built_is_refused(corpus: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    args = train_args(corpus, tmp_path / "out")
+    args[args.index("--heads") + 1] = "3"
+    code, err = dg_engine(args, capsys)
+    assert code == 2 and "--hidden 32 must be --heads 3 times an even head size" in err
