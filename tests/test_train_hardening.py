@@ -15,10 +15,12 @@ import sysconfig
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from engine.cli import main as engine_main
 from engine.train.corpus import build_corpus
+from engine.train.trainer import BatchStream
 from tests.tiny_checkpoints import write_dream_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,6 +91,30 @@ def dg_engine_process(args: list[str], timeout: float = 90) -> tuple[int, str]:
 
 
 # -- case 6: runs that always end ------------------------------------------------------------
+
+
+class Broken:
+    """An example maker whose batches fail, as numpy's "low >= high" did for --seq-len 0."""
+
+    def masked_batch(self, rng: np.random.Generator, batch: int) -> None:
+        raise ValueError("low >= high")
+
+
+def test_an_error_on_the_batch_thread_reaches_the_trainer() -> None:
+    stream = BatchStream(Broken(), "masked", batch=4, seed=0)  # type: ignore[arg-type]
+    raised: list[BaseException] = []
+
+    def consume() -> None:
+        for _ in range(2):  # and again: a second call fails too, it does not wait
+            try:
+                stream.next()
+            except ValueError as exc:
+                raised.append(exc)
+
+    thread = threading.Thread(target=consume, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert [str(e) for e in raised] == ["low >= high"] * 2
 
 
 def test_train_with_seq_len_0_ends_with_a_message(corpus: Path, tmp_path: Path) -> None:

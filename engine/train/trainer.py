@@ -234,7 +234,10 @@ def write_weights(state: dict[str, torch.Tensor], out: Path, shard_mb: float) ->
 
 
 class BatchStream:
-    """Cuts batches on a background thread so the accelerator never waits on numpy."""
+    """Cuts batches on a background thread so the accelerator never waits on numpy.
+
+    An error on that thread is queued like a batch and raised by `next` in the trainer: a
+    thread that died silently left the trainer waiting on an empty queue forever."""
 
     def __init__(self, maker: ExampleMaker, objective: str, batch: int, seed: int) -> None:
         self.q: queue.Queue = queue.Queue(maxsize=8)
@@ -243,14 +246,21 @@ class BatchStream:
         threading.Thread(target=self._fill, daemon=True).start()
 
     def _fill(self) -> None:
-        while True:
-            if self.objective == "masked":
-                self.q.put(self.maker.masked_batch(self.rng, self.batch))
-            else:
-                self.q.put(self.maker.ar_batch(self.rng, self.batch))
+        try:
+            while True:
+                if self.objective == "masked":
+                    self.q.put(self.maker.masked_batch(self.rng, self.batch))
+                else:
+                    self.q.put(self.maker.ar_batch(self.rng, self.batch))
+        except BaseException as exc:  # handed to the consumer, which raises it
+            self.q.put(exc)
 
     def next(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.q.get()
+        item = self.q.get()
+        if isinstance(item, BaseException):
+            self.q.put(item)  # every later call fails the same way, none waits
+            raise item
+        return item
 
 
 def masked_loss(model: torch.nn.Module, targets: torch.Tensor, masked: torch.Tensor,
