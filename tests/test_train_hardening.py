@@ -8,6 +8,7 @@ hanging the suite.
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -17,10 +18,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from engine.cli import main as engine_main
 from engine.train.corpus import build_corpus
-from engine.train.trainer import BatchStream
+from engine.train.distill import STATE_FILE as DISTILL_STATE
+from engine.train.trainer import STATE_FILE as TRAIN_STATE
+from engine.train.trainer import BatchStream, TrainConfig, Trainer
 from tests.tiny_checkpoints import write_dream_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,6 +92,74 @@ def dg_engine_process(args: list[str], timeout: float = 90) -> tuple[int, str]:
     except subprocess.TimeoutExpired:
         pytest.fail(f"dg-engine {' '.join(args)} did not end within {timeout} s")
     return done.returncode, done.stderr
+
+
+class RunsCode:
+    """Unpickled, it makes the folder `marker`: what a crafted state file's os.system does."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (os.mkdir, (str(self.marker),))
+
+
+# -- case 1: state files are loaded as weights only --------------------------------------
+
+
+@pytest.mark.parametrize("command", ["distill", "train"])
+def test_a_crafted_state_file_is_refused_by_name_and_runs_nothing(
+        command: str, teacher: Path, corpus: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    out, marker = tmp_path / "out", tmp_path / "marker"
+    out.mkdir()
+    state = out / (DISTILL_STATE if command == "distill" else TRAIN_STATE)
+    torch.save({"model": RunsCode(marker), "opt": {}, "step": 1, "elapsed": 1.0,
+                "tokens_seen": 1, "rng": {}}, state)
+    args = (distill_args(teacher, corpus, out) if command == "distill"
+            else train_args(corpus, out))
+    code, err = dg_engine(args, capsys)
+    assert not marker.exists()  # its code never ran
+    assert code == 2
+    assert str(state) in err and "could run code" in err and "delete this file" in err
+
+
+# -- case 4: an interrupted save leaves the previous state ---------------------------------
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_an_interrupted_save_keeps_the_previous_state_and_the_run_resumes(
+        corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = TrainConfig(data=str(corpus), out=str(tmp_path / "run"), minutes=60, max_steps=2,
+                      hidden=32, layers=2, heads=4, kv_heads=2, ffn=64, seq_len=96, batch=4,
+                      warmup_steps=2, device="cpu", threads=1, save_every_minutes=60)
+    trainer = Trainer(cfg)
+    trainer.train()
+    saved = (tmp_path / "run" / TRAIN_STATE).read_bytes()
+    real_save = torch.save
+
+    def cut_short(obj: object, f: object, *args: object, **kwargs: object) -> None:
+        """Writes half of what torch.save would, then stops: a kill or a full disk."""
+        whole = io.BytesIO()
+        real_save(obj, whole)
+        half = whole.getvalue()[:len(whole.getvalue()) // 2]
+        if hasattr(f, "write"):
+            f.write(half)  # type: ignore[union-attr]
+        else:
+            Path(f).write_bytes(half)  # type: ignore[arg-type]
+        raise Interrupted
+
+    trainer.step = 7
+    monkeypatch.setattr(torch, "save", cut_short)
+    with pytest.raises(Interrupted):
+        trainer._save_state()
+    monkeypatch.undo()
+    assert (tmp_path / "run" / TRAIN_STATE).read_bytes() == saved
+    assert not list((tmp_path / "run").glob("*.tmp"))
+    assert Trainer(cfg).step == 2
 
 
 # -- case 6: runs that always end ------------------------------------------------------------
@@ -172,3 +244,25 @@ def test_a_model_shape_that_cannot_be_built_is_refused(corpus: Path, tmp_path: P
     args[args.index("--heads") + 1] = "3"
     code, err = dg_engine(args, capsys)
     assert code == 2 and "--hidden 32 must be --heads 3 times an even head size" in err
+
+
+# -- case 10: messages that name the file and what to do ------------------------------------
+
+
+@pytest.mark.parametrize(("command", "name"), [("train", TRAIN_STATE),
+                                               ("distill", DISTILL_STATE),
+                                               ("distill", "trajectories.pt")])
+def test_a_truncated_state_file_is_named_with_what_to_delete(
+        command: str, name: str, teacher: Path, corpus: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    whole = io.BytesIO()
+    torch.save({"model": {"w": torch.zeros(4096)}, "step": 3}, whole)
+    (out / name).write_bytes(whole.getvalue()[:len(whole.getvalue()) // 2])
+    args = (distill_args(teacher, corpus, out) if command == "distill"
+            else train_args(corpus, out))
+    code, err = dg_engine(args, capsys)
+    assert code == 2
+    assert f"{out / name}: cannot be read, damaged or cut short" in err
+    assert "delete this file to start afresh" in err

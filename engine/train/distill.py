@@ -72,6 +72,11 @@ from engine.stats import edit_similarity
 from engine.stops import completion_ids
 from engine.tokenizer import Tokenizer
 from engine.train.examples import ExampleMaker
+from engine.train.state import (
+    load_state,
+    save_state,
+    state_error,
+)
 from engine.train.trainer import (
     budget_used,
     newline_table,
@@ -318,37 +323,44 @@ class Distiller:
 
     def _save_trajectories(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
-        tmp = self.out / (TRAJECTORY_FILE + ".tmp")
-        torch.save({"train": [asdict(t) for t in self.trajectories],
-                    "val": [asdict(t) for t in self.val]}, tmp)
-        tmp.replace(self.out / TRAJECTORY_FILE)
+        save_state({"train": [asdict(t) for t in self.trajectories],
+                    "val": [asdict(t) for t in self.val]}, self.out / TRAJECTORY_FILE)
 
     # -- state -----------------------------------------------------------------------------
 
     def _resume(self) -> None:
+        """Trajectories and trainer state saved by an earlier run in `--out`, loaded as
+        weights only (engine.train.state.load_state): a state file never runs code."""
         path = self.out / TRAJECTORY_FILE
-        if path.exists():
-            saved = torch.load(path, weights_only=True)
-            self.trajectories = [Trajectory(**t) for t in saved["train"]]
-            self.val = [Trajectory(**t) for t in saved["val"]]
+        saved = load_state(path, ("train", "val"))
+        if saved is not None:
+            try:
+                self.trajectories = [Trajectory(**t) for t in saved["train"]]
+                self.val = [Trajectory(**t) for t in saved["val"]]
+            except TypeError as exc:
+                raise state_error(path, f"not trajectories this command saved ({exc})") from None
         path = self.out / STATE_FILE
-        if not path.exists():
+        state = load_state(path, ("model", "opt", "step", "elapsed", "tokens_seen", "rng"),
+                           map_location=self.device)
+        if state is None:
             return
-        state = torch.load(path, map_location=self.device, weights_only=False)
-        self.student.load_state_dict(state["model"])
-        self.opt.load_state_dict(state["opt"])
+        try:
+            self.student.load_state_dict(state["model"])
+            self.opt.load_state_dict(state["opt"])
+            self.rng.bit_generator.state = state["rng"]
+        except (RuntimeError, ValueError, KeyError, TypeError) as exc:
+            why = str(exc).strip().split("\n", 1)[0][:200]
+            raise state_error(path, f"the state of another model ({why})") from None
         self.step, self.elapsed, self.tokens_seen = (state["step"], state["elapsed"],
                                                      state["tokens_seen"])
-        self.rng.bit_generator.state = state["rng"]
         print(f"resumed at step {self.step} ({self.elapsed / 60:.1f} min)", file=sys.stderr)
 
     def _save_state(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
-        tmp = self.out / (STATE_FILE + ".tmp")
-        torch.save({"model": self.student.state_dict(), "opt": self.opt.state_dict(),
+        save_state({"model": self.student.state_dict(), "opt": self.opt.state_dict(),
                     "step": self.step, "elapsed": self.elapsed, "tokens_seen": self.tokens_seen,
-                    "rng": self.rng.bit_generator.state, "config": asdict(self.cfg)}, tmp)
-        tmp.replace(self.out / STATE_FILE)
+                    "rng": self.rng.bit_generator.state, "config": asdict(self.cfg)},
+                   self.out / STATE_FILE)
 
     def save_checkpoint(self, folder: Path, info: dict) -> None:
         """The student as a checkpoint like its source: same config (plus `dg_lsp_distill`),

@@ -52,6 +52,11 @@ from engine.models.transformer import Transformer
 from engine.tokenizer import EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, MASK, PAD, Tokenizer
 from engine.train.edit_examples import load_or_build
 from engine.train.examples import ExampleMaker, SpecialIds
+from engine.train.state import (
+    load_state,
+    save_state,
+    state_error,
+)
 
 STATE_FILE = "trainer_state.pt"
 
@@ -356,18 +361,23 @@ class Trainer:
 
     def _resume(self) -> None:
         path = self.out / STATE_FILE
-        if not path.exists():
+        state = load_state(path, ("model", "opt", "step", "elapsed", "tokens_seen"),
+                           map_location=self.device)
+        if state is None:
             return
-        state = torch.load(path, map_location=self.device, weights_only=True)
-        self.model.load_state_dict(state["model"])
-        self.opt.load_state_dict(state["opt"])
+        try:
+            self.model.load_state_dict(state["model"])
+            self.opt.load_state_dict(state["opt"])
+        except (RuntimeError, ValueError, KeyError) as exc:
+            why = str(exc).strip().split("\n", 1)[0][:200]
+            raise state_error(path, f"the state of another model ({why})") from None
         self.step, self.elapsed, self.tokens_seen = (state["step"], state["elapsed"],
                                                      state["tokens_seen"])
         print(f"resumed at step {self.step} ({self.elapsed / 60:.1f} min)", file=sys.stderr)
 
     def _save_state(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
-        torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(),
+        save_state({"model": self.model.state_dict(), "opt": self.opt.state_dict(),
                     "step": self.step, "elapsed": self.elapsed, "tokens_seen": self.tokens_seen,
                     "config": asdict(self.cfg)}, self.out / STATE_FILE)
 
