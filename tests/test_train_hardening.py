@@ -8,8 +8,10 @@ hanging the suite.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -94,6 +96,11 @@ def dg_engine_process(args: list[str], timeout: float = 90) -> tuple[int, str]:
     return done.returncode, done.stderr
 
 
+def digest(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.iterdir()) if p.is_file()}
+
+
 class RunsCode:
     """Unpickled, it makes the folder `marker`: what a crafted state file's os.system does."""
 
@@ -160,6 +167,58 @@ def test_an_interrupted_save_keeps_the_previous_state_and_the_run_resumes(
     assert (tmp_path / "run" / TRAIN_STATE).read_bytes() == saved
     assert not list((tmp_path / "run").glob("*.tmp"))
     assert Trainer(cfg).step == 2
+
+
+# -- case 5: the output folder is checked before any work ----------------------------------
+
+
+def test_train_refuses_to_write_over_the_checkpoint_it_fine_tunes(
+        teacher: Path, corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(teacher, ckpt)
+    before = digest(ckpt)
+    code, err = dg_engine(train_args(corpus, ckpt, "--init", str(ckpt)), capsys)
+    assert code == 2
+    assert f"--out {ckpt}" in err and "would be replaced" in err
+    assert digest(ckpt) == before  # the checkpoint is not replaced, nothing added
+    assert "step " not in err
+
+
+@pytest.mark.parametrize("command", ["train", "distill"])
+def test_an_out_that_is_a_file_is_refused_before_any_work(
+        command: str, teacher: Path, corpus: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "weights.bin"
+    out.write_text("keep me")
+    args = (distill_args(teacher, corpus, out) if command == "distill"
+            else train_args(corpus, out))
+    code, err = dg_engine(args, capsys)
+    assert code == 2
+    assert f"--out {out}: is a file" in err
+    assert out.read_text() == "keep me"
+    assert "step " not in err and "teacher " not in err  # no training, no teacher decoding
+
+
+def test_an_out_that_cannot_be_written_is_refused_before_any_work(
+        corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "a-file").write_text("")
+    out = tmp_path / "a-file" / "run"  # a folder inside a file: never writable, even by root
+    code, err = dg_engine(train_args(corpus, out), capsys)
+    assert code == 2
+    assert f"--out {out}: cannot write there" in err
+    assert "step " not in err
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_out_is_refused_before_any_work(
+        corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "read-only"
+    out.mkdir(mode=0o500)
+    try:
+        code, err = dg_engine(train_args(corpus, out), capsys)
+    finally:
+        out.chmod(0o700)
+    assert code == 2 and f"--out {out}: cannot write there" in err
 
 
 # -- case 6: runs that always end ------------------------------------------------------------
@@ -247,6 +306,20 @@ def test_a_model_shape_that_cannot_be_built_is_refused(corpus: Path, tmp_path: P
 
 
 # -- case 10: messages that name the file and what to do ------------------------------------
+
+
+@pytest.mark.parametrize("command", ["train", "distill"])
+def test_a_missing_data_folder_is_named_with_how_to_build_it(
+        command: str, teacher: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    data, out = tmp_path / "no-corpus", tmp_path / "out"
+    args = distill_args(teacher, data, out) if command == "distill" else train_args(data, out)
+    code, err = dg_engine(args, capsys)
+    assert code == 2
+    assert f"--data {data}: no such folder" in err and "`dg-engine corpus --out" in err
+    if command == "distill":  # the corpus must use the checkpoint's vocabulary
+        assert f"--tokenizer-from {teacher}" in err
+    assert not out.exists()
 
 
 @pytest.mark.parametrize(("command", "name"), [("train", TRAIN_STATE),

@@ -73,6 +73,8 @@ from engine.stops import completion_ids
 from engine.tokenizer import Tokenizer
 from engine.train.examples import ExampleMaker
 from engine.train.state import (
+    check_corpus,
+    check_output_folder,
     load_state,
     save_state,
     state_error,
@@ -235,13 +237,13 @@ class Distiller:
         # Everything that can be checked is, before any work (train does the same).
         check_bounds(cfg)
         self.cfg = cfg
+        self.source = resolve(cfg.checkpoint)
+        check_corpus(Path(cfg.data), tokenizer_from=str(self.source))
+        self.out = Path(cfg.out)
+        check_output_folder(self.out, [self.source])
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         torch.manual_seed(cfg.seed)
-        self.source = resolve(cfg.checkpoint)
-        self.out = Path(cfg.out)
-        if self.out.resolve() == self.source.resolve():
-            raise ValueError("--out must not be the checkpoint being distilled")
         ckpt = read_checkpoint(self.source)
         if ckpt.config.family != "masked":
             raise ValueError(f"{self.source}: distillation is for masked-diffusion checkpoints "

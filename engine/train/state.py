@@ -1,6 +1,9 @@
-"""The state files a training run keeps to resume, shared by `dg-engine train` and
-`dg-engine distill`.
+"""The folders and files a training run reads and keeps, shared by `dg-engine train`,
+`dg-engine distill` and `dg-engine merge`.
 
+- The corpus (`--data`) and the output folder (`--out`) are checked before any work: a run
+  that can only fail at its end (an `--out` that is a file, not writable, or the checkpoint it
+  starts from) must fail at its start, with the path named.
 - State files are written whole or not at all (`replacing`): an interrupted save leaves the
   previous file, so the run can always resume.
 - State files are loaded as tensors and plain values only (`load_state`): a state file is
@@ -17,6 +20,41 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+# What `dg-engine corpus` writes that a run reads.
+CORPUS_FILES = ("tokenizer.json", "train.bin", "val.bin")
+
+
+def check_corpus(data: Path, tokenizer_from: str | None = None) -> None:
+    """ValueError naming `data` unless it is a `dg-engine corpus` folder; the message says how
+    to build one (with `--tokenizer-from` when the run starts from a checkpoint)."""
+    build = f"`dg-engine corpus --out {data}" + (
+        f" --tokenizer-from {tokenizer_from}`" if tokenizer_from else "`")
+    if not data.is_dir():
+        raise ValueError(f"--data {data}: no such folder; build the corpus first with {build}")
+    missing = [name for name in CORPUS_FILES if not (data / name).is_file()]
+    if missing:
+        raise ValueError(f"--data {data}: no {' or '.join(missing)} in it, so not a corpus "
+                         f"folder; build one with {build}")
+
+
+def check_output_folder(out: Path, inputs: Iterable[Path] = ()) -> None:
+    """ValueError naming `out` unless a run can write its results there: not a file, not one
+    of the checkpoint folders `inputs` it reads (it would replace them), and writable (the
+    folder is created, and a file made and removed in it)."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: is a file, not a folder; name a folder for the results")
+    for source in inputs:
+        if out.resolve() == source.resolve():
+            raise ValueError(f"--out {out}: is the checkpoint the run reads ({source}) and would "
+                             "be replaced; name another folder")
+    probe = out / ".dg-engine-write-test"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise ValueError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
 
 
 @contextmanager

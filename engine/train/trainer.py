@@ -53,6 +53,8 @@ from engine.tokenizer import EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, MASK, PAD,
 from engine.train.edit_examples import load_or_build
 from engine.train.examples import ExampleMaker, SpecialIds
 from engine.train.state import (
+    check_corpus,
+    check_output_folder,
     load_state,
     save_state,
     state_error,
@@ -306,6 +308,9 @@ class Trainer:
         cfg.check()
         self.cfg = cfg
         data = Path(cfg.data)
+        init = resolve(None if cfg.init == "default" else cfg.init) if cfg.init else None
+        check_corpus(data, tokenizer_from=str(init) if init else None)
+        check_output_folder(Path(cfg.out), [init] if init else [])
         self.tok = Tokenizer.from_file(data / "tokenizer.json")
         self.ids = special_ids(self.tok)
         newline = newline_table(self.tok)
