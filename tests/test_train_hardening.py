@@ -339,3 +339,38 @@ def test_a_truncated_state_file_is_named_with_what_to_delete(
     assert code == 2
     assert f"{out / name}: cannot be read, damaged or cut short" in err
     assert "delete this file to start afresh" in err
+
+
+# -- the same patterns elsewhere: checkpoints written whole, merge's --out ------------------
+
+
+def test_an_interrupted_weights_save_keeps_the_previous_checkpoint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.train import trainer
+
+    out = tmp_path / "ckpt"
+    out.mkdir()
+    old = {"w": torch.ones(64)}
+    trainer.write_weights(old, out, shard_mb=15)
+    saved = (out / "model.safetensors").read_bytes()
+
+    def cut_short(tensors: dict, filename: object, metadata: object = None) -> None:
+        Path(str(filename)).write_bytes(b"half a file")
+        raise Interrupted
+
+    monkeypatch.setattr(trainer, "save_file", cut_short)
+    with pytest.raises(Interrupted):
+        trainer.write_weights({"w": torch.zeros(64)}, out, shard_mb=15)
+    assert (out / "model.safetensors").read_bytes() == saved
+    assert sorted(p.name for p in out.iterdir()) == ["model.safetensors"]
+
+
+def test_merge_refuses_to_write_over_a_checkpoint_it_reads(
+        teacher: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tuned = tmp_path / "tuned"
+    shutil.copytree(teacher, tuned)
+    before = digest(tuned)
+    code, err = dg_engine(["merge", "--base", str(teacher), "--tuned", str(tuned),
+                           "--weight", "0.5", "--out", str(tuned)], capsys)
+    assert code == 2 and f"--out {tuned}: is the checkpoint the run reads" in err
+    assert digest(tuned) == before

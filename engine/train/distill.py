@@ -76,8 +76,10 @@ from engine.train.state import (
     check_corpus,
     check_output_folder,
     load_state,
+    replacing,
     save_state,
     state_error,
+    write_text,
 )
 from engine.train.trainer import (
     budget_used,
@@ -376,10 +378,11 @@ class Distiller:
         write_weights(state, folder, self.cfg.shard_mb)
         for f in self.source.iterdir():
             if f.is_file() and not f.name.startswith("model") and f.name != "config.json":
-                shutil.copyfile(f, folder / f.name)
+                with replacing(folder / f.name) as tmp:
+                    shutil.copyfile(f, tmp)
         raw = json.loads((self.source / "config.json").read_text(encoding="utf-8"))
         raw["dg_lsp_distill"] = info
-        (folder / "config.json").write_text(json.dumps(raw, indent=2))
+        write_text(folder / "config.json", json.dumps(raw, indent=2))
 
     # -- training --------------------------------------------------------------------------
 

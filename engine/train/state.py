@@ -77,6 +77,12 @@ def replacing(path: Path) -> Iterator[Path]:
     _fsync_folder(path.parent)  # the rename itself survives a power cut
 
 
+def write_text(path: Path, text: str) -> None:
+    """`path.write_text(text)`, whole or not at all (`replacing`)."""
+    with replacing(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
 def _fsync_folder(folder: Path) -> None:
     try:
         fd = os.open(folder, os.O_RDONLY)

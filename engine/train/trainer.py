@@ -56,8 +56,10 @@ from engine.train.state import (
     check_corpus,
     check_output_folder,
     load_state,
+    replacing,
     save_state,
     state_error,
+    write_text,
 )
 
 STATE_FILE = "trainer_state.pt"
@@ -191,26 +193,30 @@ def hf_config_dict(mc: ModelConfig, train_info: dict) -> dict:
 
 def save_checkpoint(model: Transformer, mc: ModelConfig, out: Path, tokenizer_dir: Path,
                     train_info: dict, shard_mb: float, dtype: torch.dtype) -> list[Path]:
-    """Write an HF-layout folder; weights in safetensors shards of at most `shard_mb` MB."""
+    """Write an HF-layout folder; weights in safetensors shards of at most `shard_mb` MB.
+    Each file is replaced whole (engine.train.state.replacing): a save cut short leaves the
+    previous checkpoint's file, not half of the new one."""
     out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()}
     if mc.tie_word_embeddings:
         state.pop("lm_head.weight")  # tied: stored once, as HF does
     written = write_weights(state, out, shard_mb)
-    (out / "config.json").write_text(json.dumps(hf_config_dict(mc, train_info), indent=2))
+    write_text(out / "config.json", json.dumps(hf_config_dict(mc, train_info), indent=2))
     gen = {"eos_token_id": mc.eos_token_id, "pad_token_id": mc.pad_token_id}
     if mc.family == "masked":
         gen["mask_token_id"] = mc.mask_token_id
-    (out / "generation_config.json").write_text(json.dumps(gen, indent=2))
+    write_text(out / "generation_config.json", json.dumps(gen, indent=2))
     for name in ("tokenizer.json", "tokenizer_config.json"):
         if (tokenizer_dir / name).exists() and tokenizer_dir.resolve() != out.resolve():
-            (out / name).write_bytes((tokenizer_dir / name).read_bytes())
+            with replacing(out / name) as tmp:
+                tmp.write_bytes((tokenizer_dir / name).read_bytes())
     return written
 
 
 def write_weights(state: dict[str, torch.Tensor], out: Path, shard_mb: float) -> list[Path]:
     """`state` as model.safetensors, or as shards of at most `shard_mb` MB with their index;
-    weight files already in `out` are replaced."""
+    weight files already in `out` are replaced, each whole, and those of another layout
+    removed once the new ones are all written (the index first: it names the shards)."""
     limit = int(shard_mb * 1e6)
     shards: list[dict[str, torch.Tensor]] = [{}]
     size = 0
@@ -221,22 +227,26 @@ def write_weights(state: dict[str, torch.Tensor], out: Path, shard_mb: float) ->
             size = 0
         shards[-1][name] = t
         size += nbytes
-    for old in out.glob("model*.safetensors*"):
-        old.unlink()
     written = []
     if len(shards) == 1:
-        save_file(shards[0], out / "model.safetensors", metadata={"format": "pt"})
+        with replacing(out / "model.safetensors") as tmp:
+            save_file(shards[0], tmp, metadata={"format": "pt"})
         written.append(out / "model.safetensors")
     else:
         weight_map = {}
         for i, shard in enumerate(shards, 1):
             name = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
-            save_file(shard, out / name, metadata={"format": "pt"})
+            with replacing(out / name) as tmp:
+                save_file(shard, tmp, metadata={"format": "pt"})
             weight_map.update(dict.fromkeys(shard, name))
             written.append(out / name)
         total = sum(t.numel() * t.element_size() for t in state.values())
-        (out / "model.safetensors.index.json").write_text(json.dumps(
+        write_text(out / "model.safetensors.index.json", json.dumps(
             {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+    index = out / "model.safetensors.index.json"
+    stale = sorted(set(out.glob("model*.safetensors")) - set(written))
+    for old in ([index] if len(shards) == 1 and index.exists() else []) + stale:
+        old.unlink()
     return written
 
 
