@@ -58,6 +58,16 @@ def bounds_of(cls: type) -> dict[str, Bounds]:
             if "bounds" in f.metadata}
 
 
+def check_bounds(obj: Any) -> None:
+    """ValueError naming the first bounded field of dataclass instance `obj` outside its range,
+    by its command-line spelling (`--seq-len`): a command refuses a bad number before any
+    work rather than failing inside it (or never ending)."""
+    for name, bounds in bounds_of(type(obj)).items():
+        problem = bounds.problem("--" + name.replace("_", "-"), getattr(obj, name))
+        if problem is not None:
+            raise ValueError(problem)
+
+
 # A request's shape, shared by the editor's settings and the wire (where the model's own
 # positions may cap the canvas further).
 CANVAS_LENGTH_RANGE = Bounds(64, 8192, integer=True)
@@ -68,3 +78,34 @@ HOLE_SIZE_RANGE = Bounds(1, 1024, integer=True)
 # an edit whose least confident generated token, is below it is not shown (dg_lsp.gate;
 # 0 shows everything).
 MIN_CONFIDENCE_RANGE = Bounds(0, 1)
+
+
+# `dg-engine train` and `dg-engine distill` (engine.train): what one run can do. The highs
+# only keep a number finite and sane; the lows are where a run breaks.
+# A budget must run out: 0 minutes divided the schedule by zero and a negative budget never
+# ended; a step limit, when given, is at least one step.
+RUN_MINUTES_RANGE = Bounds(0.01, 1e6)
+RUN_STEPS_RANGE = Bounds(1, 10**9, integer=True, nullable=True)
+BATCH_RANGE = Bounds(1, 65536, integer=True)  # 0 rows cannot be reshaped into a batch
+# Train's rows: a hole of at least 8 tokens (engine.train.examples.HOLE_BUCKETS) with 8 of
+# prefix, in at most half a row; shorter rows made the batch thread fail ("low >= high").
+SEQ_LEN_RANGE = Bounds(32, 8192, integer=True)
+LEARNING_RATE_RANGE = Bounds(0, 1)
+WEIGHT_DECAY_RANGE = Bounds(0, 10)
+WARMUP_STEPS_RANGE = Bounds(1, 10**9, integer=True)  # the warmup divides by it
+PERIOD_MINUTES_RANGE = Bounds(0, 1e6)  # how often to save or check; 0: at every chance
+SHARE_RANGE = Bounds(0, 1)
+THREADS_RANGE = Bounds(0, 4096, integer=True)  # 0: torch's own choice
+TRAIN_SEED_RANGE = Bounds(0, MAX_SEED, integer=True)
+SHARD_MB_RANGE = Bounds(0.001, 1e6)
+# A model trained from scratch; its head size (hidden / heads) is checked beside.
+HIDDEN_RANGE = Bounds(8, 65536, integer=True)
+LAYERS_RANGE = Bounds(1, 1024, integer=True)
+HEADS_RANGE = Bounds(1, 1024, integer=True)
+FFN_RANGE = Bounds(1, 1 << 20, integer=True)
+EDITS_RANGE = Bounds(0, 10**8, integer=True)
+# Distillation: holes the teacher fills (0 left no trajectory to train on), the passes ahead
+# the student predicts (0 left no target: a NaN loss), the certainty term's weight.
+HOLES_RANGE = Bounds(1, 10**8, integer=True)
+WINDOW_RANGE = Bounds(1, 1024, integer=True)
+CERTAINTY_RANGE = Bounds(0, 100)

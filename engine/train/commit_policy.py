@@ -193,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.save(data, args.out)
         print(f"{data['labels'].numel()} positions, {float(data['labels'].mean()):.3f} final")
         return 0
-    parts = [torch.load(path) for path in args.trajectories]
+    # Weights only: a trajectories file is tensors, and unpickling anything else runs code.
+    parts = [torch.load(path, weights_only=True) for path in args.trajectories]
     data = {key: torch.cat([part[key] for part in parts]) for key in parts[0]}
     policy, report = fit(data, args.hidden, args.seed, args.epochs)
     meta = {"hidden": args.hidden, "seed": args.seed, "epochs": args.epochs,

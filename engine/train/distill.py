@@ -46,6 +46,24 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from engine.bounds import (
+    BATCH_RANGE,
+    CERTAINTY_RANGE,
+    HOLES_RANGE,
+    LEARNING_RATE_RANGE,
+    PERIOD_MINUTES_RANGE,
+    RUN_MINUTES_RANGE,
+    RUN_STEPS_RANGE,
+    SHARD_MB_RANGE,
+    SHARE_RANGE,
+    THREADS_RANGE,
+    TRAIN_SEED_RANGE,
+    WARMUP_STEPS_RANGE,
+    WEIGHT_DECAY_RANGE,
+    WINDOW_RANGE,
+    bounded,
+    check_bounds,
+)
 from engine.canvas import Canvas, expects_bos
 from engine.checkpoint import checkpoint_name, load_model, read_checkpoint, resolve
 from engine.denoise import MaskedDenoiser
@@ -54,6 +72,15 @@ from engine.stats import edit_similarity
 from engine.stops import completion_ids
 from engine.tokenizer import Tokenizer
 from engine.train.examples import ExampleMaker
+from engine.train.state import (
+    check_corpus,
+    check_output_folder,
+    load_state,
+    replacing,
+    save_state,
+    state_error,
+    write_text,
+)
 from engine.train.trainer import (
     budget_used,
     newline_table,
@@ -76,24 +103,26 @@ class DistillConfig:
     checkpoint: str | None  # None: the bundled model
     data: str
     out: str
-    minutes: float = 60.0
-    max_steps: int | None = None
-    holes: int = 2000  # teacher trajectories to record
-    val_holes: int = 32  # validation holes: decoded at each check, and their trajectories
-    window: int = 4  # passes ahead whose commits the student predicts at once
-    certainty: float = 0.5  # weight of the certainty (entropy) term
-    real_share: float = 0.5  # share of each batch that is the masked objective on real code
-    batch: int = 16
-    lr: float = 5e-5
-    weight_decay: float = 0.0
-    warmup_steps: int = 20
-    check_minutes: float = 10.0
-    save_every_minutes: float = 5.0
+    minutes: float = bounded(60.0, RUN_MINUTES_RANGE)
+    max_steps: int | None = bounded(None, RUN_STEPS_RANGE)
+    holes: int = bounded(2000, HOLES_RANGE)  # teacher trajectories to record
+    # Validation holes: decoded at each check, and their trajectories.
+    val_holes: int = bounded(32, HOLES_RANGE)
+    window: int = bounded(4, WINDOW_RANGE)  # passes ahead whose commits the student predicts
+    certainty: float = bounded(0.5, CERTAINTY_RANGE)  # weight of the certainty (entropy) term
+    # Share of each batch that is the masked objective on real code.
+    real_share: float = bounded(0.5, SHARE_RANGE)
+    batch: int = bounded(16, BATCH_RANGE)
+    lr: float = bounded(5e-5, LEARNING_RATE_RANGE)
+    weight_decay: float = bounded(0.0, WEIGHT_DECAY_RANGE)
+    warmup_steps: int = bounded(20, WARMUP_STEPS_RANGE)
+    check_minutes: float = bounded(10.0, PERIOD_MINUTES_RANGE)
+    save_every_minutes: float = bounded(5.0, PERIOD_MINUTES_RANGE)
     device: str = "auto"
     teacher_dtype: str = "auto"  # as users get it: int8 linear layers on a CPU
-    threads: int = 0
-    seed: int = 0
-    shard_mb: float = 15.0
+    threads: int = bounded(0, THREADS_RANGE)
+    seed: int = bounded(0, TRAIN_SEED_RANGE)
+    shard_mb: float = bounded(15.0, SHARD_MB_RANGE)
     save_dtype: str = "float16"
 
 
@@ -207,14 +236,16 @@ class Distiller:
     def __init__(self, cfg: DistillConfig) -> None:
         from engine import Engine
 
+        # Everything that can be checked is, before any work (train does the same).
+        check_bounds(cfg)
         self.cfg = cfg
+        self.source = resolve(cfg.checkpoint)
+        check_corpus(Path(cfg.data), tokenizer_from=str(self.source))
+        self.out = Path(cfg.out)
+        check_output_folder(self.out, [self.source])
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         torch.manual_seed(cfg.seed)
-        self.source = resolve(cfg.checkpoint)
-        self.out = Path(cfg.out)
-        if self.out.resolve() == self.source.resolve():
-            raise ValueError("--out must not be the checkpoint being distilled")
         ckpt = read_checkpoint(self.source)
         if ckpt.config.family != "masked":
             raise ValueError(f"{self.source}: distillation is for masked-diffusion checkpoints "
@@ -296,37 +327,44 @@ class Distiller:
 
     def _save_trajectories(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
-        tmp = self.out / (TRAJECTORY_FILE + ".tmp")
-        torch.save({"train": [asdict(t) for t in self.trajectories],
-                    "val": [asdict(t) for t in self.val]}, tmp)
-        tmp.replace(self.out / TRAJECTORY_FILE)
+        save_state({"train": [asdict(t) for t in self.trajectories],
+                    "val": [asdict(t) for t in self.val]}, self.out / TRAJECTORY_FILE)
 
     # -- state -----------------------------------------------------------------------------
 
     def _resume(self) -> None:
+        """Trajectories and trainer state saved by an earlier run in `--out`, loaded as
+        weights only (engine.train.state.load_state): a state file never runs code."""
         path = self.out / TRAJECTORY_FILE
-        if path.exists():
-            saved = torch.load(path, weights_only=True)
-            self.trajectories = [Trajectory(**t) for t in saved["train"]]
-            self.val = [Trajectory(**t) for t in saved["val"]]
+        saved = load_state(path, ("train", "val"))
+        if saved is not None:
+            try:
+                self.trajectories = [Trajectory(**t) for t in saved["train"]]
+                self.val = [Trajectory(**t) for t in saved["val"]]
+            except TypeError as exc:
+                raise state_error(path, f"not trajectories this command saved ({exc})") from None
         path = self.out / STATE_FILE
-        if not path.exists():
+        state = load_state(path, ("model", "opt", "step", "elapsed", "tokens_seen", "rng"),
+                           map_location=self.device)
+        if state is None:
             return
-        state = torch.load(path, map_location=self.device, weights_only=False)
-        self.student.load_state_dict(state["model"])
-        self.opt.load_state_dict(state["opt"])
+        try:
+            self.student.load_state_dict(state["model"])
+            self.opt.load_state_dict(state["opt"])
+            self.rng.bit_generator.state = state["rng"]
+        except (RuntimeError, ValueError, KeyError, TypeError) as exc:
+            why = str(exc).strip().split("\n", 1)[0][:200]
+            raise state_error(path, f"the state of another model ({why})") from None
         self.step, self.elapsed, self.tokens_seen = (state["step"], state["elapsed"],
                                                      state["tokens_seen"])
-        self.rng.bit_generator.state = state["rng"]
         print(f"resumed at step {self.step} ({self.elapsed / 60:.1f} min)", file=sys.stderr)
 
     def _save_state(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
-        tmp = self.out / (STATE_FILE + ".tmp")
-        torch.save({"model": self.student.state_dict(), "opt": self.opt.state_dict(),
+        save_state({"model": self.student.state_dict(), "opt": self.opt.state_dict(),
                     "step": self.step, "elapsed": self.elapsed, "tokens_seen": self.tokens_seen,
-                    "rng": self.rng.bit_generator.state, "config": asdict(self.cfg)}, tmp)
-        tmp.replace(self.out / STATE_FILE)
+                    "rng": self.rng.bit_generator.state, "config": asdict(self.cfg)},
+                   self.out / STATE_FILE)
 
     def save_checkpoint(self, folder: Path, info: dict) -> None:
         """The student as a checkpoint like its source: same config (plus `dg_lsp_distill`),
@@ -340,10 +378,11 @@ class Distiller:
         write_weights(state, folder, self.cfg.shard_mb)
         for f in self.source.iterdir():
             if f.is_file() and not f.name.startswith("model") and f.name != "config.json":
-                shutil.copyfile(f, folder / f.name)
+                with replacing(folder / f.name) as tmp:
+                    shutil.copyfile(f, tmp)
         raw = json.loads((self.source / "config.json").read_text(encoding="utf-8"))
         raw["dg_lsp_distill"] = info
-        (folder / "config.json").write_text(json.dumps(raw, indent=2))
+        write_text(folder / "config.json", json.dumps(raw, indent=2))
 
     # -- training --------------------------------------------------------------------------
 

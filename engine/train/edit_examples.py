@@ -24,6 +24,7 @@ from engine.tokenizer import Tokenizer
 from engine.train.corpus import FORBIDDEN
 from engine.train.examples import HOLE_BUCKETS, SpecialIds
 from engine.train.real_edits import load_cases
+from engine.train.state import replacing
 
 EDITS_FILE = "edits.npz"
 # rename, respell, literal, keep (the span stays), pattern, parameter
@@ -92,7 +93,10 @@ class EditSet:
                     "offsets": np.array(offsets, dtype=np.int64).reshape(-1, 4)})
 
     def save(self, path: Path) -> None:
-        np.savez(path, **self.parts)
+        """Whole or not at all: a run resumes from this file (engine.train.state)."""
+        # A file object: given a path, np.savez would add ".npz" to the temporary name.
+        with replacing(path) as tmp, open(tmp, "wb") as f:
+            np.savez(f, **self.parts)
 
     @classmethod
     def load(cls, path: Path) -> EditSet:

@@ -22,6 +22,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from engine.checkpoint import read_checkpoint, resolve
+from engine.train.state import check_output_folder
 
 COPIED = ("tokenizer.json", "tokenizer_config.json", "generation_config.json",
           "model.safetensors.index.json")
@@ -54,7 +55,9 @@ def merge(base: str, tuned: str, weight: float, out: Path) -> dict[str, Any]:
                 raise ValueError(f"{name}: {tuned} was not fine-tuned from {base}")
             new[name] = torch.lerp(old[name].float(), tensor.float(), weight).to(tensor.dtype)
         shards[shard.name] = new
-    out.mkdir(parents=True, exist_ok=True)  # only once everything is checked
+    # Only once everything else is checked, so a refused merge leaves no folder behind; an
+    # --out that is --base or --tuned would be overwritten while it is the input.
+    check_output_folder(out, [base_ckpt.path, tuned_ckpt.path])
     for name, tensors in shards.items():
         save_file(tensors, out / name, metadata={"format": "pt"})
     for name in COPIED:

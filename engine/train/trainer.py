@@ -25,12 +25,42 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
+from engine.bounds import (
+    BATCH_RANGE,
+    EDITS_RANGE,
+    FFN_RANGE,
+    HEADS_RANGE,
+    HIDDEN_RANGE,
+    LAYERS_RANGE,
+    LEARNING_RATE_RANGE,
+    PERIOD_MINUTES_RANGE,
+    RUN_MINUTES_RANGE,
+    RUN_STEPS_RANGE,
+    SEQ_LEN_RANGE,
+    SHARD_MB_RANGE,
+    SHARE_RANGE,
+    THREADS_RANGE,
+    TRAIN_SEED_RANGE,
+    WARMUP_STEPS_RANGE,
+    WEIGHT_DECAY_RANGE,
+    bounded,
+    check_bounds,
+)
 from engine.checkpoint import load_model, read_checkpoint, resolve, resolve_device
 from engine.config import ModelConfig
 from engine.models.transformer import Transformer
 from engine.tokenizer import EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, MASK, PAD, Tokenizer
 from engine.train.edit_examples import load_or_build
 from engine.train.examples import ExampleMaker, SpecialIds
+from engine.train.state import (
+    check_corpus,
+    check_output_folder,
+    load_state,
+    replacing,
+    save_state,
+    state_error,
+    write_text,
+)
 
 STATE_FILE = "trainer_state.pt"
 
@@ -40,34 +70,46 @@ class TrainConfig:
     data: str
     out: str
     objective: str = "masked"  # "masked" or "ar"
-    minutes: float = 10.0
-    max_steps: int | None = None
-    hidden: int = 256
-    layers: int = 6
-    heads: int = 4
-    kv_heads: int = 2
-    ffn: int = 768
-    seq_len: int = 256
-    batch: int = 32
-    lr: float = 2e-3
-    weight_decay: float = 0.1
-    warmup_steps: int = 100
+    minutes: float = bounded(10.0, RUN_MINUTES_RANGE)
+    max_steps: int | None = bounded(None, RUN_STEPS_RANGE)
+    hidden: int = bounded(256, HIDDEN_RANGE)
+    layers: int = bounded(6, LAYERS_RANGE)
+    heads: int = bounded(4, HEADS_RANGE)
+    kv_heads: int = bounded(2, HEADS_RANGE)
+    ffn: int = bounded(768, FFN_RANGE)
+    seq_len: int = bounded(256, SEQ_LEN_RANGE)
+    batch: int = bounded(32, BATCH_RANGE)
+    lr: float = bounded(2e-3, LEARNING_RATE_RANGE)
+    weight_decay: float = bounded(0.1, WEIGHT_DECAY_RANGE)
+    warmup_steps: int = bounded(100, WARMUP_STEPS_RANGE)
     device: str = "auto"
     precision: str = "auto"  # "bf16" autocast on CUDA, "fp32" on CPU
     compile: bool = False
-    seed: int = 0
-    shard_mb: float = 15.0
+    seed: int = bounded(0, TRAIN_SEED_RANGE)
+    shard_mb: float = bounded(15.0, SHARD_MB_RANGE)
     save_dtype: str = "float16"
-    save_every_minutes: float = 5.0
-    threads: int = 0
+    save_every_minutes: float = bounded(5.0, PERIOD_MINUTES_RANGE)
+    threads: int = bounded(0, THREADS_RANGE)
     # Fine-tune this checkpoint (a folder, a hub id, "default" for the bundled model) instead
     # of training from scratch; its architecture replaces hidden/layers/heads/ffn.
     init: str | None = None
     # Synthetic edits (engine.train.edit_examples) cut from the corpus, and their share of rows.
-    edits: int = 0
-    edit_share: float = 0.5
+    edits: int = bounded(0, EDITS_RANGE)
+    edit_share: float = bounded(0.5, SHARE_RANGE)
     # Real edits (a file of `dg-engine version-edits`) added to the synthetic ones.
     real_edits: str | None = None
+
+    def check(self) -> None:
+        """ValueError naming the first option out of its range (engine.bounds) or a model
+        shape that cannot be built; the options may have been changed since construction."""
+        check_bounds(self)
+        if self.init is None:  # a fine-tuned model's shape is its checkpoint's
+            if self.hidden % self.heads or (self.hidden // self.heads) % 2:
+                raise ValueError(f"--hidden {self.hidden} must be --heads {self.heads} times "
+                                 "an even head size")
+            if self.heads % self.kv_heads:
+                raise ValueError(f"--heads {self.heads} must be a multiple of --kv-heads "
+                                 f"{self.kv_heads}")
 
 
 def special_ids(tok: Tokenizer) -> SpecialIds:
@@ -151,26 +193,30 @@ def hf_config_dict(mc: ModelConfig, train_info: dict) -> dict:
 
 def save_checkpoint(model: Transformer, mc: ModelConfig, out: Path, tokenizer_dir: Path,
                     train_info: dict, shard_mb: float, dtype: torch.dtype) -> list[Path]:
-    """Write an HF-layout folder; weights in safetensors shards of at most `shard_mb` MB."""
+    """Write an HF-layout folder; weights in safetensors shards of at most `shard_mb` MB.
+    Each file is replaced whole (engine.train.state.replacing): a save cut short leaves the
+    previous checkpoint's file, not half of the new one."""
     out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()}
     if mc.tie_word_embeddings:
         state.pop("lm_head.weight")  # tied: stored once, as HF does
     written = write_weights(state, out, shard_mb)
-    (out / "config.json").write_text(json.dumps(hf_config_dict(mc, train_info), indent=2))
+    write_text(out / "config.json", json.dumps(hf_config_dict(mc, train_info), indent=2))
     gen = {"eos_token_id": mc.eos_token_id, "pad_token_id": mc.pad_token_id}
     if mc.family == "masked":
         gen["mask_token_id"] = mc.mask_token_id
-    (out / "generation_config.json").write_text(json.dumps(gen, indent=2))
+    write_text(out / "generation_config.json", json.dumps(gen, indent=2))
     for name in ("tokenizer.json", "tokenizer_config.json"):
         if (tokenizer_dir / name).exists() and tokenizer_dir.resolve() != out.resolve():
-            (out / name).write_bytes((tokenizer_dir / name).read_bytes())
+            with replacing(out / name) as tmp:
+                tmp.write_bytes((tokenizer_dir / name).read_bytes())
     return written
 
 
 def write_weights(state: dict[str, torch.Tensor], out: Path, shard_mb: float) -> list[Path]:
     """`state` as model.safetensors, or as shards of at most `shard_mb` MB with their index;
-    weight files already in `out` are replaced."""
+    weight files already in `out` are replaced, each whole, and those of another layout
+    removed once the new ones are all written (the index first: it names the shards)."""
     limit = int(shard_mb * 1e6)
     shards: list[dict[str, torch.Tensor]] = [{}]
     size = 0
@@ -181,27 +227,34 @@ def write_weights(state: dict[str, torch.Tensor], out: Path, shard_mb: float) ->
             size = 0
         shards[-1][name] = t
         size += nbytes
-    for old in out.glob("model*.safetensors*"):
-        old.unlink()
     written = []
     if len(shards) == 1:
-        save_file(shards[0], out / "model.safetensors", metadata={"format": "pt"})
+        with replacing(out / "model.safetensors") as tmp:
+            save_file(shards[0], tmp, metadata={"format": "pt"})
         written.append(out / "model.safetensors")
     else:
         weight_map = {}
         for i, shard in enumerate(shards, 1):
             name = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
-            save_file(shard, out / name, metadata={"format": "pt"})
+            with replacing(out / name) as tmp:
+                save_file(shard, tmp, metadata={"format": "pt"})
             weight_map.update(dict.fromkeys(shard, name))
             written.append(out / name)
         total = sum(t.numel() * t.element_size() for t in state.values())
-        (out / "model.safetensors.index.json").write_text(json.dumps(
+        write_text(out / "model.safetensors.index.json", json.dumps(
             {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+    index = out / "model.safetensors.index.json"
+    stale = sorted(set(out.glob("model*.safetensors")) - set(written))
+    for old in ([index] if len(shards) == 1 and index.exists() else []) + stale:
+        old.unlink()
     return written
 
 
 class BatchStream:
-    """Cuts batches on a background thread so the accelerator never waits on numpy."""
+    """Cuts batches on a background thread so the accelerator never waits on numpy.
+
+    An error on that thread is queued like a batch and raised by `next` in the trainer: a
+    thread that died silently left the trainer waiting on an empty queue forever."""
 
     def __init__(self, maker: ExampleMaker, objective: str, batch: int, seed: int) -> None:
         self.q: queue.Queue = queue.Queue(maxsize=8)
@@ -210,14 +263,21 @@ class BatchStream:
         threading.Thread(target=self._fill, daemon=True).start()
 
     def _fill(self) -> None:
-        while True:
-            if self.objective == "masked":
-                self.q.put(self.maker.masked_batch(self.rng, self.batch))
-            else:
-                self.q.put(self.maker.ar_batch(self.rng, self.batch))
+        try:
+            while True:
+                if self.objective == "masked":
+                    self.q.put(self.maker.masked_batch(self.rng, self.batch))
+                else:
+                    self.q.put(self.maker.ar_batch(self.rng, self.batch))
+        except BaseException as exc:  # handed to the consumer, which raises it
+            self.q.put(exc)
 
     def next(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.q.get()
+        item = self.q.get()
+        if isinstance(item, BaseException):
+            self.q.put(item)  # every later call fails the same way, none waits
+            raise item
+        return item
 
 
 def masked_loss(model: torch.nn.Module, targets: torch.Tensor, masked: torch.Tensor,
@@ -237,9 +297,11 @@ def ar_loss(model: torch.nn.Module, tokens: torch.Tensor, keep: torch.Tensor) ->
 
 
 def budget_used(elapsed: float, step: int, minutes: float, max_steps: int | None) -> float:
-    """The share of a run's budget spent: of its minutes, or of its steps if that is more."""
+    """The share of a run's budget spent: of its minutes, or of its steps if that is more.
+    Both limits are above 0 (engine.bounds: RUN_MINUTES_RANGE, RUN_STEPS_RANGE), so the share
+    reaches 1 and the run ends."""
     frac = elapsed / (minutes * 60)
-    if max_steps:
+    if max_steps is not None:
         frac = max(frac, step / max_steps)
     return min(frac, 1.0)
 
@@ -251,8 +313,14 @@ def warmup_cosine(lr: float, step: int, warmup_steps: int, progress: float) -> f
 
 class Trainer:
     def __init__(self, cfg: TrainConfig) -> None:
+        # Everything that can be checked is, before any work: a bad option or folder used to
+        # fail at the end of the budget (or never), after the work was done.
+        cfg.check()
         self.cfg = cfg
         data = Path(cfg.data)
+        init = resolve(None if cfg.init == "default" else cfg.init) if cfg.init else None
+        check_corpus(data, tokenizer_from=str(init) if init else None)
+        check_output_folder(Path(cfg.out), [init] if init else [])
         self.tok = Tokenizer.from_file(data / "tokenizer.json")
         self.ids = special_ids(self.tok)
         newline = newline_table(self.tok)
@@ -308,18 +376,23 @@ class Trainer:
 
     def _resume(self) -> None:
         path = self.out / STATE_FILE
-        if not path.exists():
+        state = load_state(path, ("model", "opt", "step", "elapsed", "tokens_seen"),
+                           map_location=self.device)
+        if state is None:
             return
-        state = torch.load(path, map_location=self.device, weights_only=True)
-        self.model.load_state_dict(state["model"])
-        self.opt.load_state_dict(state["opt"])
+        try:
+            self.model.load_state_dict(state["model"])
+            self.opt.load_state_dict(state["opt"])
+        except (RuntimeError, ValueError, KeyError) as exc:
+            why = str(exc).strip().split("\n", 1)[0][:200]
+            raise state_error(path, f"the state of another model ({why})") from None
         self.step, self.elapsed, self.tokens_seen = (state["step"], state["elapsed"],
                                                      state["tokens_seen"])
         print(f"resumed at step {self.step} ({self.elapsed / 60:.1f} min)", file=sys.stderr)
 
     def _save_state(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
-        torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(),
+        save_state({"model": self.model.state_dict(), "opt": self.opt.state_dict(),
                     "step": self.step, "elapsed": self.elapsed, "tokens_seen": self.tokens_seen,
                     "config": asdict(self.cfg)}, self.out / STATE_FILE)
 
