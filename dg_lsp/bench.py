@@ -5,7 +5,8 @@ Sections (all but batch by default, `--section` to pick):
 - lsp: `textDocument/inlineCompletion` through a real LSP client against `dg-lsp serve` as an
   editor starts it (the resident engine, default settings) and, on the same requests, with the
   model in the server (`--engine inproc`): latency of cold, warm and typed-through requests, and
-  what was shown scored per cursor class (dg_lsp/bench_lsp.py says how);
+  what was shown scored per cursor class (dg_lsp/bench_lsp.py says how); with `--load`, again
+  while other processes keep cores busy (dg_lsp/bench_load.py), idle and loaded side by side;
 - gate: the confidence gate's curve on the same cursors: the share shown against the exact
   match and edit similarity of what is shown, per cursor class and pooled, at a range of
   `minConfidence` thresholds on the calibrated probability, and the one the rule of
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -68,17 +70,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--settings", type=json.loads, default=None, metavar="JSON",
                         help="lsp section: the server's settings as an editor sends them, "
                         "e.g. '{\"sampler\": {\"threshold\": 0.5}}' (default: the defaults)")
+    parser.add_argument("--load", default=None, metavar="busy:N|compile:N",
+                        help="lsp section: measure again with a background load beside it (N "
+                        "busy processes, or N loops compiling a C file), idle and loaded side "
+                        "by side")
     parser.add_argument("--json", action="store_true")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from dg_lsp.bench_lsp import cut_functions, measure, peak_rss_mb
+    from dg_lsp.bench_load import describe, parse_load
+    from dg_lsp.bench_lsp import cut_functions, peak_rss_mb
     from dg_lsp.eval.heldout import PACKAGE, VERSION, heldout_sources
     from engine.cases import cut_cases, cut_cursor_cases
 
     sections = args.section or list(DEFAULT_SECTIONS)
     try:
+        load = parse_load(args.load) if args.load else None
         folder = args.cases_from or heldout_sources()
         cases = cut_cases(folder, args.limit, seed=args.seed, kinds=("single-line",))
     except (OSError, ValueError) as exc:
@@ -90,13 +98,15 @@ def run(args: argparse.Namespace) -> int:
     if "lsp" in sections:
         cursors = cut_cursor_cases(folder, args.limit, seed=args.seed)
         functions = cut_functions(folder, args.functions)
-        report["lsp"] = asyncio.run(measure(cursors, functions, args.model, args.device,
-                                            args.settings))
+        report["lsp"] = measure_loads(cursors, functions, args, load)
         report["lsp"]["cursorCases"] = len(cursors)
         report["lsp"]["typedFunctions"] = [f.id for f in functions]
         _show(args, f"end to end over LSP: request latency ({source})", report["lsp"]["latency"])
         _show(args, "what the cold request showed, by cursor class",
               report["lsp"]["cursorClasses"])
+        if load:
+            _show(args, f"idle and with {describe(*load)} beside it",
+                  report["lsp"]["sideBySide"])
     if "gate" in sections:
         from dg_lsp.bench_gate import gate_section
 
@@ -187,6 +197,51 @@ def concurrency_section(engine: Any, cases: list) -> list[dict]:
 
 
 # -- helpers ----------------------------------------------------------------------------------
+
+
+def measure_loads(cursors: list, functions: list, args: argparse.Namespace,
+                  load: tuple[str, int] | None) -> dict[str, Any]:
+    """The lsp section on the idle machine and, given a `load`, again beside it: every row
+    labelled with its load, and the two side by side."""
+    from dg_lsp.bench_load import BackgroundLoad, describe
+    from dg_lsp.bench_lsp import measure
+
+    conditions = [("idle", None)] + ([(describe(*load), load)] if load else [])
+    report: dict[str, Any] = {"latency": [], "cursorClasses": []}
+    for label, spec in conditions:
+        with BackgroundLoad(*spec) if spec else contextlib.nullcontext():
+            measured = asyncio.run(measure(cursors, functions, args.model, args.device,
+                                           args.settings))
+        for key in ("latency", "cursorClasses"):
+            report[key] += [{"load": label, **row} for row in measured[key]]
+        report.setdefault("memory", measured["memory"])
+    if load:
+        report["sideBySide"] = side_by_side(report["latency"], conditions[1][0])
+    return report
+
+
+def side_by_side(latency: list[dict[str, Any]], loaded: str) -> list[dict[str, Any]]:
+    """Per path and request class: idle and loaded p50 / p95, how many times slower the
+    loaded p50 is, and the resident engine's loaded p50 against the in-process one's."""
+    rows = {(r["load"], r["path"], r["requests"]): r for r in latency}
+    resident, inproc = list(dict.fromkeys(r["path"] for r in latency))[:2]
+    out = []
+    for (load, path, requests), idle in rows.items():
+        if load != "idle" or (loaded, path, requests) not in rows:
+            continue
+        busy = rows[loaded, path, requests]
+        other = rows.get((loaded, inproc, requests))
+        out.append({"path": path, "requests": requests, "idleP50Ms": idle["p50Ms"],
+                    "idleP95Ms": idle["p95Ms"], "loadedP50Ms": busy["p50Ms"],
+                    "loadedP95Ms": busy["p95Ms"], "p50LoadedOverIdle": _ratio(busy, idle),
+                    "p50ResidentOverInproc": _ratio(busy, other) if path == resident else None})
+    return out
+
+
+def _ratio(a: dict[str, Any] | None, b: dict[str, Any] | None) -> float | None:
+    if not a or not b or not a["p50Ms"] or not b["p50Ms"]:
+        return None
+    return round(a["p50Ms"] / b["p50Ms"], 2)
 
 
 def _show(args: argparse.Namespace, title: str, rows: list[dict]) -> None:

@@ -9,6 +9,7 @@ Each problem is printed with the fix in words; the exit status is 1 when anythin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata
 import json
 import os
@@ -97,7 +98,9 @@ def check_torch(report: Report) -> None:
                       "reinstall dg-lsp in a fresh virtual environment (pipx install dg-lsp)")
         return
     cuda = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU build"
-    report.say("torch", f"{torch.__version__} ({cuda}, {torch.get_num_threads()} threads)")
+    wait = os.environ.get("OMP_WAIT_POLICY", "libgomp's default")
+    report.say("torch", f"{torch.__version__} ({cuda}, {torch.get_num_threads()} threads, "
+               f"OMP_WAIT_POLICY {wait})")
 
 
 def check_grammars(report: Report) -> None:
@@ -193,6 +196,11 @@ def check_engine(report: Report, model: str | None, device: str, dtype: str) -> 
     report.say("engine", f"running at {endpoint.socket}: pid {pid}, model {info.get('model')}, "
                f"device {info.get('device')}, {info.get('family')} family"
                + _process_facts(pid))
+    with contextlib.suppress(EngineUnavailable, ValueError, OSError):
+        threads = EngineClient(endpoint).stats().get("cpuThreads")
+        if threads:
+            report.say("engine threads", f"{threads['threads']} of {threads['mostThreads']}, "
+                       f"{threads['threadChoice']}, OMP_WAIT_POLICY {threads['waitPolicy']}")
     _log_tail(report, endpoint.log_path)
 
 

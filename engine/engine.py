@@ -32,6 +32,7 @@ from engine.config import ModelConfig
 from engine.families import Decoder, decoder_for
 from engine.runner import Live, Runner
 from engine.stops import completion_ids
+from engine.threads import ThreadPolicy
 from engine.tokenizer import Tokenizer
 from engine.types import (
     CANVAS_LENGTH,
@@ -52,9 +53,10 @@ class Engine:
         config: ModelConfig | None = None,
         checkpoint: Any = None,
         quantized: bool = False,
+        threads: int | None = None,
     ) -> None:
         """Wrap a loaded model; `config` defaults to the model's own (`model.cfg`);
-        `quantized`: its linear layers are int8 (see Engine.load)."""
+        `quantized`: its linear layers are int8 (see Engine.load); `threads`: see load."""
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.config: ModelConfig = config if config is not None else model.cfg
@@ -64,8 +66,10 @@ class Engine:
         # Everything that depends on the model's family, decided here once.
         self.decoder: Decoder = decoder_for(self.config.family)(
             self.model, tokenizer, self.config, checkpoint)
-        # Every forward pass of a request runs through it (int8 models never batch).
-        self.runner = Runner(self.model, batch=not quantized)
+        # Every forward pass of a request runs through it (int8 models never batch), on the
+        # CPU with as many threads as the machine's load leaves cores (engine.threads).
+        policy = ThreadPolicy.standard(threads) if self.device.type == "cpu" else None
+        self.runner = Runner(self.model, batch=not quantized, threads=policy)
 
     @classmethod
     def load(
@@ -74,13 +78,16 @@ class Engine:
         device: str = "auto",
         dtype: str = "auto",
         compile: bool = False,
+        threads: int | None = None,
     ) -> Engine:
         """Load a checkpoint folder or a hub id from the local cache (None: the bundled model).
 
         `dtype`: "auto" (bfloat16 on a GPU; on the CPU float32, with the linear layers of a
         masked-family model quantized to int8, see `quantize_int8`), "int8", or a float dtype
         ("float32" is the exact CPU path). `compile`: see `families.compile_model`; with "auto" on
-        the CPU the model then stays float32.
+        the CPU the model then stays float32. `threads`: the CPU threads of every pass (None:
+        chosen by the machine's load before passes, or OMP_NUM_THREADS where set; see
+        engine.threads).
         """
         from engine.checkpoint import read_checkpoint, resolve
 
@@ -89,7 +96,8 @@ class Engine:
                              "quantized call): use dtype auto or a float dtype with compile")
         ckpt = read_checkpoint(resolve(path_or_hub_id))
         model, quantized = decoder_for(ckpt.config.family).load_model(ckpt, device, dtype, compile)
-        return cls(model, ckpt.tokenizer, ckpt.config, checkpoint=ckpt, quantized=quantized)
+        return cls(model, ckpt.tokenizer, ckpt.config, checkpoint=ckpt, quantized=quantized,
+                   threads=threads)
 
     @property
     def engine_info(self) -> EngineInfo:

@@ -24,6 +24,7 @@ from torch import nn
 
 from engine.denoise import MaskedDenoiser
 from engine.kv_cache import batch_row
+from engine.threads import ThreadPolicy
 from engine.types import Draft, UnitEnd
 from engine.units import settled
 
@@ -131,17 +132,22 @@ class Stepped:
 
 
 class Runner:
-    def __init__(self, model: nn.Module, batch: bool = True) -> None:
+    def __init__(self, model: nn.Module, batch: bool = True,
+                 threads: ThreadPolicy | None = None) -> None:
         """`batch`: whether several holes' full passes may run as one. Not for an int8
         model: its activations are quantized with one scale per pass, so a canvas batched
         with others would get another completion than alone (on the CPU, where it runs, a
-        batch costs what its rows cost alone anyway)."""
+        batch costs what its rows cost alone anyway). `threads`: the CPU thread policy
+        (engine.threads), applied before each round of passes; None on a GPU."""
         self.model = model
         self.batch = batch
+        self.threads = threads
 
     def step(self, lives: list[Live]) -> list[Stepped]:
         """Advance every one of `lives` by one forward pass; what each gave, in order. A step
         that raises costs its own request, not the others'."""
+        if self.threads is not None:
+            self.threads.before_pass()
         batch = ([live for live in lives if live.batchable()]
                  if self.batch and len(lives) > 1 else [])
         done: dict[int, Stepped] = {}

@@ -312,13 +312,6 @@ def test_a_request_whose_deadline_passes_in_the_queue_never_runs(long_engine):
     assert (scheduler.counters["expired"], scheduler.counters["forwardPasses"]) == (1, 0)
 
 
-def test_the_engine_uses_torchs_threads_unless_told_otherwise():
-    from engine.serve.daemon import cpu_threads
-
-    # None: torch's own choice (OMP_NUM_THREADS, or every core)
-    assert (cpu_threads(None), cpu_threads(3), cpu_threads(0)) == (None, 3, 1)
-
-
 def test_the_model_is_loaded_on_the_thread_that_runs_its_passes(long_engine):
     threads = {}
 

@@ -256,13 +256,6 @@ def _same_user(sock: Any) -> bool:
 # -- process ----------------------------------------------------------------------------------
 
 
-def cpu_threads(requested: int | None) -> int | None:
-    """The engine's intra-op threads on the CPU: as asked, else None (torch's own choice:
-    OMP_NUM_THREADS, or every core). A language server waits on the engine while it computes,
-    so a core left to it bought nothing once the model ran on one thread (docs/performance.md)."""
-    return None if requested is None else max(1, requested)
-
-
 def serve_endpoint(args: argparse.Namespace, endpoint: Endpoint) -> int:
     """Hold the model and serve `endpoint` (and --listen) until idle or stopped."""
     token = None
@@ -290,15 +283,10 @@ def serve_endpoint(args: argparse.Namespace, endpoint: Endpoint) -> int:
         from engine.serve.scheduler import LARGE_CANVAS, Scheduler
 
         print(f"dg-engine: loading {args.model or 'the bundled model'} ...", file=sys.stderr)
-        threads = cpu_threads(args.threads)
 
         def load() -> Engine:
-            if threads is not None:
-                import torch
-
-                torch.set_num_threads(threads)
             return Engine.load(args.model, device=args.device, dtype=args.dtype,
-                               compile=args.compile)
+                               compile=args.compile, threads=args.threads)
 
         try:
             scheduler = Scheduler.loading(load, args.max_batch, args.max_queue,

@@ -46,6 +46,7 @@ from engine.serve import protocol
 from engine.serve.limits import DEFAULT_REQUEST_TIMEOUT, Limits, free_memory, parse_request
 from engine.serve.remote import reply_line
 from engine.serve.routing import routing_key
+from engine.threads import wait_variables
 from engine.types import Draft
 
 APP_NAME = "dg-engine"
@@ -123,11 +124,12 @@ class EngineReplica:
         from engine.serve.scheduler import Scheduler
 
         def load() -> Engine:
-            if not options.gpus:
-                # The CPUs Ray reserved for this replica, not the machine's: replicas share
-                # a node.
-                torch.set_num_threads(options.threads or max(1, round(options.cpus)))
-            return Engine.load(options.model, device=options.device, dtype=options.dtype)
+            if not options.gpus and not options.threads:
+                # At most the CPUs Ray reserved for this replica, not the machine's: replicas
+                # share a node. Fewer while other processes keep cores busy (engine.threads).
+                torch.set_num_threads(max(1, round(options.cpus)))
+            return Engine.load(options.model, device=options.device, dtype=options.dtype,
+                               threads=options.threads)
 
         self.scheduler = Scheduler.loading(load, options.max_batch, options.max_queue)
         self.engine = self.scheduler.engine
@@ -314,10 +316,13 @@ def autoscaling_config(options: AppOptions) -> dict[str, Any]:
 
 def build_app(options: AppOptions) -> Any:
     """The Serve application for `options` (serve.run it)."""
+    # The replica's process starts with the wait policy in its environment: torch is loaded
+    # before any of our code runs there (engine.threads).
+    env = {"runtime_env": {"env_vars": wait_variables()}}
     if options.gpus:
-        actor = {"num_gpus": options.gpus, "num_cpus": 1}
+        actor = {"num_gpus": options.gpus, "num_cpus": 1, **env}
     else:
-        actor = {"num_cpus": options.cpus}
+        actor = {"num_cpus": options.cpus, **env}
     scaling: dict[str, Any]
     if options.min_replicas is not None and options.max_replicas is not None:
         scaling = {"autoscaling_config": autoscaling_config(options)}

@@ -183,7 +183,10 @@ class Scheduler:
             queued = {p: len(q) for p, q in self._queues.items()}
             live = len(self._live)
         cache = self.engine.decoder.prefix_cache
-        return {**self.counters, "busySeconds": round(self.counters["busySeconds"], 3),
+        threads = self.engine.runner.threads
+        return {**self.counters,
+                "busySeconds": round(self.counters["busySeconds"], 3),
+                "cpuThreads": threads.describe() if threads is not None else None,
                 "live": live, "prefixCacheHits": cache.hits,
                 "prefixCacheMisses": cache.misses, "prefixCacheBytes": cache.nbytes(),
                 "queued": queued, "maxBatch": self.max_batch, "maxQueue": self.max_queue,

@@ -70,6 +70,7 @@ from engine.denoise import MaskedDenoiser
 from engine.models.transformer import Transformer, rope_tables
 from engine.stats import edit_similarity
 from engine.stops import completion_ids
+from engine.threads import ThreadPolicy
 from engine.tokenizer import Tokenizer
 from engine.train.examples import ExampleMaker
 from engine.train.state import (
@@ -243,8 +244,10 @@ class Distiller:
         check_corpus(Path(cfg.data), tokenizer_from=str(self.source))
         self.out = Path(cfg.out)
         check_output_folder(self.out, [self.source])
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+        # The threads of each step: the user's --threads, else as many as the machine's
+        # load leaves cores (an editor's engine beside it; engine.threads).
+        self.threads = ThreadPolicy.standard(cfg.threads or None)
+        self.threads.before_pass()
         torch.manual_seed(cfg.seed)
         ckpt = read_checkpoint(self.source)
         if ckpt.config.family != "masked":
@@ -500,6 +503,8 @@ class Distiller:
         window: list[dict[str, float]] = []
         window_t, window_tokens = time.time(), 0
         while self.progress() < 1.0:
+            if self.device.type == "cpu":
+                self.threads.before_pass()
             for g in self.opt.param_groups:
                 g["lr"] = self.lr_now()
             parts = self.losses(self.batch(self.rng, self.trajectories, cfg.batch, real_rows,

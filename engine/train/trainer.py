@@ -49,6 +49,7 @@ from engine.bounds import (
 from engine.checkpoint import load_model, read_checkpoint, resolve, resolve_device
 from engine.config import ModelConfig
 from engine.models.transformer import Transformer
+from engine.threads import ThreadPolicy
 from engine.tokenizer import EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, MASK, PAD, Tokenizer
 from engine.train.edit_examples import load_or_build
 from engine.train.examples import ExampleMaker, SpecialIds
@@ -336,8 +337,10 @@ class Trainer:
                                   edit_share=cfg.edit_share)
         self.val_maker = ExampleMaker(val, newline, self.ids, cfg.seq_len)
         self.device = resolve_device(cfg.device)
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+        # The threads of each step: the user's --threads, else as many as the machine's
+        # load leaves cores (an editor's engine beside it; engine.threads).
+        self.threads = ThreadPolicy.standard(cfg.threads or None)
+        self.threads.before_pass()
         torch.manual_seed(cfg.seed)
         self.init_training: dict[str, Any] | None = None
         if cfg.init:
@@ -452,6 +455,8 @@ class Trainer:
         t0 = time.time() - self.elapsed
         window_loss, window_tokens, window_t = [], 0, time.time()
         while self.progress() < 1.0:
+            if self.device.type == "cpu":
+                self.threads.before_pass()
             for g in self.opt.param_groups:
                 g["lr"] = self.lr_now()
             loss = self.loss_on(stream.next())
