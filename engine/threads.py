@@ -80,8 +80,9 @@ class CpuTimes:
 
 
 def read_cpu_times() -> CpuTimes | None:
-    """The machine's busy CPU seconds (Linux /proc/stat), this process's and the time; None
-    where /proc/stat cannot be read (the policy then keeps its count)."""
+    """The machine's busy CPU seconds at normal priority or above (Linux /proc/stat), this
+    process's and the time; None where /proc/stat cannot be read (the policy then keeps its
+    count)."""
     try:
         with open("/proc/stat", "rb") as stat:
             fields = stat.readline().split()
@@ -89,8 +90,11 @@ def read_cpu_times() -> CpuTimes | None:
         return None
     if not fields or fields[0] != b"cpu" or len(fields) < 5:
         return None
-    ticks = [int(v) for v in fields[1:]]
-    busy = sum(ticks) - ticks[3] - (ticks[4] if len(ticks) > 4 else 0)  # less idle and iowait
+    # user, nice, system, idle, iowait, irq, softirq, steal, ...: nice time is left out, as
+    # is idle, for a process that runs at a lower priority (`nice make`) yields its core to
+    # ours when both want it.
+    ticks = [int(v) for v in fields[1:9]]
+    busy = ticks[0] + ticks[2] + sum(ticks[5:8])
     own = os.times()
     return CpuTimes(busy / os.sysconf("SC_CLK_TCK"), own.user + own.system, time.monotonic())
 

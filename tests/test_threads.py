@@ -227,3 +227,19 @@ def test_a_fixed_engine_count_comes_from_threads_or_omp_num_threads(
     assert (engine.runner.threads.most, engine.runner.threads.fixed) == (1, True)
     engine = Engine.load(str(dream_ckpt), device="cpu", dtype="float32", threads=3)
     assert (engine.runner.threads.most, engine.runner.threads.fixed) == (3, True)
+
+
+def test_the_machines_busy_time_leaves_out_idle_and_niced_processes(monkeypatch, tmp_path):
+    import builtins
+
+    from engine import threads
+
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    stat.write_text("cpu  100 5000 30 9000 70 4 6 10 0 0\ncpu0 ...\n")
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda path, *a, **k: real_open(
+        stat if path == "/proc/stat" else path, *a, **k))
+    times = threads.read_cpu_times()
+    assert times is not None
+    assert times.machine_busy == pytest.approx(150 / os.sysconf("SC_CLK_TCK"))
