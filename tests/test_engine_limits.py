@@ -339,3 +339,32 @@ def test_a_model_that_fails_to_load_raises_to_the_caller():
 
     with pytest.raises(ValueError, match="no such checkpoint"):
         Scheduler.loading(load)
+
+
+def test_an_error_outside_a_requests_step_fails_the_live_requests_and_the_engine_goes_on(
+        long_engine, monkeypatch: pytest.MonkeyPatch):
+    """A bug in a round (here the runner itself raising) once ended the scheduler's thread:
+    every client then waited for drafts that never came."""
+    scheduler = Scheduler(long_engine)
+    errors: list[tuple[str, str]] = []
+    timeline = Timeline()
+    broken = timeline.job("broken", 256, 4)
+    broken.on_error = lambda code, message: errors.append((code, message))
+    real_step = long_engine.runner.step
+
+    def step_once_broken(lives):
+        monkeypatch.setattr(long_engine.runner, "step", real_step)
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(long_engine.runner, "step", step_once_broken)
+    scheduler.start()
+    try:
+        assert scheduler.submit(broken)
+        wait_for(lambda: errors)
+        assert errors == [("failed", "engine error: RuntimeError: boom")]
+        assert scheduler.submit(timeline.job("after", 256, 4))
+        wait_for(lambda: timeline.done("after"))
+    finally:
+        scheduler.stop()
+    assert [d.committed for n, d in timeline.events if n == "after"][-1] == 4
+    assert scheduler.stats()["live"] == 0 and scheduler.counters["failed"] == 1

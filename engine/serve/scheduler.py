@@ -204,17 +204,32 @@ class Scheduler:
                     break
                 expired = self._expire_queued()
                 admitted = self._admit()
-            for job in expired:
-                job.on_draft(empty_draft("deadline"))
-            for job in admitted:
-                self._start(job)
-            self._drop_cancelled_and_expired()
-            if self._live:
-                started = time.perf_counter()
-                self._round()
-                self.counters["busySeconds"] += time.perf_counter() - started
+            try:
+                for job in expired:
+                    job.on_draft(empty_draft("deadline"))
+                for job in admitted:
+                    self._start(job)
+                self._drop_cancelled_and_expired()
+                if self._live:
+                    started = time.perf_counter()
+                    self._round()
+                    self.counters["busySeconds"] += time.perf_counter() - started
+            except Exception as exc:  # noqa: BLE001 - a bug outside one request's step
+                # The thread must go on: were it to end, every client would wait on drafts
+                # that never come. The requests in flight end with the error instead.
+                self._fail_live(f"engine error: {type(exc).__name__}: {exc}")
         for job in self._live:
             job.live.close()
+
+    def _fail_live(self, message: str) -> None:
+        with self._wake:
+            failed, self._live = self._live, []
+        for job in failed:
+            self.counters["failed"] += 1
+            with contextlib.suppress(Exception):
+                job.live.close()
+            with contextlib.suppress(Exception):
+                job.on_error("failed", message)
 
     def _expire_queued(self) -> list[Job]:
         now = time.monotonic()
