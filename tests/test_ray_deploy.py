@@ -11,6 +11,7 @@ import contextlib
 import http.client
 import json
 import os
+import random
 import re
 import shlex
 import shutil
@@ -47,9 +48,18 @@ def tmp_path() -> Iterator[Path]:
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A free port that Ray will not hand out meanwhile: the kernel's port 0 comes from the
+    ephemeral range (32768 and up), where Ray's own processes also take ports as they start,
+    so a port chosen that way was once taken before `dg-engine serve` bound it; Ray's workers
+    take 10002-19999 (its default min/max worker ports)."""
+    for port in random.sample(range(20000, 32000), 200):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise OSError("no free port between 20000 and 32000")
 
 
 def documented_head_recipe() -> tuple[dict[str, str], list[str]]:

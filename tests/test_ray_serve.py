@@ -10,7 +10,6 @@ from __future__ import annotations
 import http.client
 import json
 import shutil
-import socket
 import ssl
 import subprocess
 import threading
@@ -29,6 +28,7 @@ from engine.serve.ray_app import APP_NAME, AppOptions, build_app, token_digest  
 from engine.serve.remote import RemoteEngine, read_token  # noqa: E402
 from engine.serve.routing import rank, routing_key  # noqa: E402
 from engine.types import InfillRequest, RewriteRequest, SamplerSettings  # noqa: E402
+from tests.test_ray_deploy import free_port  # noqa: E402
 
 TOKEN = "team-s3cret"
 REPORT = 0.25  # seconds between the replicas' reports to the status board
@@ -60,9 +60,7 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def team(dream_ckpt: Path, certificate: tuple[Path, Path]) -> str:
     """The URL of a two-replica deployment, over TLS (every test then goes through it)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # outside the ports Ray's processes take as they start
     ray.init(num_cpus=2, include_dashboard=False, logging_level="warning", log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port,
