@@ -7,7 +7,6 @@ import importlib
 import sys
 
 from engine.cli import run_command
-from engine.threads import prepare_environment
 
 # Each module adds its subcommand with `register(subparsers)` and sets `func` on the parser.
 SUBCOMMAND_MODULES = [
@@ -34,7 +33,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    prepare_environment()  # before any subcommand imports torch (engine.threads)
     parser = build_parser()
     if not argv or argv[0].startswith("--") and argv[0] not in ("--version", "--help"):
         argv = ["serve", *argv]

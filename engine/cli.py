@@ -10,7 +10,6 @@ import sys
 from collections.abc import Callable
 
 from engine.config import CheckpointError
-from engine.threads import prepare_environment
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +59,6 @@ def run_command(prog: str, command: Callable[[], int | None]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    prepare_environment()  # before any subcommand imports torch (engine.threads)
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     return run_command("dg-engine", lambda: args.func(args))
 

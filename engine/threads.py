@@ -1,62 +1,41 @@
-"""The CPU threads of the model's passes: how many there are, and how they wait.
+"""The CPU threads of the model's passes: how many there are.
 
 Torch splits each operator evenly over its intra-op threads (libgomp) and waits at the end for
-the slowest share. On a machine where another process holds a core, one of those threads
-shares that core and every operator waits for it, while by default the threads that finished
-spin at the barrier and keep the cores they could have given up: a completion that takes
-66 ms on an idle 2-core machine took seconds with one busy process beside it
-(docs/performance.md#a-busy-machine). So the engine, wherever it runs (the resident engine,
-the model inside `dg-lsp serve`, a team replica, training), follows one policy:
+the slowest share, and by default a thread whose share is done spins at that barrier instead of
+sleeping. On an idle machine spinning is the fastest way to wait. Beside another process, one
+of the threads shares a core with it and every operator waits for it, while its partner spins
+on the core it could have given up: completions several times slower with one busy process
+beside them, even a niced one (docs/performance.md#a-busy-machine). Sleeping instead
+(`OMP_WAIT_POLICY=PASSIVE`) holds under load but wakes a thread at every operator, which costs
+an idle machine more than it saves. One thread has no barrier at all. So the engine, wherever
+it runs (the resident engine, the model inside `dg-lsp serve`, a team replica, training),
+follows one policy:
 
-- **Wait passively.** `OMP_WAIT_POLICY=PASSIVE` unless the user set it: a thread whose share
-  is done sleeps instead of spinning. libgomp reads it once, when torch loads it, so it is put
-  in the environment before torch is imported (`prepare_environment`, first thing in the
-  `dg-lsp` and `dg-engine` commands) and in the environment of every engine process started
-  (`engine_environment`).
 - **As many threads as the other processes leave cores.** Before a pass, at most every
   `ThreadPolicy.interval` seconds, the policy reads how much CPU the machine spent outside
-  this process since it last looked (/proc/stat less this process's own time) and runs
-  `cores - busy elsewhere` threads, rounded, between one and torch's default (one a physical
-  core). On an idle machine that is torch's default; with one core taken, one fewer.
-- **What the user chose wins.** `--threads N` or `OMP_NUM_THREADS` fixes the count; a set
-  `OMP_WAIT_POLICY` (or `GOMP_SPINCOUNT`) is left alone.
+  this process since it last looked (/proc/stat less this process's own time, niced
+  processes included) and gives up a thread for every core that is more than `SLACK` busy
+  elsewhere, keeping between one and torch's default (one a physical core). On an idle
+  machine that is torch's default, spinning as it does; with one core taken, one fewer.
+- **What the user chose wins.** `--threads N` or `OMP_NUM_THREADS` fixes the count; the
+  `OMP_WAIT_POLICY` and `GOMP_SPINCOUNT` they set reach libgomp as they are.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 
-WAIT_POLICY = "PASSIVE"
-WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")  # libgomp's; the user's are kept
 # Seconds between two looks at the machine's load: short enough that a build starting beside
 # a completion is seen within a few passes, long enough that /proc/stat's 10 ms ticks add up.
 INTERVAL = 0.2
-
-
-def prepare_environment(environ: MutableMapping[str, str] | None = None) -> None:
-    """Put the wait policy in `environ` (this process's by default) unless the user chose
-    one; it must run before torch is imported to have any effect on this process."""
-    environ = os.environ if environ is None else environ
-    if not any(name in environ for name in WAIT_VARIABLES):
-        environ["OMP_WAIT_POLICY"] = WAIT_POLICY
-
-
-def engine_environment(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
-    """The environment to start an engine process with: `environ` (this process's by
-    default) and the wait policy."""
-    env = dict(os.environ if environ is None else environ)
-    prepare_environment(env)
-    return env
-
-
-def wait_variables(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
-    """Only the wait policy's variables of `engine_environment`: what a process started
-    elsewhere (a Ray replica on another node) is given."""
-    env = engine_environment(environ)
-    return {name: env[name] for name in WAIT_VARIABLES if name in env}
+# Cores' worth of work elsewhere that still leaves a thread on every core: the background an
+# idle desktop has (an editor typing, a terminal) and the error of 10 ms ticks over INTERVAL.
+# A thread sharing its core more than that makes the other spin at every operator.
+SLACK = 0.25
 
 
 def user_threads(requested: int | None, environ: MutableMapping[str, str] | None = None
@@ -80,9 +59,8 @@ class CpuTimes:
 
 
 def read_cpu_times() -> CpuTimes | None:
-    """The machine's busy CPU seconds at normal priority or above (Linux /proc/stat), this
-    process's and the time; None where /proc/stat cannot be read (the policy then keeps its
-    count)."""
+    """The machine's busy CPU seconds (Linux /proc/stat), this process's and the time; None
+    where /proc/stat cannot be read (the policy then keeps its count)."""
     try:
         with open("/proc/stat", "rb") as stat:
             fields = stat.readline().split()
@@ -90,11 +68,11 @@ def read_cpu_times() -> CpuTimes | None:
         return None
     if not fields or fields[0] != b"cpu" or len(fields) < 5:
         return None
-    # user, nice, system, idle, iowait, irq, softirq, steal, ...: nice time is left out, as
-    # is idle, for a process that runs at a lower priority (`nice make`) yields its core to
-    # ours when both want it.
+    # user, nice, system, idle, iowait, irq, softirq, steal, ...: all but idle and iowait.
+    # A niced process counts: it yields its core to ours when both want it, but a time slice
+    # it does get stalls every operator while the other thread spins.
     ticks = [int(v) for v in fields[1:9]]
-    busy = ticks[0] + ticks[2] + sum(ticks[5:8])
+    busy = sum(ticks[0:3]) + sum(ticks[5:8])
     own = os.times()
     return CpuTimes(busy / os.sysconf("SC_CLK_TCK"), own.user + own.system, time.monotonic())
 
@@ -170,5 +148,5 @@ class ThreadPolicy:
         wall = now.wall - last.wall
         elsewhere = (now.machine_busy - last.machine_busy) - (now.own - last.own)
         self.elsewhere = min(float(self.cores), max(0.0, elsewhere / wall))
-        free = int(self.cores - self.elsewhere + 0.5)
+        free = self.cores - max(0, math.ceil(self.elsewhere - SLACK))
         self.threads = max(1, min(self.most, free))

@@ -1,6 +1,6 @@
-"""The CPU thread policy (engine.threads): how many intra-op threads each pass runs and how
-they wait, for every way the engine starts. Behaviour, not time: what the policy chooses for
-a given load, and what each engine process has in its environment and reports."""
+"""The CPU thread policy (engine.threads): how many intra-op threads each pass runs, for every
+way the engine starts. Behaviour, not time: what the policy chooses for a given load, and what
+each engine process has in its environment and reports."""
 
 from __future__ import annotations
 
@@ -14,13 +14,8 @@ import pytest
 from engine.threads import (
     CpuTimes,
     ThreadPolicy,
-    engine_environment,
-    prepare_environment,
     user_threads,
-    wait_variables,
 )
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 class Machine:
@@ -59,7 +54,9 @@ def test_an_idle_machine_runs_every_thread_and_a_busy_core_takes_one_away():
     assert threads.before_pass() == 1
     machine.run(0.5, elsewhere=0.1, own=1.0)  # the build ended; an editor types
     assert threads.before_pass() == 2
-    assert applied == [2, 1, 2]  # torch is told only when the count changes
+    machine.run(0.5, elsewhere=0.3, own=1.0)  # a browser's page: a thread would share a core
+    assert threads.before_pass() == 1
+    assert applied == [2, 1, 2, 1]  # torch is told only when the count changes
 
 
 def test_the_count_follows_the_cores_left_free_between_one_and_the_most():
@@ -69,7 +66,7 @@ def test_the_count_follows_the_cores_left_free_between_one_and_the_most():
     for elsewhere in (0.0, 7.6, 8.4, 12.0, 16.0, 3.0):
         machine.run(1.0, elsewhere)
         seen.append(threads.before_pass())
-    assert seen == [8, 8, 8, 4, 1, 8]
+    assert seen == [8, 8, 7, 4, 1, 8]  # 8.4 busy: a ninth core is shared
     assert threads.describe()["busyElsewhere"] == 3.0
 
 
@@ -98,17 +95,6 @@ def test_an_unreadable_proc_stat_keeps_the_count():
     assert [threads.before_pass() for _ in range(3)] == [2, 2, 2]
 
 
-def test_the_wait_policy_is_passive_unless_the_user_chose_one():
-    env: dict[str, str] = {}
-    prepare_environment(env)
-    assert env == {"OMP_WAIT_POLICY": "PASSIVE"}
-    assert engine_environment({"PATH": "/bin"}) == {"PATH": "/bin", "OMP_WAIT_POLICY": "PASSIVE"}
-    assert engine_environment({"OMP_WAIT_POLICY": "active"})["OMP_WAIT_POLICY"] == "active"
-    assert "OMP_WAIT_POLICY" not in engine_environment({"GOMP_SPINCOUNT": "10000"})
-    assert wait_variables({"PATH": "/bin", "GOMP_SPINCOUNT": "10000"}) == {
-        "GOMP_SPINCOUNT": "10000"}
-
-
 def test_the_users_thread_count_is_threads_then_omp_num_threads():
     assert user_threads(3, {"OMP_NUM_THREADS": "1"}) == 3
     assert user_threads(0, {}) == 1
@@ -133,7 +119,7 @@ def _environ(pid: int) -> dict[str, str]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
-def test_a_resident_engine_started_by_a_client_waits_passively_and_chooses_by_load(
+def test_a_resident_engine_started_by_a_client_spins_as_libgomp_does_and_chooses_by_load(
         dream_ckpt: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     from engine.serve.client import EngineClient
 
@@ -142,12 +128,15 @@ def test_a_resident_engine_started_by_a_client_waits_passively_and_chooses_by_lo
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     client = EngineClient.connect_or_start(str(dream_ckpt), "cpu", dtype="float32")
     try:
-        assert _environ(client.info["pid"])["OMP_WAIT_POLICY"] == "PASSIVE"
-        assert "OMP_WAIT_POLICY" not in os.environ  # this process's own is left alone
+        assert "OMP_WAIT_POLICY" not in _environ(client.info["pid"])
         most = _fresh_torch_threads()
-        assert client.stats()["cpuThreads"] == {
-            "threads": most, "mostThreads": most, "threadChoice": "by load",
-            "busyElsewhere": 0.0, "waitPolicy": "PASSIVE"}
+        threads = client.stats()["cpuThreads"]
+        # How busy the machine is now (this test's process and others) is not this test's to
+        # fix: the count is between one and torch's default, chosen by load.
+        assert 1 <= threads.pop("threads") <= most
+        threads.pop("busyElsewhere")
+        assert threads == {"mostThreads": most, "threadChoice": "by load",
+                           "waitPolicy": "libgomp's default"}
     finally:
         client.shutdown()
 
@@ -176,21 +165,6 @@ def test_dg_engine_serve_keeps_the_users_threads_and_wait_policy(dream_ckpt: Pat
     finally:
         if process.poll() is None:
             process.kill()
-
-
-def test_the_dg_lsp_and_dg_engine_commands_set_the_wait_policy_before_torch_loads():
-    # The commands' own processes: the in-process engine (`dg-lsp serve --engine inproc`,
-    # `dg-lsp complete`) and `dg-engine train`/`distill`/`serve` run in them.
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
-    probe = ("import os, sys, {module}\n"
-             "sys.argv = ['x', '--help']\n"
-             "try:\n    {module}.main()\nexcept SystemExit:\n    pass\n"
-             "print('torch' in sys.modules, os.environ.get('OMP_WAIT_POLICY'))")
-    for module in ("dg_lsp.cli", "engine.cli"):
-        out = subprocess.run([sys.executable, "-c", probe.format(module=module)], env=env,
-                             cwd=ROOT, capture_output=True, text=True, check=True)
-        # torch loaded by the subcommands' parsers, after the policy was in place
-        assert out.stdout.splitlines()[-1] == "True PASSIVE", module
 
 
 def test_the_in_process_engine_applies_its_count_on_the_thread_that_runs_its_passes(
@@ -229,7 +203,7 @@ def test_a_fixed_engine_count_comes_from_threads_or_omp_num_threads(
     assert (engine.runner.threads.most, engine.runner.threads.fixed) == (3, True)
 
 
-def test_the_machines_busy_time_leaves_out_idle_and_niced_processes(monkeypatch, tmp_path):
+def test_the_machines_busy_time_counts_niced_processes_and_leaves_out_idle(monkeypatch, tmp_path):
     import builtins
 
     from engine import threads
@@ -242,4 +216,4 @@ def test_the_machines_busy_time_leaves_out_idle_and_niced_processes(monkeypatch,
         stat if path == "/proc/stat" else path, *a, **k))
     times = threads.read_cpu_times()
     assert times is not None
-    assert times.machine_busy == pytest.approx(150 / os.sysconf("SC_CLK_TCK"))
+    assert times.machine_busy == pytest.approx(5150 / os.sysconf("SC_CLK_TCK"))

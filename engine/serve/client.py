@@ -40,7 +40,6 @@ from engine.serve.endpoint import (
     open_private,
 )
 from engine.stops import completion_ids
-from engine.threads import engine_environment
 from engine.types import Draft, InfillRequest, RewriteRequest
 
 START_TIMEOUT = 600.0  # seconds to wait for a starting engine to load a model
@@ -323,7 +322,7 @@ def _spawn(endpoint: Endpoint, model: str | None, device: str, dtype: str, idle_
         # Its own session: the engine outlives the editor that started it and ignores the
         # editor's Ctrl-C.
         return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=True, env=engine_environment())
+                                start_new_session=True)
     finally:
         log.close()
 

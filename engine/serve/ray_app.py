@@ -46,7 +46,6 @@ from engine.serve import protocol
 from engine.serve.limits import DEFAULT_REQUEST_TIMEOUT, Limits, free_memory, parse_request
 from engine.serve.remote import reply_line
 from engine.serve.routing import routing_key
-from engine.threads import wait_variables
 from engine.types import Draft
 
 APP_NAME = "dg-engine"
@@ -316,13 +315,10 @@ def autoscaling_config(options: AppOptions) -> dict[str, Any]:
 
 def build_app(options: AppOptions) -> Any:
     """The Serve application for `options` (serve.run it)."""
-    # The replica's process starts with the wait policy in its environment: torch is loaded
-    # before any of our code runs there (engine.threads).
-    env = {"runtime_env": {"env_vars": wait_variables()}}
     if options.gpus:
-        actor = {"num_gpus": options.gpus, "num_cpus": 1, **env}
+        actor = {"num_gpus": options.gpus, "num_cpus": 1}
     else:
-        actor = {"num_cpus": options.cpus, **env}
+        actor = {"num_cpus": options.cpus}
     scaling: dict[str, Any]
     if options.min_replicas is not None and options.max_replicas is not None:
         scaling = {"autoscaling_config": autoscaling_config(options)}
