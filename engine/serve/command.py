@@ -48,8 +48,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--idle-exit", type=float, default=DEFAULT_IDLE_EXIT,
                         help="exit after this many seconds with no client (0: never)")
     parser.add_argument("--threads", type=int, default=None,
-                        help="CPU threads for the model's passes (default: torch's, every "
-                        "core or OMP_NUM_THREADS)")
+                        help="CPU threads for the model's passes, fixed (default: "
+                        "OMP_NUM_THREADS where set, else before passes as many as the other "
+                        "processes leave cores, up to torch's default; engine/threads.py)")
     add_ray_arguments(parser)
     parser.set_defaults(func=serve)
 
