@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
-from dg_lsp.languages import language_for
-from dg_lsp.pipeline import CompletionRequest, Pipeline
+from dg_lsp.completion.pipeline import CompletionRequest, Pipeline
 from dg_lsp.settings import Settings
+from dg_lsp.syntax.languages import language_for
 from engine.checkpoint import BUNDLED_MODEL_DIR
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,7 +22,8 @@ import pytest_asyncio
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from dg_lsp.actions import (
+from dg_lsp.actions.rewrite import RewriteError, _same_nesting, compute_edit, shape
+from dg_lsp.actions.targets import (
     COMPLETE_BODY,
     DOCSTRING,
     FIX_SYNTAX,
@@ -32,12 +33,11 @@ from dg_lsp.actions import (
     error_count,
     targets_at,
 )
-from dg_lsp.languages import language_for
-from dg_lsp.lsp_actions import StepsOnWorker
+from dg_lsp.lsp.actions import StepsOnWorker
+from dg_lsp.lsp.server import REWRITE_COMMAND
 from dg_lsp.positions import offset_at
-from dg_lsp.rewrite import RewriteError, _same_nesting, compute_edit, shape
-from dg_lsp.server import REWRITE_COMMAND
 from dg_lsp.settings import Settings
+from dg_lsp.syntax.languages import language_for
 from engine.types import InfillRequest
 from tests.scripted import Scripted
 

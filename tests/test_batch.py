@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from dg_lsp.actions import DOCSTRING, ParsedText, all_targets, error_count
+from dg_lsp.actions.rewrite import Edit, RewriteError, compute_edit, model_input
+from dg_lsp.actions.targets import DOCSTRING, ParsedText, all_targets, error_count
 from dg_lsp.batch.cli import prepare
+from dg_lsp.batch.discover import discover, gitignore_regex
 from dg_lsp.batch.job import (
     ACTION_NAMES,
     BatchJob,
@@ -28,10 +30,8 @@ from dg_lsp.batch.job import (
     process_file,
 )
 from dg_lsp.cli import build_parser, main
-from dg_lsp.discover import discover, gitignore_regex
-from dg_lsp.languages import language_for
-from dg_lsp.rewrite import Edit, RewriteError, compute_edit, model_input
 from dg_lsp.settings import Settings
+from dg_lsp.syntax.languages import language_for
 from tests.test_actions import BUNDLED, Scripted
 
 SHAPES = '''import math

@@ -222,7 +222,7 @@ def test_the_progress_line_says_files_failures_and_replicas_now_and_then():
 
 def test_the_batch_bench_cuts_files_and_measures_a_run_through_a_teams_engine(repo, token,
                                                                               tmp_path):
-    from dg_lsp.bench_batch import FUNCTIONS_PER_FILE, run_batch, write_files
+    from dg_lsp.measure.bench_batch import FUNCTIONS_PER_FILE, run_batch, write_files
 
     golden = Path(__file__).resolve().parent / "golden" / "src"
     count = write_files(golden, 2, tmp_path / "files")
@@ -242,9 +242,9 @@ def test_the_batch_bench_cuts_files_and_measures_a_run_through_a_teams_engine(re
 
 
 def test_a_lost_resident_engine_is_not_waited_for():
-    from dg_lsp.actions import DOCSTRING, ParsedText, all_targets
+    from dg_lsp.actions.targets import DOCSTRING, ParsedText, all_targets
     from dg_lsp.batch.job import BatchJob
-    from dg_lsp.languages import language_for
+    from dg_lsp.syntax.languages import language_for
     from tests.test_actions import Scripted
 
     class Dead(Scripted):

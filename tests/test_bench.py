@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.cases import CURSOR_CLASSES
+from engine.data.cases import CURSOR_CLASSES
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN_SOURCES = ROOT / "tests" / "golden" / "src"

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from dg_lsp.bench_load import BackgroundLoad, describe, parse_load
+from dg_lsp.measure.bench_load import BackgroundLoad, describe, parse_load
 
 
 def test_a_load_spec_is_parsed_or_refused_by_name():

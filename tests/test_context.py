@@ -14,7 +14,7 @@ from dg_lsp.context import (
     build_context,
     detect_indent_unit,
 )
-from dg_lsp.languages import language_for
+from dg_lsp.syntax.languages import language_for
 
 
 def ctx_at(language_id: str | None, marked: str, **kwargs):

@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from dg_lsp.actions import DOCSTRING
+from dg_lsp.actions.targets import DOCSTRING
 from dg_lsp.batch.job import BatchJob, process_file
 from engine.serve.client import EngineBusy, EngineRefused, EngineUnavailable, raise_error
 from tests.test_actions import Scripted

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dg_lsp.bench_lsp import peak_rss_mb
+from dg_lsp.measure.bench_lsp import peak_rss_mb
 from engine.serve import protocol
 from engine.serve.scheduler import BATCH, INTERACTIVE, Job, Scheduler
 from engine.types import Draft, InfillRequest, SamplerSettings

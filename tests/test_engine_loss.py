@@ -10,7 +10,7 @@ import asyncio
 
 from lsprotocol import types
 
-from dg_lsp.server import create_server
+from dg_lsp.lsp.server import create_server
 from engine.backend import EngineInfo
 from engine.serve.client import EngineUnavailable
 from engine.types import Draft

@@ -22,9 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from dg_lsp import complete, rewrite_cli
 from dg_lsp.batch import cli as batch_cli
-from dg_lsp.eval import cli as eval_cli
+from dg_lsp.cli import complete
+from dg_lsp.cli import rewrite as rewrite_cli
+from dg_lsp.measure.eval import cli as eval_cli
 from dg_lsp.settings import parse_settings
 from engine.cli import run_command
 from engine.serve.protocol import document_key

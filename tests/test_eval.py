@@ -10,20 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from dg_lsp.eval import cli as eval_cli
-from dg_lsp.eval.baselines import predict_copy_prev_line, predict_empty
-from dg_lsp.eval.humaneval import SUITES, load_suite
-from dg_lsp.eval.runner import Predictor, evaluate
-from dg_lsp.eval.sandbox import check_completion, run_program
-from dg_lsp.eval.scoring import (
+from dg_lsp.measure.eval import cli as eval_cli
+from dg_lsp.measure.eval.baselines import predict_copy_prev_line, predict_empty
+from dg_lsp.measure.eval.humaneval import SUITES, load_suite
+from dg_lsp.measure.eval.runner import Predictor, evaluate
+from dg_lsp.measure.eval.sandbox import check_completion, run_program
+from dg_lsp.measure.eval.scoring import (
     edit_similarity,
     exact_match,
     levenshtein,
     normalize_whitespace,
     single_line,
 )
-from engine.cases import CURSOR_CLASSES, KINDS, cursor_spans, cut_cases, cut_cursor_cases
-from engine.stats import percentile
+from engine.data.cases import CURSOR_CLASSES, KINDS, cursor_spans, cut_cases, cut_cursor_cases
+from engine.data.stats import percentile
 
 # ---------------------------------------------------------------- scoring
 

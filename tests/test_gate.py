@@ -1,7 +1,8 @@
 """The confidence gate (issue #32): the engine scores what it commits, the score travels with
 the draft (in process and over the wire alike), and a completion or edit the model is not
-sure of is not shown: a completion by the calibrator's probability (dg_lsp.gate.Calibrator,
-fitted by dg_lsp.gate_fit), an edit by its least confident token."""
+sure of is not shown: a completion by the calibrator's probability
+(dg_lsp.completion.gate.Calibrator,
+fitted by dg_lsp.measure.gate_fit), an edit by its least confident token."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from dg_lsp import gate
-from dg_lsp.languages import language_for
-from dg_lsp.pipeline import CompletionRequest, Pipeline
-from dg_lsp.rewrite import RewriteError, compute_edit
+from dg_lsp.actions.rewrite import RewriteError, compute_edit
+from dg_lsp.completion import gate
+from dg_lsp.completion.pipeline import CompletionRequest, Pipeline
 from dg_lsp.settings import Settings, parse_settings
+from dg_lsp.syntax.languages import language_for
 from engine.backend import EngineInfo
 from engine.serve import protocol
 from engine.types import Draft, InfillRequest, SamplerSettings, Score, score_of
@@ -141,7 +142,8 @@ def complete(lowest: float | None, min_confidence: float, text: str = "x + 1") -
 
 
 # A calibrator made by hand: p = sigmoid(-1 + 4 (lowest - 0.5) - 2 lines + 2 repeated), the
-# other inputs weighted 0 (dg_lsp.gate.FEATURES: lowest, mean, log_tokens, block, log_chars,
+# other inputs weighted 0 (dg_lsp.completion.gate.FEATURES: lowest, mean, log_tokens, block,
+# log_chars,
 # lines, repeated).
 HAND_MADE = gate.Calibrator(mean=(0.5, 0, 0, 0, 0, 0, 0), std=(0.25, 1, 1, 1, 1, 1, 1),
                             weight=(1.0, 0, 0, 0, 0, -2.0, 2.0), bias=-1.0)
@@ -195,7 +197,8 @@ def test_the_shipped_calibrator_loads_and_reads_more_confidence_as_more_likely_r
     assert data["features"] == list(gate.FEATURES)
     assert len(model.weight) == len(model.mean) == len(model.std) == len(gate.FEATURES)
     assert all(s > 0 for s in model.std)
-    assert data["label"] == "similar" and data["refit"].startswith("python -m dg_lsp.gate_fit")
+    assert data["label"] == "similar"
+    assert data["refit"].startswith("python -m dg_lsp.measure.gate_fit")
     assert gate.Calibrator.from_json(model.to_json()) == model
     lowest, mean = (model.weight[gate.FEATURES.index(f)] for f in ("lowest", "mean"))
     assert lowest > 0 and mean > 0
@@ -236,7 +239,7 @@ def test_an_edit_the_model_is_unsure_of_is_refused_with_the_scores():
 # `dg-lsp serve` whose engine writes the given (text, lowest confidence) pairs (argv[1]).
 SCORED_SERVER = """
 import json, sys
-from dg_lsp.server import create_server
+from dg_lsp.lsp.server import create_server
 from tests.test_gate import Scored
 create_server(Scored(*[tuple(w) for w in json.loads(sys.argv[1])])).start_io()
 """
@@ -303,7 +306,7 @@ def test_over_lsp_a_code_action_the_model_is_unsure_of_is_refused_with_its_messa
 
 
 def test_the_curve_and_the_rule_that_picks_the_default():
-    from dg_lsp.bench_gate import Shown, choose, curve
+    from dg_lsp.measure.bench_gate import Shown, choose, curve
 
     rows = [Shown("c", "after =", 0.9, True, 1.0), Shown("c", "after =", 0.6, False, 0.5),
             Shown("c", "new line", 0.5, True, 1.0), Shown("c", "new line", 0.2, False, 0.0),
@@ -317,7 +320,7 @@ def test_the_curve_and_the_rule_that_picks_the_default():
 
 
 def test_the_bench_scores_each_cursor_as_the_gate_does(hand_made):
-    from dg_lsp.bench_gate import Shown, calibrated, choose, curve
+    from dg_lsp.measure.bench_gate import Shown, calibrated, choose, curve
 
     def row(lowest: float | None, exact: bool, text: str = "x") -> Shown:
         return Shown("c", "after =", lowest, exact, 1.0 if exact else 0.5, lowest, text,
@@ -332,13 +335,13 @@ def test_the_bench_scores_each_cursor_as_the_gate_does(hand_made):
     assert choose(points) == 0.2  # 0.4 shows 1 of 4 cursors, under a third
 
 
-# -- the calibrator's fit (dg_lsp.gate_fit) ---------------------------------------------------
+# -- the calibrator's fit (dg_lsp.measure.gate_fit) ------------------------------------------------
 
 
 def test_the_fit_recovers_a_logistic_rule_and_writes_what_the_gate_loads(tmp_path):
     import numpy as np
 
-    from dg_lsp import gate_fit
+    from dg_lsp.measure import gate_fit
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(400, 2))
@@ -366,7 +369,7 @@ def test_the_fit_recovers_a_logistic_rule_and_writes_what_the_gate_loads(tmp_pat
 
 
 def test_the_fit_reads_only_the_training_split_of_the_standard_library(tmp_path):
-    from dg_lsp import gate_fit
+    from dg_lsp.measure import gate_fit
     from engine.train.corpus import FORBIDDEN, split_of
 
     folder = gate_fit.training_folder(tmp_path)
@@ -379,6 +382,6 @@ def test_the_fit_reads_only_the_training_split_of_the_standard_library(tmp_path)
 
 
 def test_the_bench_times_the_shipped_calibrator_on_a_suggestion():
-    from dg_lsp.bench_gate import calibrator_cost_ms
+    from dg_lsp.measure.bench_gate import calibrator_cost_ms
 
     assert calibrator_cost_ms(repeats=5) > 0  # it runs the calibrator as the server calls it

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from dg_lsp.cli import build_parser
-from dg_lsp.languages import language_for
-from dg_lsp.server import serve
+from dg_lsp.lsp.server import serve
+from dg_lsp.syntax.languages import language_for
 
 tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from 3.11")
 

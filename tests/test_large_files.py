@@ -14,8 +14,8 @@ import time
 
 from lsprotocol import types
 
+from dg_lsp.lsp.server import create_server
 from dg_lsp.positions import UTF16, position_at
-from dg_lsp.server import create_server
 from engine.backend import EngineInfo
 from engine.types import Draft
 
@@ -126,7 +126,7 @@ def test_code_actions_in_a_file_too_large_to_rewrite_parse_nothing():
 
 
 def test_a_long_rewrite_in_one_document_does_not_hold_up_a_completion_in_another():
-    from dg_lsp.actions import REWRITE
+    from dg_lsp.actions.targets import REWRITE
 
     class SlowRewrite(Scripted):
         def rewrite_stream(self, request, cancel=None, document=None):

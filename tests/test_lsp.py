@@ -19,10 +19,10 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcRequestCancelled
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
-from dg_lsp.languages import language_for
+from dg_lsp.completion.postprocess import count_errors
+from dg_lsp.lsp.server import STATS_COMMAND
 from dg_lsp.positions import offset_at
-from dg_lsp.postprocess import count_errors
-from dg_lsp.server import STATS_COMMAND
+from dg_lsp.syntax.languages import language_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

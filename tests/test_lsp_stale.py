@@ -16,10 +16,10 @@ import pytest
 from lsprotocol import types
 from pygls.exceptions import JsonRpcContentModified
 
-from dg_lsp.actions import REWRITE
-from dg_lsp.lsp_actions import resolve_action
-from dg_lsp.lsp_next_edit import inline_edit
-from dg_lsp.server import create_server
+from dg_lsp.actions.targets import REWRITE
+from dg_lsp.lsp.actions import resolve_action
+from dg_lsp.lsp.next_edit import inline_edit
+from dg_lsp.lsp.server import create_server
 from tests.scripted import Scripted
 
 URI = "file:///tmp/prices.py"

@@ -8,12 +8,12 @@ import json
 
 import pytest
 
+from dg_lsp.actions.rewrite import RewriteError, compute_edit
+from dg_lsp.completion.pipeline import CompletionRequest, Pipeline
+from dg_lsp.completion.postprocess import postprocess
 from dg_lsp.context import build_context
-from dg_lsp.languages import language_for
-from dg_lsp.pipeline import CompletionRequest, Pipeline
-from dg_lsp.postprocess import postprocess
-from dg_lsp.rewrite import RewriteError, compute_edit
 from dg_lsp.settings import Settings
+from dg_lsp.syntax.languages import language_for
 from tests.lsp_wire import WireServer
 from tests.test_actions import Scripted, doc, target_of
 from tests.test_postprocess import ScriptedEngine
@@ -130,7 +130,7 @@ def test_a_rewrite_keeps_the_signature_unless_the_instruction_asks(new, instruct
 # `dg-lsp serve` whose engine writes the given text for every hole (argv[1], JSON).
 SCRIPTED_SERVER = """
 import json, sys
-from dg_lsp.server import create_server
+from dg_lsp.lsp.server import create_server
 from tests.test_actions import Scripted
 texts = json.loads(sys.argv[1])
 create_server(Scripted(*texts * 8)).start_io()

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from dg_lsp.languages import language_for
-from dg_lsp.pipeline import CompletionRequest, Pipeline
+from dg_lsp.completion.pipeline import CompletionRequest, Pipeline
 from dg_lsp.settings import Settings, parse_settings
+from dg_lsp.syntax.languages import language_for
 from tests.nvim_harness import (
     CAPTURE_LUA,
     FIB,

@@ -58,7 +58,7 @@ NODE = "class Node:\n    def __init__(self, config):\n        \n"
 NODE_ROW = 2  # 0-based: the empty body line, 8 spaces
 INSTRUCTION = "add type hints"
 # For the rewrite of Node.__init__: asked to add type hints (or "use a list") there, the
-# bundled model renames the parameter `config`, which is refused (dg_lsp.signature).
+# bundled model renames the parameter `config`, which is refused (dg_lsp.actions.signature).
 NODE_INSTRUCTION = "use a dict"
 PICTURE = ROOT / "docs" / "img" / "neovim-ghost-text.png"
 

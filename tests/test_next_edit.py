@@ -15,15 +15,15 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
-from dg_lsp.actions import ParsedText
-from dg_lsp.edit_history import MAX_EDITS, EditHistory
-from dg_lsp.eval.next_edit import Outcome, Rows, format_table, judge, right_spans, summary
-from dg_lsp.languages import language_for
-from dg_lsp.lsp_next_edit import ACCEPTED_COMMAND, METHOD
-from dg_lsp.next_edit import NextEdit, rename_rule, spans, suggest
-from dg_lsp.server import STATS_COMMAND
+from dg_lsp.actions.targets import ParsedText
+from dg_lsp.lsp.next_edit import ACCEPTED_COMMAND, METHOD
+from dg_lsp.lsp.server import STATS_COMMAND
+from dg_lsp.measure.eval.next_edit import Outcome, Rows, format_table, judge, right_spans, summary
+from dg_lsp.next_edit.history import MAX_EDITS, EditHistory
+from dg_lsp.next_edit.suggest import NextEdit, rename_rule, spans, suggest
 from dg_lsp.settings import Settings
-from engine.edits import (
+from dg_lsp.syntax.languages import language_for
+from engine.edits.synthetic import (
     MAX_ALIKE_CHARS,
     NOOP,
     RESPELL,

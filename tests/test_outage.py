@@ -24,8 +24,8 @@ import pytest
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig
 
-from dg_lsp import engine_host
-from dg_lsp.server import REWRITE_COMMAND, STATS_COMMAND, create_server
+from dg_lsp.lsp import engine_host
+from dg_lsp.lsp.server import REWRITE_COMMAND, STATS_COMMAND, create_server
 from engine.backend import EngineInfo
 from engine.serve.client import EngineUnavailable
 from engine.types import Draft
@@ -172,10 +172,10 @@ def test_a_dying_local_engine_is_told_once_per_outage_and_again_after_it_came_ba
 # -- rewriteWithInstruction and a client that does not answer applyEdit properly --------------
 
 # The server with a short applyEdit bound, so the test that never answers waits 2 s, not 10.
-SHORT_BOUND = ("import sys; import dg_lsp.lsp_actions as a; a.APPLY_EDIT_TIMEOUT = 2.0; "
+SHORT_BOUND = ("import sys; import dg_lsp.lsp.actions as a; a.APPLY_EDIT_TIMEOUT = 2.0; "
                "from dg_lsp.cli import main; sys.exit(main())")
 # `os` imported: the bundled model's rewrite of the line uses it, and a rewrite naming what the
-# file never imports is refused before any edit is sent (dg_lsp.names).
+# file never imports is refused before any edit is sent (dg_lsp.syntax.names).
 PY = "import json\nimport os\n\n\ndef load_config(path):\n    with open(path) as f:\n" \
      "        return json.load(f)\n"
 

@@ -12,9 +12,9 @@ import re
 import pytest
 from lsprotocol import types
 
-from dg_lsp.actions import REWRITE
+from dg_lsp.actions.targets import REWRITE
+from dg_lsp.lsp.server import create_server
 from dg_lsp.positions import UTF8, UTF16, UTF32, line_of, offset_at, position_at
-from dg_lsp.server import create_server
 from tests.test_actions import Scripted
 
 # Every character Python's splitlines splits at and LSP does not.

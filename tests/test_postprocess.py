@@ -8,12 +8,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from dg_lsp.cache import CompletionCache
+from dg_lsp.completion.cache import CompletionCache
+from dg_lsp.completion.pipeline import CompletionRequest, Pipeline
+from dg_lsp.completion.postprocess import Suggestion, postprocess, unit_end
 from dg_lsp.context import build_context
-from dg_lsp.languages import language_for
-from dg_lsp.pipeline import CompletionRequest, Pipeline
-from dg_lsp.postprocess import Suggestion, postprocess, unit_end
 from dg_lsp.settings import Settings, parse_settings
+from dg_lsp.syntax.languages import language_for
 from engine.backend import EngineInfo
 from engine.types import Draft
 from engine.units import UnitEnd, unit_ended, until_unit_ends

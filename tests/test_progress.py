@@ -1,4 +1,4 @@
-"""The model's loading reaches the editor as LSP work-done progress (dg_lsp/progress.py).
+"""The model's loading reaches the editor as LSP work-done progress (dg_lsp/lsp/progress.py).
 
 `dg-lsp serve` on stdio with the raw client of tests/lsp_wire.py, which records every message
 the server sends, in order. The load is made slow (half a second) and the report interval short
@@ -16,7 +16,8 @@ PROGRESS_CAPS = {"window": {"workDoneProgress": True}}
 # with a slow load ($DG_TEST_LOAD_SECONDS, default 0.5) and frequent reports.
 SLOW_LOAD = """
 import os, sys, time
-from dg_lsp import cli, engine_host, progress
+from dg_lsp import cli
+from dg_lsp.lsp import engine_host, progress
 progress.REPORT_EVERY = 0.1
 open_engine = engine_host.EngineHost.open
 def slow_open(self):

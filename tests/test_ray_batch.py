@@ -21,8 +21,8 @@ import pytest
 pytest.importorskip("ray.serve", reason="Ray is optional: pip install 'dg-lsp[distributed]'")
 pytestmark = pytest.mark.e2e  # a Ray cluster of its own
 
-from dg_lsp.actions import ParsedText, error_count  # noqa: E402
-from dg_lsp.languages import language_for  # noqa: E402
+from dg_lsp.actions.targets import ParsedText, error_count  # noqa: E402
+from dg_lsp.syntax.languages import language_for  # noqa: E402
 from engine.serve.remote import RemoteEngine  # noqa: E402
 from tests.test_ray_deploy import (  # noqa: E402
     STARTUP,

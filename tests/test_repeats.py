@@ -1,12 +1,12 @@
 """Where the file's other lines hold a text at the cursor's place (Context.repeats), the model
 chooses one of them or none, and writes the hole freely only when it chooses none
-(dg_lsp.pipeline)."""
+(dg_lsp.completion.pipeline)."""
 
 from __future__ import annotations
 
-from dg_lsp.languages import language_for
-from dg_lsp.pipeline import CompletionRequest, Pipeline, _last_draft
+from dg_lsp.completion.pipeline import CompletionRequest, Pipeline, _last_draft
 from dg_lsp.settings import Settings
+from dg_lsp.syntax.languages import language_for
 from engine.backend import EngineInfo
 from engine.types import Draft, Score
 

@@ -205,7 +205,7 @@ def test_an_unexpected_handler_error_is_answered_with_its_message_only():
     import json
     from concurrent.futures import Future
 
-    from dg_lsp.server import create_server
+    from dg_lsp.lsp.server import create_server
 
     server, sent = create_server(), []
 

@@ -7,11 +7,11 @@ from collections import Counter
 
 import pytest
 
-from dg_lsp.actions import ParsedText, targets_at
-from dg_lsp.languages import language_for
-from dg_lsp.pipeline import CompletionRequest, Pipeline
-from dg_lsp.rewrite import compute_edit
+from dg_lsp.actions.rewrite import compute_edit
+from dg_lsp.actions.targets import ParsedText, targets_at
+from dg_lsp.completion.pipeline import CompletionRequest, Pipeline
 from dg_lsp.settings import Settings
+from dg_lsp.syntax.languages import language_for
 from engine.serve import protocol
 from engine.serve.routing import DEFAULT_IMBALANCE, choose, rank, routing_key
 from engine.types import InfillRequest, RewriteRequest

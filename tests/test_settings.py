@@ -86,7 +86,7 @@ def test_the_engine_may_be_a_team_engines_url_without_credentials():
                                     {"engineTokenFile": "/t/token"}])
 def test_a_setting_that_names_another_engine_drops_the_loaded_one(change):
     """The next request loads the engine the new settings name (a dtype change too)."""
-    from dg_lsp.server import create_server
+    from dg_lsp.lsp.server import create_server
 
     server = create_server()
     loaded = object()
@@ -158,7 +158,7 @@ def test_thousands_of_unknown_keys_are_reported_once_and_briefly():
     known ones still apply."""
     from lsprotocol import types
 
-    from dg_lsp.server import create_server
+    from dg_lsp.lsp.server import create_server
 
     server = create_server()
     shown: list[tuple[types.MessageType, str]] = []

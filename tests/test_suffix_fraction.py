@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from lsprotocol import types
 
-from dg_lsp.server import create_server
+from dg_lsp.lsp.server import create_server
 from engine.canvas import Canvas
 
 URI = "file:///tmp/dense.py"

@@ -183,10 +183,10 @@ def test_training_mixes_the_real_edits_of_a_file_beside_the_synthetic_ones(corpu
     """`dg-engine train --edits N --real-edits FILE`: the real edits `dg-engine version-edits`
     wrote join the N synthetic ones (those the seed always gave), each once, laid out as the
     server asks."""
-    from engine.edits import model_text
+    from engine.edits.real import real_edits
+    from engine.edits.synthetic import model_text
     from engine.train.edit_examples import EDITS_FILE, EditSet, corpus_texts
     from engine.train.real_edits import case_row, save_rows
-    from engine.version_edits import real_edits
 
     old = ("def total_price(items):\n"
            "    count = 0\n"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from lsprotocol import types
 
-from dg_lsp.documents import Change, Documents
-from dg_lsp.languages import language_for
-from dg_lsp.trees import DocumentTrees
+from dg_lsp.lsp.documents import Change, Documents
+from dg_lsp.lsp.trees import DocumentTrees
+from dg_lsp.syntax.languages import language_for
 
 PYTHON = language_for("python")
 UTF16 = types.PositionEncodingKind.Utf16

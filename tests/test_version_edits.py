@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from dg_lsp.eval import cli as eval_cli
-from dg_lsp.eval import next_edit as eval_next_edit
-from dg_lsp.next_edit import NextEdit
-from engine import releases
+from dg_lsp.measure.eval import cli as eval_cli
+from dg_lsp.measure.eval import next_edit as eval_next_edit
+from dg_lsp.next_edit.suggest import NextEdit
 from engine.cli import main as engine_main
-from engine.edits import LineEdit, SyntheticEdit, model_text
+from engine.data import releases
+from engine.edits.real import MAX_EDIT_LINES, REAL, change_kind, hunks, real_edits
+from engine.edits.synthetic import LineEdit, SyntheticEdit, model_text
 from engine.train import real_edits as real_edits_command
 from engine.train.real_edits import case_row, load_cases, refuse_heldout, save_rows
-from engine.version_edits import MAX_EDIT_LINES, REAL, change_kind, hunks, real_edits
 
 OLD = ("def total_price(items):\n"
        "    count = 0\n"

@@ -13,12 +13,13 @@ The one edit path for code actions, `dg-lsp rewrite` and batch mode:
    document is parsed: an edit that adds syntax errors is cut back to its longest prefix of
    whole lines that does not, and refused when none does (a syntax fix must remove errors);
 4. an edit that changes what nobody asked to change is refused: one that uses a name the file
-   never defines or imports (dg_lsp.names; a name the instruction mentions counts as known),
+   never defines or imports (dg_lsp.syntax.names; a name the instruction mentions counts as known),
    or renames a definition in the selection or drops or renames its parameters when the
-   instruction does not ask for it (dg_lsp.signature), and one that loops (a short piece
-   four times in a row, dg_lsp.postprocess.stutters) where the original did not.
+   instruction does not ask for it (dg_lsp.actions.signature), and one that loops (a short piece
+   four times in a row, dg_lsp.completion.postprocess.stutters) where the original did not.
    An edit the model wrote with a token it was less sure of than `minEditConfidence` is refused
-   before any of this (dg_lsp.gate: "the model is not confident in this edit (0.31 < 0.45)").
+   before any of this (dg_lsp.completion.gate: "the model is not confident in this edit (0.31 <
+   0.45)").
    A refused edit raises RewriteError with the reason; nothing is ever half applied.
 """
 
@@ -27,11 +28,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from dg_lsp import gate, names, signature
-from dg_lsp.actions import COMPLETE_BODY, DOCSTRING, FIX_SYNTAX, ParsedText, Target, error_count
+from dg_lsp.actions import signature
+from dg_lsp.actions.targets import (
+    COMPLETE_BODY,
+    DOCSTRING,
+    FIX_SYNTAX,
+    ParsedText,
+    Target,
+    error_count,
+)
+from dg_lsp.completion import gate
+from dg_lsp.completion.postprocess import stutters
 from dg_lsp.context import char_budget, windows
-from dg_lsp.postprocess import stutters
 from dg_lsp.settings import Settings
+from dg_lsp.syntax import names
 from engine.backend import Backend
 from engine.bounds import STRENGTH_RANGE
 from engine.types import InfillRequest, RewriteRequest, Score
@@ -89,7 +99,8 @@ def compute_edit(
         text = shape(target, generated, doc)
         original = doc.text[target.start : target.end]
         if text is not None and stutters(text) and not stutters(original):
-            unasked = "repeats itself"  # a small model's loop (dg_lsp.postprocess.stutters)
+            # a small model's loop (dg_lsp.completion.postprocess.stutters)
+            unasked = "repeats itself"
             continue
         if text is not None:
             text = _parseable(doc, target, text, before)

@@ -1,7 +1,7 @@
 """What a rewrite changes that its instruction did not ask for: the name of a function or class
 it rewrites, or that function's parameters (callers elsewhere would break).
 
-The definitions come from the query beside the language (`dg_lsp/grammars/<language>/
+The definitions come from the query beside the language (`grammars/<language>/
 signature.scm`: @function / @class with its @name, the @parameter names of its @parameters),
 read in the original selection and in the new text: those whose name lies inside. New
 definitions are paired with the old by name, then the rest in order; an old one left without
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import tree_sitter as ts
 
-from dg_lsp.languages import LanguageSpec
-from dg_lsp.names import mentions
+from dg_lsp.syntax.languages import LanguageSpec
+from dg_lsp.syntax.names import mentions
 
 QUERY = "signature"
 _ASKS_FOR_ANY = re.compile(r"renam|signature", re.IGNORECASE)

@@ -2,7 +2,7 @@
 
 A `Target` is one place an action can run: the span of the document it replaces, and the text
 the model reads around its hole there (an opening `\"\"\"` before a docstring, the indentation
-of a body). tree-sitter finds them, with the queries in `dg_lsp/grammars/<language>/actions.scm`:
+of a body). tree-sitter finds them, with the queries in `grammars/<language>/actions.scm`:
 
 - rewrite: any selection (its surrounding whitespace stays as it is);
 - complete-body: a function whose body is empty, `pass`, `...`, a TODO comment,
@@ -25,7 +25,7 @@ from itertools import accumulate
 import tree_sitter as ts
 
 from dg_lsp.context import detect_indent_unit
-from dg_lsp.languages import LanguageSpec
+from dg_lsp.syntax.languages import LanguageSpec
 
 REWRITE, COMPLETE_BODY = "rewrite", "complete-body"
 DOCSTRING, FIX_SYNTAX = "docstring", "fix-syntax"
@@ -74,7 +74,7 @@ class ParsedText:
         self, text: str, language: LanguageSpec | None, tree: ts.Tree | None = None,
         uri: str = "",
     ) -> None:
-        """`tree`: the tree of `text` where one is kept (dg_lsp.trees), else it is parsed.
+        """`tree`: the tree of `text` where one is kept (dg_lsp.lsp.trees), else it is parsed.
         `uri`: the document's identity (an editor's URI, a file's), sent beside the engine's
         requests so a team's engine keeps the document on one replica; "" for none."""
         self.text = text

@@ -11,18 +11,18 @@ from engine.threads import prepare_environment
 
 # Each module adds its subcommand with `register(subparsers)` and sets `func` on the parser.
 SUBCOMMAND_MODULES = [
-    "dg_lsp.server",
-    "dg_lsp.complete",
-    "dg_lsp.rewrite_cli",
+    "dg_lsp.lsp.server",
+    "dg_lsp.cli.complete",
+    "dg_lsp.cli.rewrite",
     "dg_lsp.batch.cli",
-    "dg_lsp.eval.cli",
-    "dg_lsp.bench",
-    "dg_lsp.doctor",
+    "dg_lsp.measure.eval.cli",
+    "dg_lsp.measure.bench",
+    "dg_lsp.cli.doctor",
 ]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from dg_lsp.doctor import version
+    from dg_lsp.cli.doctor import version
 
     parser = argparse.ArgumentParser(prog="dg-lsp", description=__doc__)
     parser.add_argument("--version", action="version", version=f"dg-lsp {version()}")
@@ -41,6 +41,3 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     return run_command("dg-lsp", lambda: args.func(args))
 
-
-if __name__ == "__main__":
-    sys.exit(main())

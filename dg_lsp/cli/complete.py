@@ -18,9 +18,8 @@ from pathlib import Path
 
 from lsprotocol import types
 
-from dg_lsp.engine_host import NoEngine, check_engine_arguments, open_for_command
-from dg_lsp.languages import language_for
-from dg_lsp.pipeline import Completion, CompletionRequest, Pipeline
+from dg_lsp.completion.pipeline import Completion, CompletionRequest, Pipeline
+from dg_lsp.lsp.engine_host import NoEngine, check_engine_arguments, open_for_command
 from dg_lsp.positions import UTF32, line_end, line_of, line_start, offset_at, position_at
 from dg_lsp.settings import (
     DEFAULT_MIN_CONFIDENCE,
@@ -30,6 +29,7 @@ from dg_lsp.settings import (
     bounded_argument,
     settings_from_arguments,
 )
+from dg_lsp.syntax.languages import language_for
 from engine.bounds import MIN_CONFIDENCE_RANGE
 
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import dg_lsp
-from dg_lsp.languages import GRAMMARS_DIR, LANGUAGES
 from dg_lsp.settings import add_model_arguments
+from dg_lsp.syntax.languages import GRAMMARS_DIR, LANGUAGES
 
 LOG_LINES = 5
 

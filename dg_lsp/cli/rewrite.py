@@ -21,12 +21,11 @@ import json
 import sys
 from pathlib import Path
 
-from dg_lsp.actions import ACTIONS, REWRITE, ParsedText, targets_at
-from dg_lsp.complete import cursor_offset
-from dg_lsp.engine_host import NoEngine, check_engine_arguments, open_for_command
+from dg_lsp.actions.rewrite import DEFAULT_STRENGTH, RewriteError, compute_edit
+from dg_lsp.actions.targets import ACTIONS, REWRITE, ParsedText, targets_at
+from dg_lsp.cli.complete import cursor_offset
 from dg_lsp.files import SourceError, diff_label, read_source, unified_diff, write_source
-from dg_lsp.languages import language_for
-from dg_lsp.rewrite import DEFAULT_STRENGTH, RewriteError, compute_edit
+from dg_lsp.lsp.engine_host import NoEngine, check_engine_arguments, open_for_command
 from dg_lsp.settings import (
     ENGINE_MODES,
     add_engine_arguments,
@@ -34,6 +33,7 @@ from dg_lsp.settings import (
     bounded_argument,
     settings_from_arguments,
 )
+from dg_lsp.syntax.languages import language_for
 from engine.bounds import STRENGTH_RANGE
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from dg_lsp.postprocess import Suggestion
+from dg_lsp.completion.postprocess import Suggestion
 
 KEY_CHARS = 4000
 

@@ -9,7 +9,7 @@ Completions (`hides`, the `minConfidence` setting): the server turns the Score a
 knows when it decides (the hole kind, the suggestion after post-processing: `features`) into
 the probability that the suggestion is close to right (edit similarity at least 0.7 to what
 the user goes on to write) with `Calibrator`, a logistic regression of seven weights fitted on
-the bundled model's completions at training-corpus cursors (dg_lsp.gate_fit,
+the bundled model's completions at training-corpus cursors (dg_lsp.measure.gate_fit,
 gate_calibrator.json), and does not show one below `minConfidence`: no ghost text, no list
 item. On held-out cursors it keeps better suggestions than the least confident token alone at
 the same share shown (docs/usage.md, "Confidence gate", has the curves and the rule the

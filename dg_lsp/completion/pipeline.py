@@ -20,12 +20,12 @@ from concurrent.futures import Executor
 from contextlib import closing
 from dataclasses import dataclass, field, replace
 
-from dg_lsp import gate
-from dg_lsp.cache import CompletionCache
+from dg_lsp.completion import gate
+from dg_lsp.completion.cache import CompletionCache
+from dg_lsp.completion.postprocess import Suggestion, postprocess, unit_end
 from dg_lsp.context import Context, OtherDocument, build_context, char_budget
-from dg_lsp.languages import LanguageSpec
-from dg_lsp.postprocess import Suggestion, postprocess, unit_end
 from dg_lsp.settings import Settings
+from dg_lsp.syntax.languages import LanguageSpec
 from engine.backend import Backend
 from engine.types import Draft, InfillRequest
 

@@ -5,7 +5,7 @@ hole kind's syntactic unit, cut a line the suggestion repeats, re-indent to the 
 drop what repeats the suffix, reuse closing brackets already after the cursor, reject junk
 (nothing, the line above again, a loop: `stutters`), check that the insertion does not add
 parse errors, and reject a suggestion that uses a name the document never defines or imports
-(dg_lsp.names).
+(dg_lsp.syntax.names).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import tree_sitter as ts
 
-from dg_lsp import names
 from dg_lsp.context import BLOCK, BRACKETS, COMMENT, Context
+from dg_lsp.syntax import names
 from engine import units
 from engine.stops import cut_at_special
 from engine.units import (

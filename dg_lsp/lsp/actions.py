@@ -2,7 +2,8 @@
 (resolved lazily or, for clients that cannot resolve, at once), and the "rewrite with
 instruction" command.
 
-The model runs in dg_lsp.rewrite (`compute_edit`) on a thread of its own, each denoising step
+The model runs in dg_lsp.actions.rewrite (`compute_edit`) on a thread of its own, each denoising
+step
 on the engine's worker, so completions in other documents step between a rewrite's steps. A
 refused edit is an LSP error the user is shown (RequestFailed, or ContentModified when the
 document changed while the model ran).
@@ -19,17 +20,17 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 from pygls.exceptions import JsonRpcContentModified, JsonRpcException
 
-from dg_lsp.actions import FIX_SYNTAX, REWRITE, ParsedText, Target, targets_at
-from dg_lsp.documents import short_path
-from dg_lsp.languages import language_for
+from dg_lsp.actions.rewrite import MAX_DOCUMENT_CHARS, RewriteError, compute_edit
+from dg_lsp.actions.targets import FIX_SYNTAX, REWRITE, ParsedText, Target, targets_at
+from dg_lsp.lsp.documents import short_path
 from dg_lsp.positions import offset_at, position_at
-from dg_lsp.rewrite import MAX_DOCUMENT_CHARS, RewriteError, compute_edit
+from dg_lsp.syntax.languages import language_for
 from engine.backend import Backend, WrappedBackend
 from engine.serve.client import EngineUnavailable
 from engine.types import Draft
 
 if TYPE_CHECKING:
-    from dg_lsp.server import DgLanguageServer
+    from dg_lsp.lsp.server import DgLanguageServer
 
 # workspace/executeCommand arguments: [{"textDocument": {"uri", "version"}, "range",
 # "instruction"?, "strength"?}]; applies the rewrite with workspace/applyEdit and returns the

@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
+from dg_lsp.completion.pipeline import Completion, CompletionRequest, Pipeline, cached_completion
 from dg_lsp.context import OtherDocument
-from dg_lsp.documents import short_path
-from dg_lsp.languages import language_for
-from dg_lsp.pipeline import Completion, CompletionRequest, Pipeline, cached_completion
+from dg_lsp.lsp.documents import short_path
 from dg_lsp.positions import line_end, offset_at, units
+from dg_lsp.syntax.languages import language_for
 from engine.serve.client import EngineUnavailable
 
 if TYPE_CHECKING:
-    from dg_lsp.server import DgLanguageServer
+    from dg_lsp.lsp.server import DgLanguageServer
 
 log = logging.getLogger(__name__)
 

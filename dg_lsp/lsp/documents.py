@@ -16,7 +16,7 @@ from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
 
-from dg_lsp.edit_history import EditHistory
+from dg_lsp.next_edit.history import EditHistory
 from dg_lsp.positions import offset_at
 
 

@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
-from dg_lsp.progress import LoadProgress
+from dg_lsp.lsp.progress import LoadProgress
 from dg_lsp.settings import Settings
 from engine.backend import Backend, CountingBackend, Counts
 from engine.serve.client import EngineUnavailable
 
 if TYPE_CHECKING:
-    from dg_lsp.server import DgLanguageServer
+    from dg_lsp.lsp.server import DgLanguageServer
 
 # Server → client notification {"state": "loading" | "ready" | "unavailable", "message": str}
 # for status bars; sent whenever the engine's state changes.

@@ -1,4 +1,4 @@
-"""`textDocument/copilotInlineEdit`: next-edit suggestions (dg_lsp.next_edit) over LSP.
+"""`textDocument/copilotInlineEdit`: next-edit suggestions (dg_lsp.next_edit.suggest) over LSP.
 
 The method Copilot's language server defined and clients already speak (Neovim's copilot-lsp,
 dg-lsp's own plugins):
@@ -26,16 +26,16 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 from pygls.exceptions import JsonRpcContentModified, JsonRpcInvalidParams
 
-from dg_lsp.actions import ParsedText
-from dg_lsp.documents import short_path
-from dg_lsp.languages import language_for
-from dg_lsp.lsp_actions import StepsOnWorker
-from dg_lsp.next_edit import MAX_DOCUMENT_CHARS, suggest
+from dg_lsp.actions.targets import ParsedText
+from dg_lsp.lsp.actions import StepsOnWorker
+from dg_lsp.lsp.documents import short_path
+from dg_lsp.next_edit.suggest import MAX_DOCUMENT_CHARS, suggest
 from dg_lsp.positions import offset_at, position_at
+from dg_lsp.syntax.languages import language_for
 from engine.serve.client import EngineUnavailable
 
 if TYPE_CHECKING:
-    from dg_lsp.server import DgLanguageServer
+    from dg_lsp.lsp.server import DgLanguageServer
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """pygls's protocol with dg-lsp's overrides: the position encoding it prefers, its own copy of
 each document, and errors without tracebacks.
 
-Nothing here knows about completions: the server (dg_lsp.server) registers the handlers.
+Nothing here knows about completions: the server (dg_lsp.lsp.server) registers the handlers.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pygls.protocol.json_rpc import (
     JsonRPCResponseMessage,
 )
 
-from dg_lsp.lsp_next_edit import CAPABILITY
+from dg_lsp.lsp.next_edit import CAPABILITY
 
 # Our choice among the encodings a client offers; UTF-16 when it offers none of them.
 PREFERRED_ENCODINGS = [types.PositionEncodingKind.Utf8, types.PositionEncodingKind.Utf16]
@@ -52,7 +52,7 @@ class DgProtocol(LanguageServerProtocol):
                                             **CAPABILITY}
         return result
 
-    # The server keeps its own copy of each document (dg_lsp.documents): pygls's workspace
+    # The server keeps its own copy of each document (dg_lsp.lsp.documents): pygls's workspace
     # documents count lines with str.splitlines, which LSP does not, and cost a pass over the
     # whole file per keystroke.
 
@@ -70,7 +70,7 @@ class DgProtocol(LanguageServerProtocol):
 
     def structure_message(self, data: dict[str, Any]) -> Any:
         """pygls's conversion, without its full traceback in the log for every message that
-        does not convert: dg_lsp.rpc answers those with the failing field instead."""
+        does not convert: dg_lsp.lsp.rpc answers those with the failing field instead."""
         if "jsonrpc" not in data:
             return data
         method = data.get("method")

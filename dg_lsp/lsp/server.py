@@ -4,17 +4,17 @@ A thin server in the style of jedi-language-server: `DgLanguageServer` holds the
 settings, each open document and its tree, the completion cache, the engine) and
 `create_server` registers handlers that delegate:
 
-- dg_lsp.lsp_protocol: pygls's protocol with our overrides (encoding, document copies, errors)
-- dg_lsp.engine_host: the engine, loaded on first use, restarted when lost, its state told
-- dg_lsp.lsp_completion: `textDocument/inlineCompletion` and `textDocument/completion`
-- dg_lsp.lsp_actions: code actions, their resolution, the rewrite-with-instruction command
+- dg_lsp.lsp.protocol: pygls's protocol with our overrides (encoding, document copies, errors)
+- dg_lsp.lsp.engine_host: the engine, loaded on first use, restarted when lost, its state told
+- dg_lsp.lsp.completion: `textDocument/inlineCompletion` and `textDocument/completion`
+- dg_lsp.lsp.actions: code actions, their resolution, the rewrite-with-instruction command
 
 Both completion requests run the same `Pipeline`. Handlers are `async`: each denoising step
 runs on the engine's single worker thread and is awaited, so `$/cancelRequest`, or a newer
 request for the same document, stops a completion at the next step boundary.
 
-The server reads messages with dg_lsp.rpc (every request is answered, also a malformed one),
-keeps its own copy of each open document (dg_lsp.documents, LSP's line rule) and converts
+The server reads messages with dg_lsp.lsp.rpc (every request is answered, also a malformed one),
+keeps its own copy of each open document (dg_lsp.lsp.documents, LSP's line rule) and converts
 every position with dg_lsp.positions.
 """
 
@@ -32,16 +32,20 @@ from lsprotocol import types
 from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
 
-from dg_lsp import __version__, lsp_actions, lsp_completion, lsp_next_edit, rpc
-from dg_lsp.cache import CompletionCache
-from dg_lsp.documents import Documents
-from dg_lsp.engine_host import EngineHost
-from dg_lsp.languages import language_for
-from dg_lsp.lsp_actions import REWRITE_COMMAND
-from dg_lsp.lsp_protocol import DgProtocol
-from dg_lsp.pipeline import Completion
+from dg_lsp import __version__
+from dg_lsp.completion.cache import CompletionCache
+from dg_lsp.completion.pipeline import Completion
+from dg_lsp.lsp import actions as lsp_actions
+from dg_lsp.lsp import completion as lsp_completion
+from dg_lsp.lsp import next_edit as lsp_next_edit
+from dg_lsp.lsp import rpc
+from dg_lsp.lsp.actions import REWRITE_COMMAND
+from dg_lsp.lsp.documents import Documents
+from dg_lsp.lsp.engine_host import EngineHost
+from dg_lsp.lsp.protocol import DgProtocol
+from dg_lsp.lsp.trees import DocumentTrees
 from dg_lsp.settings import Settings, parse_settings
-from dg_lsp.trees import DocumentTrees
+from dg_lsp.syntax.languages import language_for
 from engine.backend import Backend
 
 log = logging.getLogger(__name__)
@@ -67,7 +71,7 @@ class DgLanguageServer(LanguageServer):
     # -- transport ------------------------------------------------------------------------
 
     def start_io(self, stdin: Any = None, stdout: Any = None) -> None:
-        """Serve on stdio with dg_lsp.rpc's reader (every request answered)."""
+        """Serve on stdio with dg_lsp.lsp.rpc's reader (every request answered)."""
         self._stop_event = threading.Event()
         self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
         stream = rpc.Stream.of_file(stdin or sys.stdin.buffer, self.thread_pool)

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import tree_sitter as ts
 
-from dg_lsp.documents import Change
-from dg_lsp.languages import LanguageSpec
+from dg_lsp.lsp.documents import Change
+from dg_lsp.syntax.languages import LanguageSpec
 
 
 @dataclass

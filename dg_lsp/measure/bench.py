@@ -5,13 +5,15 @@ Sections (all but batch by default, `--section` to pick):
 - lsp: `textDocument/inlineCompletion` through a real LSP client against `dg-lsp serve` as an
   editor starts it (the resident engine, default settings) and, on the same requests, with the
   model in the server (`--engine inproc`): latency of cold, warm and typed-through requests, and
-  what was shown scored per cursor class (dg_lsp/bench_lsp.py says how); with `--load`, again
-  while other processes keep cores busy (dg_lsp/bench_load.py), idle and loaded side by side;
+  what was shown scored per cursor class (dg_lsp/measure/bench_lsp.py says how); with `--load`,
+  again
+  while other processes keep cores busy (dg_lsp/measure/bench_load.py), idle and loaded side by
+  side;
 - gate: the confidence gate's curve on the same cursors: the share shown against the exact
   match and edit similarity of what is shown, per cursor class and pooled, at a range of
   `minConfidence` thresholds on the calibrated probability, and the one the rule of
   docs/usage.md picks; beside it the pooled curve of the least confident token alone
-  (dg_lsp/bench_gate.py);
+  (dg_lsp/measure/bench_gate.py);
 - samplers: per-completion latency, forward passes, tokens per forward and edit similarity for
   top-k k=1 (one token per step), confidence threshold and entropy bound, and the
   autoregressive baseline (KV cache) on single-line holes;
@@ -23,10 +25,10 @@ Sections (all but batch by default, `--section` to pick):
   (which holds the engine the other sections use);
 - batch (only when asked: it deploys a team's engine on a local Ray cluster, twice): batch
   mode's files per minute and tokens per second through the resident engine and through a
-  team's engine of one and of two replicas, over `--limit` files (dg_lsp/bench_batch.py).
+  team's engine of one and of two replicas, over `--limit` files (dg_lsp/measure/bench_batch.py).
 
 Cases come from `--cases-from`, by default held-out third-party code no model here trained on
-(dg_lsp/eval/heldout.py: a pinned PyPI package, fetched once).
+(dg_lsp/measure/eval/heldout.py: a pinned PyPI package, fetched once).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="sections to run (repeatable; default: all but batch)")
     parser.add_argument("--cases-from", type=Path, default=None,
                         help="folder of Python sources to cut cases from (default: the "
-                        "held-out third-party package, see dg_lsp/eval/heldout.py)")
+                        "held-out third-party package, see dg_lsp/measure/eval/heldout.py)")
     parser.add_argument("--limit", type=int, default=80,
                         help="cases per section (batch: files, three functions each)")
     parser.add_argument("--functions", type=int, default=2,
@@ -79,10 +81,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dg_lsp.bench_load import describe, parse_load
-    from dg_lsp.bench_lsp import cut_functions, peak_rss_mb
-    from dg_lsp.eval.heldout import PACKAGE, VERSION, heldout_sources
-    from engine.cases import cut_cases, cut_cursor_cases
+    from dg_lsp.measure.bench_load import describe, parse_load
+    from dg_lsp.measure.bench_lsp import cut_functions, peak_rss_mb
+    from dg_lsp.measure.eval.heldout import PACKAGE, VERSION, heldout_sources
+    from engine.data.cases import cut_cases, cut_cursor_cases
 
     sections = args.section or list(DEFAULT_SECTIONS)
     try:
@@ -108,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
             _show(args, f"idle and with {describe(*load)} beside it",
                   report["lsp"]["sideBySide"])
     if "gate" in sections:
-        from dg_lsp.bench_gate import gate_section
+        from dg_lsp.measure.bench_gate import gate_section
 
         cursors = cut_cursor_cases(folder, args.limit, seed=args.seed)
         report["gate"] = gate_section(cursors, args.model, args.device)
@@ -143,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
                             **report.get("lsp", {}).get("memory", {})}
         _show(args, "memory", [report["memory"]])
     if "batch" in sections:
-        from dg_lsp.bench_batch import FUNCTIONS_PER_FILE, batch_section
+        from dg_lsp.measure.bench_batch import FUNCTIONS_PER_FILE, batch_section
 
         report["batch"] = batch_section(folder, args.limit, args.model, args.device, args.seed)
         _show(args, "batch mode: `dg-lsp batch --action docstrings --check`, the same files "
@@ -158,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def sampler_section(engine: Any, cases: list, args: argparse.Namespace) -> list[dict]:
-    from dg_lsp.eval.runner import Predictor, evaluate, load_predictor
+    from dg_lsp.measure.eval.runner import Predictor, evaluate, load_predictor
     from dg_lsp.settings import Settings
     from engine.types import SamplerSettings
 
@@ -203,8 +205,8 @@ def measure_loads(cursors: list, functions: list, args: argparse.Namespace,
                   load: tuple[str, int] | None) -> dict[str, Any]:
     """The lsp section on the idle machine and, given a `load`, again beside it: every row
     labelled with its load, and the two side by side."""
-    from dg_lsp.bench_load import BackgroundLoad, describe
-    from dg_lsp.bench_lsp import measure
+    from dg_lsp.measure.bench_load import BackgroundLoad, describe
+    from dg_lsp.measure.bench_lsp import measure
 
     conditions = [("idle", None)] + ([(describe(*load), load)] if load else [])
     report: dict[str, Any] = {"latency": [], "cursorClasses": []}

@@ -3,7 +3,7 @@ engine and through a team's engine (engine.serve.ray_app on Ray Serve) of one re
 two, side by side in one run.
 
 The files: `--limit` small Python files, each three functions of the cases' source (the
-held-out package by default; dg_lsp.bench_lsp.cut_functions: functions without a docstring,
+held-out package by default; dg_lsp.measure.bench_lsp.cut_functions: functions without a docstring,
 dedented), so `--action docstrings` has three targets in each. Every row is one
 `dg-lsp batch FILES --action docstrings --check` over them, as a user runs it, its engine
 started and warmed up first (a model load is not batch throughput).
@@ -56,7 +56,7 @@ def batch_section(folder: Path, limit: int, model: str | None, device: str,
 def write_files(folder: Path, count: int, into: Path) -> int:
     """`count` files (fewer when the source runs out) of FUNCTIONS_PER_FILE functions each (the
     last may hold fewer); how many were written."""
-    from dg_lsp.bench_lsp import cut_functions
+    from dg_lsp.measure.bench_lsp import cut_functions
 
     functions = []  # whole functions only: the cut ends a body at its first dedented line
     for function in cut_functions(folder, 2 * count * FUNCTIONS_PER_FILE):

@@ -1,9 +1,9 @@
 """The gate part of `dg-lsp bench`: what the confidence gate hides and what it keeps.
 
-The cursors are the lsp section's (engine/cases.py `cut_cursor_cases`, the same seed and
+The cursors are the lsp section's (engine/data/cases.py `cut_cursor_cases`, the same seed and
 documents). Each runs the default path once in process (`Pipeline`, default settings but
 `minConfidence` 0) and keeps what it would show with the engine's Score of it and what the
-server knows when it decides; the gate is a filter on those (dg_lsp.gate.hides: the
+server knows when it decides; the gate is a filter on those (dg_lsp.completion.gate.hides: the
 calibrator's probability, `calibrated`), so the curve at every threshold comes from the one
 run. Beside it, the same curve for the least confident token alone (`lowest`, what the gate
 read before the calibrator). What is shown is scored as the lsp section scores it (cut to as
@@ -22,14 +22,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dg_lsp.eval.scoring import edit_similarity, exact_match
-from dg_lsp.gate import features
-from engine.cases import Case
+from dg_lsp.completion.gate import features
+from dg_lsp.measure.eval.scoring import edit_similarity, exact_match
+from engine.data.cases import Case
 from engine.types import Score
 
 # Denser where the bundled model's curve crosses a third of the cursors shown.
 THRESHOLDS = (0.0, 0.05, 0.1, 0.12, 0.14, 0.16, 0.18, 0.2, 0.22, 0.25, 0.3, 0.4, 0.5, 0.6, 0.8)
-# The calibrator's probabilities (dg_lsp.gate.Calibrator): denser where its curve crosses a
+# The calibrator's probabilities (dg_lsp.completion.gate.Calibrator): denser where its curve
+# crosses a
 # third of the training cursors shown (0.05 to 0.08 for the models so far).
 PROBABILITIES = (0.0, 0.02, 0.03, 0.04, 0.045, 0.05, 0.055, 0.06, 0.07, 0.08, 0.1, 0.12, 0.15,
                  0.2, 0.3, 0.5)
@@ -47,7 +48,8 @@ class Shown:
     similarity: float
     mean: float | None = None  # engine.types.Score.mean
     shown: str = ""  # what is scored: the suggestion cut to as many lines as the reference
-    # What the server knows when it decides (dg_lsp.gate.features reads the Score, the hole
+    # What the server knows when it decides (dg_lsp.completion.gate.features reads the Score, the
+    # hole
     # and the text; scripts/experiments/gate_features.py tries the line and finish reason):
     tokens: int = 0  # Score.tokens
     passes: int = 0  # Score.passes
@@ -64,7 +66,7 @@ class Shown:
                      self.tokens, self.passes)
 
     def features(self) -> list[float] | None:
-        """dg_lsp.gate.features of the suggestion; None: none was made."""
+        """dg_lsp.completion.gate.features of the suggestion; None: none was made."""
         score = self.score()
         if score is None:
             return None
@@ -74,9 +76,9 @@ class Shown:
 def run_cursors(cases: list[Case], model: str | None, device: str,
                 on_row: Callable[[Shown], None] | None = None) -> list[Shown]:
     """Every cursor through the default path with the gate off (`on_row` sees each row)."""
-    from dg_lsp.languages import language_for
-    from dg_lsp.pipeline import CompletionRequest, Pipeline, _last_draft
+    from dg_lsp.completion.pipeline import CompletionRequest, Pipeline, _last_draft
     from dg_lsp.settings import Settings
+    from dg_lsp.syntax.languages import language_for
     from engine import Engine
 
     settings = Settings(model=model, device=device, min_confidence=0.0)
@@ -109,8 +111,8 @@ def lowest(row: Shown) -> float | None:
 
 def calibrated(row: Shown) -> float | None:
     """What the gate thresholds: the calibrator's probability that the row's suggestion is
-    close to right (dg_lsp.gate.confidence)."""
-    from dg_lsp.gate import confidence
+    close to right (dg_lsp.completion.gate.confidence)."""
+    from dg_lsp.completion.gate import confidence
 
     score = row.score()
     return None if score is None else confidence(score, row.hole, row.text, row.repeated)
@@ -176,8 +178,8 @@ def score_cost_ms(hole: int, passes: int, repeats: int = 2000) -> float:
 
 def calibrator_cost_ms(repeats: int = 2000) -> float:
     """The median time the calibrator adds to a completion: its features and probability
-    (dg_lsp.gate.confidence) of a 40-character suggestion."""
-    from dg_lsp.gate import confidence
+    (dg_lsp.completion.gate.confidence) of a 40-character suggestion."""
+    from dg_lsp.completion.gate import confidence
 
     score = Score(0.3, 0.7, 12, 9)
     seconds = []

@@ -8,7 +8,7 @@ against `dg-lsp serve --engine inproc` (the model inside the server) for compari
 Two replays, every request `textDocument/inlineCompletion`, timed from request to answer (the
 debounce an editor waits before asking is the editor's, not in these numbers):
 
-- cursor cases (engine/cases.py `CURSOR_CLASSES`): the document opened with the rest of
+- cursor cases (engine/data/cases.py `CURSOR_CLASSES`): the document opened with the rest of
   the unit cut at the cursor; the first request is "cold" and what it shows is scored against
   what was cut (exact match, edit similarity; cut to as many lines as the reference). Then the
   user types the first TYPED_CHARS characters of what was cut, asking after each: a keystroke
@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dg_lsp.eval.scoring import edit_similarity, exact_match
+from dg_lsp.measure.eval.scoring import edit_similarity, exact_match
 from dg_lsp.positions import UTF16, position_at
-from engine.cases import Case, source_files
+from engine.data.cases import Case, source_files
 
 TYPED_CHARS = 6  # keystrokes replayed after each cursor case's cold request
 PATHS = {"default (resident engine)": [], "in-process (--engine inproc)": ["--engine", "inproc"]}
@@ -203,7 +203,7 @@ class Session:
     async def ask_next_edit(self, uri: str, text: str, offset: int
                             ) -> tuple[list[dict[str, Any]], float]:
         """textDocument/copilotInlineEdit at `offset`: the edits and the seconds it took."""
-        from dg_lsp.lsp_next_edit import METHOD
+        from dg_lsp.lsp.next_edit import METHOD
 
         position = position_at(text, offset, UTF16)
         start = time.perf_counter()
@@ -249,7 +249,7 @@ class Session:
 
 
 def percentiles(seconds: list[float]) -> dict[str, float | None]:
-    from engine.stats import percentile
+    from engine.data.stats import percentile
 
     if not seconds:
         return {"p50Ms": None, "p95Ms": None, "p99Ms": None}

@@ -1,20 +1,24 @@
-"""Fit the confidence gate's calibrator (dg_lsp.gate.Calibrator) from the bundled model's own
+"""Fit the confidence gate's calibrator (dg_lsp.completion.gate.Calibrator) from the bundled
+model's own
 completions on training-corpus cursors.
 
-    python -m dg_lsp.gate_fit collect --out runs/gate/train.jsonl   # 2400 cursors, seed 1
-    python -m dg_lsp.gate_fit fit --rows runs/gate/train.jsonl      # -> dg_lsp/gate_calibrator.json
+    python -m dg_lsp.measure.gate_fit collect --out runs/gate/train.jsonl   # 2400 cursors, seed 1
+    python -m dg_lsp.measure.gate_fit fit --rows runs/gate/train.jsonl
+    # -> dg_lsp/completion/gate_calibrator.json
 
-`collect` cuts cursors with `engine.cases.cut_cursor_cases` (the bench's 8 cursor classes)
+`collect` cuts cursors with `engine.data.cases.cut_cursor_cases` (the bench's 8 cursor classes)
 from the files of this interpreter's standard library that the corpus builder trains on
 (`engine.train.corpus`: its skip rules, FORBIDDEN and the "train" split; never a file it holds
 out, the held-out bench packages or evaluation data), runs each through the default path with
-the gate off (dg_lsp.bench_gate.run_cursors: what the server would show, its Score and what
+the gate off (dg_lsp.measure.bench_gate.run_cursors: what the server would show, its Score and what
 the server knows when it decides) and writes one JSON line per cursor.
 
 `fit` fits a logistic regression (Newton's method, an L2 penalty on the standardized weights
 chosen by 5-fold cross-validated log loss from a small grid; deterministic) predicting that
-the suggestion is right from `dg_lsp.gate.features`, on the cursors that got a suggestion,
-and writes the JSON dg_lsp.gate.calibrator reads. Right is `--label similar` (the default):
+the suggestion is right from `dg_lsp.completion.gate.features`, on the cursors that got a
+suggestion,
+and writes the JSON dg_lsp.completion.gate.calibrator reads. Right is `--label similar` (the
+default):
 the suggestion, cut to as many lines as what was written there, is at least SIMILAR in edit
 similarity to it (exact matches are 6% of the training suggestions, too few to fit on; this
 label holds them and the near misses a user would accept and touch up, 10%, and on
@@ -37,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from dg_lsp.gate import CALIBRATOR_FILE, FEATURES, Calibrator
+from dg_lsp.completion.gate import CALIBRATOR_FILE, FEATURES, Calibrator
 
 PENALTIES = (0.1, 1.0, 3.0, 10.0, 30.0)
 FOLDS = 5
@@ -61,8 +65,8 @@ def training_folder(out: Path) -> Path:
 
 
 def collect(out: Path, count: int, seed: int, model: str | None, device: str) -> int:
-    from dg_lsp.bench_gate import run_cursors
-    from engine.cases import cut_cursor_cases
+    from dg_lsp.measure.bench_gate import run_cursors
+    from engine.data.cases import cut_cursor_cases
 
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as folder, out.open("w", encoding="utf-8") as lines:
@@ -88,7 +92,7 @@ def load_rows(path: Path) -> list[dict[str, Any]]:
 
 def design(rows: list[dict[str, Any]], label: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Features and labels of the rows with a suggestion (what the gate decides on)."""
-    from dg_lsp.bench_gate import Shown
+    from dg_lsp.measure.bench_gate import Shown
 
     xs, ys, ids = [], [], []
     for row in rows:
@@ -185,7 +189,7 @@ def fit(rows: list[dict[str, Any]], label: str = "similar",
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dg_lsp.gate_fit", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m dg_lsp.measure.gate_fit", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("collect", help="the default path's suggestions on training cursors")
@@ -206,11 +210,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = [row for path in args.rows for row in load_rows(path)]
     model, meta = fit(rows, args.label)
     data = model.to_json(trained_on="bundled model, default path settings, the suggestions at "
-                         "cursors cut with engine.cases.cut_cursor_cases from the standard "
+                         "cursors cut with engine.data.cases.cut_cursor_cases from the standard "
                          f"library files (Python {sys.version.split()[0]}) the corpus trains "
-                         "on", refit="python -m dg_lsp.gate_fit collect --out "
+                         "on", refit="python -m dg_lsp.measure.gate_fit collect --out "
                          "runs/gate/train.jsonl --count 2400 --seed 1; python -m "
-                         "dg_lsp.gate_fit fit --rows runs/gate/train.jsonl", **meta)
+                         "dg_lsp.measure.gate_fit fit --rows runs/gate/train.jsonl", **meta)
     args.out.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     print(f"-> {args.out}")
     return 0

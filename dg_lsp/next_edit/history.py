@@ -1,4 +1,5 @@
-"""Each open document's last few edits, as next-edit suggestions (dg_lsp.next_edit) read them.
+"""Each open document's last few edits, as next-edit suggestions (dg_lsp.next_edit.suggest) read
+them.
 
 Every `didChange` event is reduced to what really changed (the common head and tail of the
 old and new text are dropped, so a client that sends whole lines or whole documents records
@@ -6,14 +7,14 @@ the same edit as one that sends keystrokes) and merged into the previous edit wh
 what that edit inserted or changes the same line: a burst of typing, backspacing or an undo of
 it is one edit, so is `int(` typed before a value and `)` after it, and an edit undone to
 nothing is forgotten. The history is bounded in edits and characters;
-it lives and dies with the document (dg_lsp.documents).
+it lives and dies with the document (dg_lsp.lsp.documents).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.edits import LineEdit, smallest_change
+from engine.edits.synthetic import LineEdit, smallest_change
 
 MAX_EDITS = 8
 # Characters kept of an edit's removed and inserted text: a paste of a whole file is one edit

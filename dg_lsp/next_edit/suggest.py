@@ -6,30 +6,33 @@ follows. The suggestion is found in three steps:
 1. **Where**: tree-sitter and the history choose, the model does not. The region is the
    definition enclosing the last edit, cut to REGION_LINES lines on each side (the whole
    window when no definition encloses it). The spans to look at (`spans`) are the region's
-   other occurrences of the words the last edit removed (engine.edits.changed_words), or,
+   other occurrences of the words the last edit removed (engine.edits.synthetic.changed_words), or,
    when it removed none but changed a line inside, the lines alike that line as it was, or,
    when it added a parameter to a function's header or removed one, the argument lists of
-   the calls of it; nearest the cursor first. The region and the spans are computed in engine.edits
+   the calls of it; nearest the cursor first. The region and the spans are computed in
+   engine.edits.synthetic
    (region_around, implied_spans), where the real edits cut for training and evaluation
-   (engine.version_edits) find them the same way. An edit that removed no word and only
+   (engine.edits.real) find them the same way. An edit that removed no word and only
    added text at a line's end or a new line (a statement being written) implies nothing,
    and a span at the cursor is the inline completion's.
 2. **What**: the model writes what each span becomes (an infill of a few tokens ending a
    comment above the span's line, `# count ->`, under the recent edits shown as comments:
-   engine.edits.infill_text), through the same Backend and resident engine as every
+   engine.edits.synthetic.infill_text), through the same Backend and resident engine as every
    completion, cancelled like them. A word is written as one of the new words the edits put
-   in, or not at all (InfillRequest.choices, engine.edits.next_words): the bundled model,
+   in, or not at all (InfillRequest.choices, engine.edits.synthetic.next_words): the bundled model,
    asked to copy a rare word (`iterator`), otherwise writes a frequent one (`logger`), the old
    word back, or the first piece of the new one (` field` of `fieldNames`). Likewise a
    line alike the edited one becomes that line changed the same way where their pieces
-   line up (engine.edits.analogous_lines), and a call's arguments, after its function gained
+   line up (engine.edits.synthetic.analogous_lines), and a call's arguments, after its function
+   gained
    or lost a parameter, one of the lists the header's change implies
-   (engine.edits.argument_lists), or each stays: written freely, the model garbles the text
+   (engine.edits.synthetic.argument_lists), or each stays: written freely, the model garbles the
+   text
    it copies.
 3. **Whether**: a suggestion is offered only if the model changed the span (a word: into
    one of those new words, not a piece of one), the edited document parses no worse, uses
-   no name the file lacks (dg_lsp.names), and the model was at least `minEditConfidence`
-   sure of it (dg_lsp.gate). The user's own edit is never touched, so nothing undoes it.
+   no name the file lacks (dg_lsp.syntax.names), and the model was at least `minEditConfidence`
+   sure of it (dg_lsp.completion.gate). The user's own edit is never touched, so nothing undoes it.
 """
 
 from __future__ import annotations
@@ -37,14 +40,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from dg_lsp import gate, names
-from dg_lsp.actions import ParsedText, error_count
+from dg_lsp.actions.targets import ParsedText, error_count
+from dg_lsp.completion import gate
+from dg_lsp.completion.postprocess import stutters
 from dg_lsp.context import char_budget, windows
-from dg_lsp.edit_history import RecordedEdit
-from dg_lsp.postprocess import stutters
+from dg_lsp.next_edit.history import RecordedEdit
 from dg_lsp.settings import Settings
+from dg_lsp.syntax import names
 from engine.backend import Backend
-from engine.edits import (
+from engine.edits.synthetic import (
     MAX_SPANS,
     WORD,
     LineEdit,
@@ -67,7 +71,8 @@ WORD_TOKENS = 16
 LINE_TOKENS = 48
 MAX_DOCUMENT_CHARS = 1_000_000
 # A longer word (a long string literal) does not fit WORD_TOKENS; the bound (and
-# engine.edits.MAX_ALIKE_CHARS for lines and argument lists) keeps a request's choices inside
+# engine.edits.synthetic.MAX_ALIKE_CHARS for lines and argument lists) keeps a request's choices
+# inside
 # the engine's (engine.serve.protocol.MAX_CHOICES_TEXT).
 MAX_WORD_CHARS = 200
 
@@ -97,7 +102,8 @@ def region(doc: ParsedText, edit: RecordedEdit) -> tuple[int, int]:
 
 
 def spans(doc: ParsedText, edit: RecordedEdit, cursor: int) -> list[Span]:
-    """Where `edit` may imply a change, nearest the cursor first (engine.edits.implied_spans:
+    """Where `edit` may imply a change, nearest the cursor first
+    (engine.edits.synthetic.implied_spans:
     the occurrences of the words it removed, or the lines alike the line it changed inside)."""
     return implied_spans(doc.text, edit.line_edit(), edit.start, edit.end, cursor,
                          region(doc, edit))

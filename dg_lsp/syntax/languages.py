@@ -1,7 +1,7 @@
 """Which tree-sitter grammar reads a document, from its LSP language id or file extension.
 
 Grammars are the official wheels on PyPI, imported only when a document of that language is
-first seen. Queries live beside each language in `dg_lsp/grammars/<name>/*.scm`, as editors
+first seen. Queries live beside each language in `grammars/<name>/*.scm`, as editors
 keep them.
 """
 
@@ -15,13 +15,21 @@ from urllib.parse import unquote, urlparse
 
 import tree_sitter as ts
 
-# Package data: found beside this module in a wheel, an sdist and the source tree alike.
-GRAMMARS_DIR = Path(__file__).resolve().parent / "grammars"
+
+def _grammars_dir() -> Path:
+    """The query files: `dg_lsp/grammars/` in an installed wheel (setup.py maps the repository's
+    `grammars/` there), else the repository's top-level `grammars/` in a checkout."""
+    package = Path(__file__).resolve().parent.parent
+    installed = package / "grammars"
+    return installed if installed.is_dir() else package.parent / "grammars"
+
+
+GRAMMARS_DIR = _grammars_dir()
 
 
 @dataclass(frozen=True)
 class LanguageSpec:
-    name: str  # folder under dg_lsp/grammars/
+    name: str  # folder under grammars/
     module: str  # the grammar wheel's import name
     function: str  # the wheel's function returning the language pointer
     line_comment: str

@@ -2,7 +2,7 @@
 that never mentions `jnp`): a completion or an edit that uses one is refused.
 
 What a suggestion uses and binds comes from the query beside the language
-(`dg_lsp/grammars/<language>/names.scm`: @use, @bind, @skip) over the tree of the text with
+(`grammars/<language>/names.scm`: @use, @bind, @skip) over the tree of the text with
 the suggestion in place, read only inside the suggestion's bytes. A name is known when the
 suggestion binds it itself, when it is a builtin of the language, or when it is a word
 anywhere in the document. That last rule is lenient on purpose: a word in a comment, a string
@@ -21,7 +21,7 @@ from collections.abc import Iterable
 
 import tree_sitter as ts
 
-from dg_lsp.languages import LanguageSpec
+from dg_lsp.syntax.languages import LanguageSpec
 
 QUERY = "names"
 # Besides the words of the document: what the language gives every file.

@@ -1,7 +1,7 @@
 """Released versions of a PyPI package's Python sources, fetched with pip into the user's cache.
 
-The held-out code the bench and the evaluation run on (dg_lsp.eval.heldout) and the real
-edits between consecutive releases (engine.version_edits, `dg-engine version-edits`) are
+The held-out code the bench and the evaluation run on (dg_lsp.measure.eval.heldout) and the real
+edits between consecutive releases (engine.edits.real, `dg-engine version-edits`) are
 fetched the same way: `pip download --no-deps` from the package index pip is set up for,
 the release's .py files kept under ~/.cache/dg-lsp (XDG_CACHE_HOME is honoured) and reused.
 

@@ -1,5 +1,6 @@
 """The numbers every benchmark, evaluation and training check reports: latency percentiles
-(p50, p95, p99) and the edit similarity of a completion to its reference (dg_lsp.eval.scoring
+(p50, p95, p99) and the edit similarity of a completion to its reference
+(dg_lsp.measure.eval.scoring
 states the definitions)."""
 
 from __future__ import annotations

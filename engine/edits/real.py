@@ -3,13 +3,14 @@
 Between two releases a file changed in hunks (difflib on its lines; a block of n lines
 replaced by n lines counts as n one-line hunks, as a user edits them one line at a time).
 A hunk and the hunk after it make a case when the first implies the second as the server
-sees it (dg_lsp.next_edit):
+sees it (dg_lsp.next_edit.suggest):
 
 - the document is the old file with the hunks up to the first one applied; the user's edit
   is the first, as the editor's history records it (its smallest change: change_at, removed,
   inserted; its whole lines as a LineEdit);
 - the next hunk changes nothing but one span the server's span finder
-  (engine.edits.implied_spans, over the region engine.edits.definition_region finds) asks
+  (engine.edits.synthetic.implied_spans, over the region engine.edits.synthetic.definition_region
+  finds) asks
   the model about after that edit, among the first MAX_SPANS it tries: an occurrence of a
   word the edit removed (a rename followed, a literal changed again) or a line alike the
   edited one (a pattern repeated);
@@ -17,7 +18,8 @@ sees it (dg_lsp.next_edit):
   for a name, a literal for a literal) or one line, short enough to write.
 
 Each case is a SyntheticEdit of kind "real" (text[start:end] and expected: the next hunk's
-old and new text), rendered for the model as the synthetic ones are (engine.edits.model_text):
+old and new text), rendered for the model as the synthetic ones are
+(engine.edits.synthetic.model_text):
 trained on by `dg-engine train --real-edits FILE` and judged by `dg-lsp eval --suite
 next-edit`. Cutting is deterministic: the same two texts give the same cases in the same
 order.
@@ -29,7 +31,7 @@ import ast
 import difflib
 from dataclasses import dataclass
 
-from engine.edits import (
+from engine.edits.synthetic import (
     MAX_SPANS,
     WINDOW_LINES,
     WORD,
@@ -49,7 +51,7 @@ REAL = "real"
 # data; difflib on them is slow and teaches nothing about a user's next edit.
 MAX_FILE_CHARS = 400_000
 # The user's edit: larger hunks are rewrites, shown to the model cut to a comment line each
-# side (engine.edits.SHOWN_CHARS), and they imply no one span.
+# side (engine.edits.synthetic.SHOWN_CHARS), and they imply no one span.
 MAX_EDIT_LINES = 8
 # The answer's length in characters, a cheap bound before tokenizing: the server writes a
 # word in 16 tokens and a line in 48 (training keeps answers of MAX_MIDDLE tokens at most).
@@ -143,7 +145,7 @@ def _case(original: str, text: str, after: str) -> SyntheticEdit | None:
 
 def answerable(original: str, expected: str, span: Span) -> bool:
     """Whether the server can write `expected` over `original`: for a word, one word of the
-    same kind (dg_lsp.next_edit takes the first word the model writes, if it is); for a
+    same kind (dg_lsp.next_edit.suggest takes the first word the model writes, if it is); for a
     line, one line without its indentation (it takes the first line, stripped); both
     short."""
     if not expected or len(expected) > MAX_ANSWER_CHARS or expected == original:

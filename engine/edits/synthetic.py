@@ -1,6 +1,6 @@
 """Edits as a model reads them, and the synthetic edits it learns from and is judged on.
 
-A next-edit suggestion (dg_lsp.next_edit) asks the model what one span becomes (an
+A next-edit suggestion (dg_lsp.next_edit.suggest) asks the model what one span becomes (an
 occurrence of a word the user's last edit removed, or a line alike the edited one), with the
 user's recent edits written as comments just above the span's line and the question as the
 last comment, which the model ends:
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.stats import edit_similarity
+from engine.data.stats import edit_similarity
 from engine.units import OPENERS, bracket_depths
 
 # What an edit can rename or change consistently: identifiers, numbers, one-line strings.
@@ -147,8 +147,8 @@ def line_span(text: str, offset: int) -> tuple[int, int]:
 
 
 # -- where an edit implies a change -----------------------------------------------------------
-# The server's span finder (dg_lsp.next_edit.spans) and the real edits cut from released
-# versions (engine.version_edits) both use these, so that a training or evaluation case is
+# The server's span finder (dg_lsp.next_edit.suggest.spans) and the real edits cut from released
+# versions (engine.edits.real) both use these, so that a training or evaluation case is
 # one the server would ask about.
 
 # A suggestion may change the definition around the edit, cut to this many lines either side.
@@ -441,7 +441,7 @@ class SyntheticEdit:
     text[start:end] should become `expected` next ("noop": nothing should follow)."""
 
     # "rename", "literal", "keep" (the span is already right), "pattern", "noop", or "real"
-    # (cut from two released versions of a file: engine.version_edits)
+    # (cut from two released versions of a file: engine.edits.real)
     kind: str
     original: str
     change_at: int

@@ -1,7 +1,8 @@
 """`dg-lsp eval`: how well models fill holes, side by side with trivial baselines.
 
 The models run in this process, or the model under test is a team's engine
-(`--engine URL --token-file F`, the fixed protocol: see dg_lsp.eval.runner.Predictor.backend)
+(`--engine URL --token-file F`, the fixed protocol: see
+dg_lsp.measure.eval.runner.Predictor.backend)
 beside the baselines `--model` names. Exit status 2: bad input or no engine.
 """
 
@@ -13,17 +14,17 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from dg_lsp.engine_host import NoEngine, check_engine_arguments, open_for_command
-from dg_lsp.eval import next_edit
-from dg_lsp.eval.baselines import BASELINES
-from dg_lsp.eval.heldout import (
+from dg_lsp.lsp.engine_host import NoEngine, check_engine_arguments, open_for_command
+from dg_lsp.measure.eval import next_edit
+from dg_lsp.measure.eval.baselines import BASELINES
+from dg_lsp.measure.eval.heldout import (
     SECOND_PACKAGE,
     SECOND_VERSION,
     heldout_release_pairs,
     heldout_sources,
 )
-from dg_lsp.eval.humaneval import SUITES, load_suite
-from dg_lsp.eval.runner import (
+from dg_lsp.measure.eval.humaneval import SUITES, load_suite
+from dg_lsp.measure.eval.runner import (
     BUNDLED,
     DEFAULT_HOLE_TOKENS,
     PROTOCOLS,
@@ -35,7 +36,7 @@ from dg_lsp.eval.runner import (
 )
 from dg_lsp.settings import Settings, add_engine_arguments, bounded_argument, sampler_argument
 from engine.bounds import CANVAS_LENGTH_RANGE
-from engine.cases import KINDS, Case, cut_cases
+from engine.data.cases import KINDS, Case, cut_cases
 from engine.types import CANVAS_LENGTH, SAMPLERS, SamplerSettings
 
 DEFAULT_MODELS = ["empty", "copy-prev-line", BUNDLED]

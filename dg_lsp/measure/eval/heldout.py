@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.releases import cache_root, fetch_sources, release_pairs, versions_cache
+from engine.data.releases import cache_root, fetch_sources, release_pairs, versions_cache
 from engine.train.corpus import BENCHMARK_PACKAGES
 
 PACKAGE, VERSION = "more-itertools", "10.5.0"
@@ -29,7 +29,7 @@ def cache_dir() -> Path:
 def heldout_sources(cache: Path | None = None, package: str = PACKAGE,
                     version: str = VERSION) -> Path:
     """The folder of a pinned package's Python sources (the bench's by default), fetched on
-    first use (engine.releases: its wheel, with pip).
+    first use (engine.data.releases: its wheel, with pip).
 
     Raises OSError with the reason (and what to do) when pip cannot fetch it."""
     folder = (cache or cache_dir()) / f"{package}-{version}"

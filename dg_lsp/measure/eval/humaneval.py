@@ -14,7 +14,7 @@ import os
 import random
 from pathlib import Path
 
-from engine.cases import Case
+from engine.data.cases import Case
 
 # suite name -> (file, hole kind)
 SUITES = {
@@ -27,7 +27,7 @@ SUITES = {
 def default_data_dir() -> Path:
     if os.environ.get("DG_EVAL_DATA"):
         return Path(os.environ["DG_EVAL_DATA"])
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[3]
     return repo.parent / "shared" / "eval" / "human-eval-infilling"
 
 

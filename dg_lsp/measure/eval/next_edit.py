@@ -1,13 +1,13 @@
 """`dg-lsp eval --suite next-edit`: next-edit suggestions on held-out third-party code.
 
-Cases are synthetic edits (engine.edits) cut from packages no model here trained on (the
+Cases are synthetic edits (engine.edits.synthetic) cut from packages no model here trained on (the
 bench's held-out packages): a name renamed or a literal changed at one occurrence, a line
 changed by a pattern (a value wrapped in a call, a keyword argument added) with an alike line
 near it, a parameter removed from a function's header or added at its end with a call of it
 near it (class "parameter": the call's argument taken out, or the new name passed), and edits
 that imply nothing (a blank line added, a statement's end typed); and real
-ones (class "real", engine.version_edits): a hunk between two consecutive releases of those
-packages (dg_lsp.eval.heldout.REAL_EDIT_PAIRS) with the hunk after it, where that next hunk
+ones (class "real", engine.edits.real): a hunk between two consecutive releases of those
+packages (dg_lsp.measure.eval.heldout.REAL_EDIT_PAIRS) with the hunk after it, where that next hunk
 rewrites a span the server asks about after the first. Each case
 is replayed as an editor does it, through a real `dg-lsp serve`: the document opened as it
 was, the edit typed a character at a time (`didChange`), then `textDocument/copilotInlineEdit`
@@ -21,10 +21,10 @@ or the call into the call changed as the header was; its location is right when 
 of them. Only cases with such a span are cut (a parameter renamed in one method implies
 nothing about the next method's). A real case has
 one right span, the next hunk's, and one exact answer, the next release's text there; it is
-cut only when the server's span finder (dg_lsp.next_edit.spans) asks about that span. After
+cut only when the server's span finder (dg_lsp.next_edit.suggest.spans) asks about that span. After
 an edit that implies nothing, any suggestion is noise. The default path (the resident engine,
 default settings) comes first, the in-process engine beside it; the baselines beside both:
-no suggestion at all, and a rename-only rule (dg_lsp.next_edit.rename_rule).
+no suggestion at all, and a rename-only rule (dg_lsp.next_edit.suggest.rename_rule).
 """
 
 from __future__ import annotations
@@ -39,13 +39,15 @@ from typing import Any
 import numpy as np
 from lsprotocol import types
 
-from dg_lsp.actions import ParsedText
-from dg_lsp.bench_lsp import PATHS, Session
-from dg_lsp.edit_history import EditHistory, RecordedEdit
-from dg_lsp.languages import language_for
-from dg_lsp.next_edit import NextEdit, region, rename_rule, spans
+from dg_lsp.actions.targets import ParsedText
+from dg_lsp.measure.bench_lsp import PATHS, Session
+from dg_lsp.next_edit.history import EditHistory, RecordedEdit
+from dg_lsp.next_edit.suggest import NextEdit, region, rename_rule, spans
 from dg_lsp.positions import UTF16, offset_at
-from engine.edits import (
+from dg_lsp.syntax.languages import language_for
+from engine.data.stats import wilson_interval
+from engine.edits.real import REAL, real_edits
+from engine.edits.synthetic import (
     MAX_SPANS,
     NOOP,
     SyntheticEdit,
@@ -53,8 +55,6 @@ from engine.edits import (
     occurrences,
     synthetic_edit,
 )
-from engine.stats import wilson_interval
-from engine.version_edits import REAL, real_edits
 
 # Cut in this order from one seed: a class added last leaves the others' cases as they were.
 SYNTHETIC_CLASSES = ("rename", "literal", "pattern", NOOP, "parameter")
@@ -111,7 +111,7 @@ def recorded(case: SyntheticEdit) -> RecordedEdit:
 
 def edit_region(case: SyntheticEdit) -> tuple[int, int]:
     """[start, end) of the region the edit implies changes in, as the issue defines it and
-    the server computes it (dg_lsp.next_edit.region): the innermost definition around the
+    the server computes it (dg_lsp.next_edit.suggest.region): the innermost definition around the
     edit, cut to REGION_LINES lines either side."""
     return region(ParsedText(case.text, language_for("python", "case.py")), recorded(case))
 

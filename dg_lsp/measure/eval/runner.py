@@ -26,11 +26,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dg_lsp.eval.baselines import BASELINES
-from dg_lsp.eval.sandbox import check_completion
-from dg_lsp.eval.scoring import edit_similarity, exact_match, single_line
-from engine.cases import Case
-from engine.stats import percentile
+from dg_lsp.measure.eval.baselines import BASELINES
+from dg_lsp.measure.eval.sandbox import check_completion
+from dg_lsp.measure.eval.scoring import edit_similarity, exact_match, single_line
+from engine.data.cases import Case
+from engine.data.stats import percentile
 from engine.types import CANVAS_LENGTH
 
 PROTOCOLS = ("oracle", "fixed")

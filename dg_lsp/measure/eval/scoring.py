@@ -17,7 +17,7 @@ Definitions (the same for every model, baselines included):
 
 from __future__ import annotations
 
-from engine.stats import edit_similarity, levenshtein  # noqa: F401 - the definitions above
+from engine.data.stats import edit_similarity, levenshtein  # noqa: F401 - the definitions above
 
 
 def normalize_whitespace(text: str) -> str:
