@@ -1,9 +1,17 @@
-"""The packages' shape: no import circle at run time, and the engine stands alone.
+"""The packages' shape: layers, no import circle, and the engine stands alone.
 
-Every import counts, including those inside functions (they run too, only later); imports
-under `if TYPE_CHECKING:` do not. A circle means neither module can be read, tested or
-reused without the other; `engine` importing `dg_lsp` would make the engine unusable by
-other front ends (DESIGN.md, section 2).
+Every import counts, including those inside functions (they run too, only later) and those
+under `if TYPE_CHECKING:` (a reader needs the imported module all the same). A circle means
+neither module can be read, tested or reused without the other; `engine` importing `dg_lsp`
+would make the engine unusable by other front ends (../shared/DESIGN.md, section 2).
+
+The layers, each importing only its own and those below it (docs/architecture.md):
+
+    commands and LSP   dg_lsp.cli, dg_lsp.lsp, dg_lsp.batch, dg_lsp.measure
+    features           dg_lsp.completion, dg_lsp.next_edit, dg_lsp.actions
+    shared             dg_lsp.syntax, dg_lsp.settings, dg_lsp.context, dg_lsp.positions,
+                       dg_lsp.files, dg_lsp (its version)
+    engine             engine.*
 """
 
 from __future__ import annotations
@@ -26,21 +34,12 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
 def _imports(tree: ast.AST, module: str, is_package: bool, known: set[str]) -> set[str]:
     """The project's modules that `module` imports anywhere in its body."""
     found: set[str] = set()
     stack = [tree]
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            stack.extend(node.orelse)
-            continue
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -107,7 +106,7 @@ def test_relative_and_function_level_imports_are_edges():
     tree = ast.parse("def f():\n    from .b import x\n    import pkg.c\n"
                      "if TYPE_CHECKING:\n    import pkg.d\n")
     known = {"pkg", "pkg.a", "pkg.b", "pkg.c", "pkg.d"}
-    assert _imports(tree, "pkg.a", False, known) == {"pkg.b", "pkg.c"}
+    assert _imports(tree, "pkg.a", False, known) == {"pkg.b", "pkg.c", "pkg.d"}
 
 
 def test_no_import_circle_in_dg_lsp_or_engine():
@@ -119,3 +118,38 @@ def test_the_engine_imports_nothing_from_dg_lsp():
     assert {m: sorted(d for d in deps if d.split(".")[0] == "dg_lsp")
             for m, deps in graph.items()
             if m.split(".")[0] == "engine" and any(d.startswith("dg_lsp") for d in deps)} == {}
+
+
+LAYERS = {  # package or module -> layer; higher layers import lower ones, never the reverse
+    "dg_lsp.cli": 3, "dg_lsp.lsp": 3, "dg_lsp.batch": 3, "dg_lsp.measure": 3,
+    "dg_lsp.completion": 2, "dg_lsp.next_edit": 2, "dg_lsp.actions": 2,
+    "dg_lsp.syntax": 1, "dg_lsp.settings": 1, "dg_lsp.context": 1, "dg_lsp.positions": 1,
+    "dg_lsp.files": 1, "dg_lsp": 1,
+    "engine": 0,
+}
+
+
+def layer(module: str) -> int:
+    """The layer of `module`: that of its longest listed prefix."""
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in LAYERS:
+            return LAYERS[".".join(parts[:n])]
+    raise AssertionError(f"{module} is in no layer: add its package to LAYERS")
+
+
+def upward_imports(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    return {m: sorted(d for d in deps if layer(d) > layer(m))
+            for m, deps in sorted(graph.items()) if any(layer(d) > layer(m) for d in deps)}
+
+
+def test_an_upward_import_is_found():
+    assert upward_imports({"dg_lsp.completion.pipeline": {"dg_lsp.lsp.server"},
+                           "dg_lsp.lsp.server": {"dg_lsp.completion.pipeline"}}) == {
+        "dg_lsp.completion.pipeline": ["dg_lsp.lsp.server"]}
+
+
+def test_each_layer_imports_only_its_own_and_those_below():
+    """Commands and LSP -> features -> syntax and settings -> engine: a feature never imports
+    the LSP layer or a command, the shared helpers no feature."""
+    assert upward_imports(import_graph()) == {}

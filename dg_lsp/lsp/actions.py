@@ -30,7 +30,7 @@ from engine.serve.client import EngineUnavailable
 from engine.types import Draft
 
 if TYPE_CHECKING:
-    from dg_lsp.lsp.server import DgLanguageServer
+    from dg_lsp.lsp.state import ServerState
 
 # workspace/executeCommand arguments: [{"textDocument": {"uri", "version"}, "range",
 # "instruction"?, "strength"?}]; applies the rewrite with workspace/applyEdit and returns the
@@ -49,7 +49,7 @@ REQUEST_FAILED = -32803  # LSP's RequestFailed: the request was valid, the edit 
 APPLY_EDIT_TIMEOUT = 10.0
 
 
-def code_actions(server: DgLanguageServer, params: types.CodeActionParams
+def code_actions(server: ServerState, params: types.CodeActionParams
                  ) -> list[types.CodeAction]:
     """The actions that apply at the range, without running the model (resolve does)."""
     uri = params.text_document.uri
@@ -76,7 +76,7 @@ def code_actions(server: DgLanguageServer, params: types.CodeActionParams
     return actions
 
 
-async def code_actions_for_client(server: DgLanguageServer, params: types.CodeActionParams
+async def code_actions_for_client(server: ServerState, params: types.CodeActionParams
                                   ) -> list[types.CodeAction]:
     """The actions at the range; with their edits for a client that cannot resolve them."""
     actions = code_actions(server, params)
@@ -94,7 +94,7 @@ async def code_actions_for_client(server: DgLanguageServer, params: types.CodeAc
     return eager
 
 
-def resolves_lazily(server: DgLanguageServer) -> bool:
+def resolves_lazily(server: ServerState) -> bool:
     """Whether the client resolves a code action's edit (else it gets it eagerly)."""
     caps = server.known_capabilities
     action = caps and caps.text_document and caps.text_document.code_action
@@ -102,7 +102,7 @@ def resolves_lazily(server: DgLanguageServer) -> bool:
     return bool(support and "edit" in support.properties)
 
 
-async def resolve_action(server: DgLanguageServer, action: types.CodeAction
+async def resolve_action(server: ServerState, action: types.CodeAction
                          ) -> types.CodeAction:
     """The action with its WorkspaceEdit; an LSP error (shown to the user) when refused."""
     data = action.data if isinstance(action.data, dict) else {}
@@ -118,7 +118,7 @@ async def resolve_action(server: DgLanguageServer, action: types.CodeAction
     return action
 
 
-async def rewrite_command(server: DgLanguageServer, *args: Any) -> types.WorkspaceEdit | None:
+async def rewrite_command(server: ServerState, *args: Any) -> types.WorkspaceEdit | None:
     """REWRITE_COMMAND: rewrite the range as told and apply the edit in the client."""
     try:
         raw = args[0] if args and isinstance(args[0], dict) else {}
@@ -148,7 +148,7 @@ async def rewrite_command(server: DgLanguageServer, *args: Any) -> types.Workspa
     return None
 
 
-async def _apply(server: DgLanguageServer, edit: types.WorkspaceEdit) -> str | None:
+async def _apply(server: ServerState, edit: types.WorkspaceEdit) -> str | None:
     """Has the client apply `edit`: None once it says it did, else why it did not (also when
     it answers with an error, with no result, or not within APPLY_EDIT_TIMEOUT)."""
     answer = server.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(
@@ -170,7 +170,7 @@ async def _apply(server: DgLanguageServer, edit: types.WorkspaceEdit) -> str | N
 
 
 async def rewrite(
-    server: DgLanguageServer,
+    server: ServerState,
     uri: str,
     version: int | None,
     lsp_range: types.Range,
@@ -227,7 +227,7 @@ async def rewrite(
         types.OptionalVersionedTextDocumentIdentifier(uri, current.version), [text_edit])])
 
 
-def _targets(server: DgLanguageServer, uri: str, lsp_range: types.Range
+def _targets(server: ServerState, uri: str, lsp_range: types.Range
              ) -> tuple[ParsedText, list[Target]] | None:
     doc = server.documents.get(uri)
     # Past MAX_DOCUMENT_CHARS every action is refused anyway; listing them would parse the
@@ -247,7 +247,7 @@ def _targets(server: DgLanguageServer, uri: str, lsp_range: types.Range
     return parsed, targets_at(parsed, start, end)
 
 
-def _check_version(server: DgLanguageServer, uri: str, version: int | None,
+def _check_version(server: ServerState, uri: str, version: int | None,
                    revision: int | None = None) -> None:
     """Refuse (ContentModified, shown to the user) unless `uri` is open at `version` and, given
     a `revision`, still has that revision's text (OpenDocument.revision)."""
@@ -266,7 +266,7 @@ def _check_version(server: DgLanguageServer, uri: str, version: int | None,
     raise JsonRpcContentModified(message)
 
 
-def _refuse(server: DgLanguageServer, reason: str) -> JsonRpcException:
+def _refuse(server: ServerState, reason: str) -> JsonRpcException:
     message = f"dg-lsp: {reason}"
     server.window_show_message(types.ShowMessageParams(types.MessageType.Warning, message))
     return JsonRpcException(message, REQUEST_FAILED)

@@ -22,7 +22,7 @@ from dg_lsp.syntax.languages import language_for
 from engine.serve.client import EngineUnavailable
 
 if TYPE_CHECKING:
-    from dg_lsp.lsp.server import DgLanguageServer
+    from dg_lsp.lsp.state import ServerState
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ TRIGGER_CHARACTERS = [".", "(", "[", "{", ",", " ", ":", "=", ">"]
 
 
 async def complete(
-    server: DgLanguageServer, uri: str, position: types.Position
+    server: ServerState, uri: str, position: types.Position
 ) -> tuple[Completion, types.Range] | None:
     """The pipeline's completion at an LSP position and the range it replaces; None when
     there is nothing to show (also when the engine failed: ghost text has no error UI)."""
@@ -83,7 +83,7 @@ async def complete(
             del inflight[uri]
 
 
-def completion_request(server: DgLanguageServer, uri: str, position: types.Position
+def completion_request(server: ServerState, uri: str, position: types.Position
                        ) -> CompletionRequest | None:
     """What the pipeline needs for a completion at `position`; None where none is offered."""
     doc = server.documents.get(uri)

@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from lsprotocol import types
 
@@ -27,9 +28,6 @@ from dg_lsp.settings import Settings
 from engine.backend import Backend, CountingBackend, Counts
 from engine.serve.client import EngineUnavailable
 
-if TYPE_CHECKING:
-    from dg_lsp.lsp.server import DgLanguageServer
-
 # Server → client notification {"state": "loading" | "ready" | "unavailable", "message": str}
 # for status bars; sent whenever the engine's state changes.
 ENGINE_STATE_NOTIFICATION = "dg-lsp/engineState"
@@ -37,8 +35,22 @@ ENGINE_STATE_NOTIFICATION = "dg-lsp/engineState"
 REPEAT_LOG_EVERY = 60.0
 
 
+class EngineOwner(Protocol):
+    """What the host reads of the language server (dg_lsp.lsp.server.DgLanguageServer is one):
+    a protocol, so that this module needs nothing from the server, which builds on it."""
+
+    settings: Settings
+    executor: Executor  # the engine's one worker thread
+    protocol: Any  # pygls's protocol: notifications, the client's capabilities
+    work_done_progress: Any  # pygls's progress reporter (dg_lsp.lsp.progress)
+
+    def log(self, message: str, kind: types.MessageType = types.MessageType.Log) -> None: ...
+
+    def window_show_message(self, params: types.ShowMessageParams) -> None: ...
+
+
 class EngineHost:
-    def __init__(self, server: DgLanguageServer, backend: Backend | None = None) -> None:
+    def __init__(self, server: EngineOwner, backend: Backend | None = None) -> None:
         self.server = server
         self._backend = backend
         self._injected = backend is not None  # a test's engine: never dropped or replaced

@@ -35,7 +35,7 @@ from dg_lsp.syntax.languages import language_for
 from engine.serve.client import EngineUnavailable
 
 if TYPE_CHECKING:
-    from dg_lsp.lsp.server import DgLanguageServer
+    from dg_lsp.lsp.state import ServerState
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def _field(obj: Any, name: str) -> Any:
     return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
 
 
-async def inline_edit(server: DgLanguageServer, params: Any) -> dict[str, list]:
+async def inline_edit(server: ServerState, params: Any) -> dict[str, list]:
     """The answer to METHOD."""
     document = _field(params, "textDocument")
     position = _field(params, "position")
@@ -135,11 +135,11 @@ async def inline_edit(server: DgLanguageServer, params: Any) -> dict[str, list]:
             del server.inflight[key]
 
 
-def shown(server: DgLanguageServer, params: Any) -> None:
+def shown(server: ServerState, params: Any) -> None:
     """SHOWN: the client showed a suggestion."""
     server.stats["inlineEditsShown"] += 1
 
 
-def accepted(server: DgLanguageServer, *args: Any) -> None:
+def accepted(server: ServerState, *args: Any) -> None:
     """ACCEPTED_COMMAND: the user took a suggestion."""
     server.stats["inlineEditsAccepted"] += 1
