@@ -23,7 +23,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from engine.config import config_from_hf
-from tests.tiny_checkpoints import (
+from tests.support.tiny_checkpoints import (
     _qwen2_shapes,
     llada_shapes,
     llama_name,
