@@ -7,7 +7,7 @@ file and asks for `textDocument/completion`; the item it receives must carry exa
 the same pipeline computes in this process. Then the plugin in editors/neovim, as a user loads
 it: `require("dg_lsp").setup{cmd = ...}` inserts the completion into the buffer and
 `:DgRewrite` (instruction prompt answered) applies the server's rewrite edit. Skipped, with the
-reason, where a Neovim is missing. Ghost text on 0.11: tests/test_neovim_ghost.py.
+reason, where a Neovim is missing. Ghost text on 0.11: tests/e2e/test_neovim_ghost.py.
 """
 
 from __future__ import annotations

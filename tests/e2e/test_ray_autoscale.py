@@ -17,7 +17,7 @@ pytestmark = pytest.mark.e2e  # a Ray cluster of its own: about 50 s on a loaded
 
 from engine.serve.remote import RemoteEngine  # noqa: E402
 from engine.types import InfillRequest, SamplerSettings  # noqa: E402
-from tests.test_ray_deploy import (  # noqa: E402
+from tests.support.ray_cluster import (  # noqa: E402
     STARTUP,
     TEAM_TOKEN,
     clean_env,

@@ -2,7 +2,7 @@
 --ray --replicas 2`, its own local Ray cluster, the bundled model), one replica SIGKILLed
 mid-run: the lost requests are sent again and land on the other replica, no file is
 half-written, every file is accounted for in the summary. The token comes on standard input,
-as the CI recipe in docs/team.md hands it. tests/test_batch_team.py tests the same logic
+as the CI recipe in docs/team.md hands it. tests/integration/test_batch_team.py tests the same logic
 without Ray, every kind of failure scripted.
 """
 
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.e2e  # a Ray cluster of its own
 from dg_lsp.actions.targets import ParsedText, error_count  # noqa: E402
 from dg_lsp.syntax.languages import language_for  # noqa: E402
 from engine.serve.remote import RemoteEngine  # noqa: E402
-from tests.test_ray_deploy import (  # noqa: E402
+from tests.support.ray_cluster import (  # noqa: E402
     STARTUP,
     TEAM_TOKEN,
     clean_env,
@@ -35,7 +35,7 @@ from tests.test_ray_deploy import (  # noqa: E402
     wait_serving,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "engine" / "bundled" / "default"
 FILES = 30
 

@@ -28,7 +28,7 @@ from engine.serve.ray_app import APP_NAME, AppOptions, build_app, token_digest  
 from engine.serve.remote import RemoteEngine, read_token  # noqa: E402
 from engine.serve.routing import rank, routing_key  # noqa: E402
 from engine.types import InfillRequest, RewriteRequest, SamplerSettings  # noqa: E402
-from tests.test_ray_deploy import free_port  # noqa: E402
+from tests.support.ray_cluster import free_port  # noqa: E402
 
 TOKEN = "team-s3cret"
 REPORT = 0.25  # seconds between the replicas' reports to the status board

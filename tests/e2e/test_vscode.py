@@ -14,38 +14,17 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from tests.support.vscode import ROOT, VSCODE, run
+
 pytestmark = pytest.mark.e2e  # npm builds the extension; its tests drive a real server
 
-ROOT = Path(__file__).resolve().parent.parent
-VSCODE = ROOT / "editors" / "vscode"
 UNIT_TESTS, E2E_TESTS = 22, 4
-
-
-def run(command: list[str], env: dict[str, str], timeout: float) -> str:
-    """Runs `command` in editors/vscode; kills its whole process group (servers too) after."""
-    proc = subprocess.Popen(command, cwd=VSCODE, env=env, start_new_session=True, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        pytest.fail(f"{' '.join(command)} timed out after {timeout} s:\n{output[-4000:]}")
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    assert proc.returncode == 0, f"{' '.join(command)} failed:\n{output[-6000:]}"
-    return output
 
 
 def test_vscode_extension_builds_and_passes_its_tests(tmp_path: Path):

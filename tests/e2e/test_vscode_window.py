@@ -14,7 +14,8 @@ drawn (another `count` struck out, the new text beside it, the hint at the end o
 Tab jumps to it, Tab applies it (the saved file is checked).
 
 The server's model load is held half a second longer than it takes (the same way as
-tests/test_progress.py), so that VS Code's rendering of its `$/progress` in the status bar is
+tests/integration/test_progress.py), so that VS Code's rendering of its `$/progress` in the status
+bar is
 seen reliably while it loads.
 
 Screenshots (ghost text; the rewrite before and after; the next edit) are written to the test's
@@ -41,8 +42,8 @@ from typing import Any
 import pytest
 
 from tests.support.nvim_harness import BUNDLED, FIB, ROOT, expected_completion, process_tree
-from tests.test_progress import SLOW_LOAD
-from tests.test_vscode import VSCODE, run
+from tests.support.slow_load import SLOW_LOAD
+from tests.support.vscode import VSCODE, run
 
 pytestmark = pytest.mark.e2e  # code-server in Chromium
 
@@ -162,7 +163,7 @@ def vscode_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
 
     # The .vsix users install, built into this test's folder (the checkout stays clean);
-    # node_modules as tests/test_vscode.py left it (`npm ci`, 40 s here) when it is there.
+    # node_modules as tests/e2e/test_vscode.py left it (`npm ci`, 40 s here) when it is there.
     vsix = tmp / "dg-lsp.vsix"
     if not (VSCODE / "node_modules" / ".package-lock.json").exists():
         run(["npm", "ci"], env, timeout=600)

@@ -6,7 +6,7 @@ The engine is tests/support/team_endpoint.py: the deployment's real front door b
 ingress that routes by document over named replicas (engine.serve.routing, as the Ray router
 does) and fails requests as scripted. Its completions are a function of the request (the
 docstring names the function it documents), so every file's expected text is known however
-often and wherever its requests were sent. tests/test_ray_batch.py does the same on a real
+often and wherever its requests were sent. tests/e2e/test_ray_batch.py does the same on a real
 two-replica Ray Serve deployment, a replica killed mid-run.
 """
 
@@ -224,7 +224,7 @@ def test_the_batch_bench_cuts_files_and_measures_a_run_through_a_teams_engine(re
                                                                               tmp_path):
     from dg_lsp.measure.bench_batch import FUNCTIONS_PER_FILE, run_batch, write_files
 
-    golden = Path(__file__).resolve().parent / "golden" / "src"
+    golden = Path(__file__).resolve().parents[1] / "support" / "golden" / "src"
     count = write_files(golden, 2, tmp_path / "files")
     assert count == 2
     cut = [p.read_text() for p in sorted((tmp_path / "files").iterdir())]
@@ -245,7 +245,7 @@ def test_a_lost_resident_engine_is_not_waited_for():
     from dg_lsp.actions.targets import DOCSTRING, ParsedText, all_targets
     from dg_lsp.batch.job import BatchJob
     from dg_lsp.syntax.languages import language_for
-    from tests.test_actions import Scripted
+    from tests.support.scripted import Scripted
 
     class Dead(Scripted):
         def infill_stream(self, request, cancel=None, document=None):

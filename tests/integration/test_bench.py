@@ -15,8 +15,8 @@ import pytest
 
 from engine.data.cases import CURSOR_CLASSES
 
-ROOT = Path(__file__).resolve().parent.parent
-GOLDEN_SOURCES = ROOT / "tests" / "golden" / "src"
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN_SOURCES = ROOT / "tests" / "support" / "golden" / "src"
 
 
 @pytest.mark.slow  # a whole `dg-lsp bench` run in another process: over a minute on 2 cores

@@ -1,6 +1,7 @@
 """`dg-lsp doctor` and `dg-lsp --version`: what a user sees when something does not work.
 
-A running engine in the report is tested beside the resident engine (tests/test_resident.py).
+A running engine in the report is tested beside the resident engine
+(tests/integration/test_resident.py).
 """
 
 from __future__ import annotations

@@ -289,7 +289,7 @@ release_memory(torch.device("cpu"))
 print(round(grown), round(rss_mb() - base))
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120, cwd=Path(__file__).resolve().parent.parent)
+                          timeout=120, cwd=Path(__file__).resolve().parents[2])
     grown, left = map(int, done.stdout.split())
     # 190 MB grown; 19 MB of it still in use (the tensors kept): 22 left after release,
     # 190 without it.

@@ -1,5 +1,6 @@
 """`dg-lsp complete`, `rewrite`, `batch` and `eval` with a team's engine by URL
-(`--engine URL --token-file F`), against a team endpoint without Ray (tests/support/team_endpoint.py:
+(`--engine URL --token-file F`), against a team endpoint without Ray
+(tests/support/team_endpoint.py:
 the deployment's real front door and token check before a stand-in for its ingress).
 
 The commands run in this process (parsers of these four commands only, so no model is
@@ -31,7 +32,7 @@ from engine.cli import run_command
 from engine.serve.protocol import document_key
 from tests.support.team_endpoint import TeamEngine, team_engine
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "t3am-ci-token-0123456789"
 WRONG = "not-the-t3am-token"
 PASSWORD = "hunter2pw"

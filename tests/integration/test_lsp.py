@@ -9,7 +9,6 @@ skipped while it is absent.
 from __future__ import annotations
 
 import asyncio
-import sys
 import uuid
 from pathlib import Path
 
@@ -17,40 +16,18 @@ import pytest
 import pytest_asyncio
 from lsprotocol import types
 from pygls.exceptions import JsonRpcRequestCancelled
-from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+from pytest_lsp import LanguageClient
 
 from dg_lsp.completion.postprocess import count_errors
-from dg_lsp.lsp.server import STATS_COMMAND
 from dg_lsp.positions import offset_at
 from dg_lsp.syntax.languages import language_for
+from tests.support.lsp_client import ROOT, start, stats
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = ROOT / "engine" / "bundled" / "default" / "config.json"
 UTF16 = types.PositionEncodingKind.Utf16
 UTF8 = types.PositionEncodingKind.Utf8
-
-
-def capabilities(preset: str = "neovim", encodings: list[str] | None = None):
-    caps = client_capabilities(preset)
-    # the presets predate LSP 3.18: declare inline completion as a 3.18 client does
-    caps.text_document.inline_completion = types.InlineCompletionClientCapabilities()
-    if encodings is not None:
-        caps.general = types.GeneralClientCapabilities(position_encodings=encodings)
-    return caps
-
-
-async def start(model: Path | None, preset: str = "neovim", encodings: list[str] | None = None,
-                options: dict | None = None) -> tuple[LanguageClient, types.InitializeResult]:
-    command = [sys.executable, "-m", "dg_lsp.cli", "serve", "--engine", "inproc"]
-    if model is not None:
-        command += ["--model", str(model), "--device", "cpu"]
-    client = await ClientServerConfig(server_command=command).start()
-    result = await client.initialize_session(types.InitializeParams(
-        capabilities=capabilities(preset, encodings), initialization_options=options,
-        root_uri=ROOT.as_uri()))
-    return client, result
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -81,11 +58,6 @@ def items(result) -> list:
     """A result's items (None when it is not a completion list)."""
     ok = isinstance(result, types.InlineCompletionList | types.CompletionList)
     return list(result.items) if ok else None
-
-
-async def stats(client: LanguageClient) -> dict:
-    return await client.workspace_execute_command_async(
-        types.ExecuteCommandParams(command=STATS_COMMAND))
 
 
 # -- initialize, settings -------------------------------------------------------------------
@@ -244,7 +216,7 @@ needs_bundled = pytest.mark.skipif(not BUNDLED.exists(),
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def bundled():
     # These tests check where a completion lands, not whether the model is sure of it: the
-    # confidence gate (tests/test_gate.py) is off.
+    # confidence gate (tests/unit/test_gate.py) is off.
     client, _ = await start(None, preset="neovim", encodings=["utf-16"],
                             options={"minConfidence": 0})
     yield client

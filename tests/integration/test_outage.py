@@ -8,7 +8,7 @@
   its workspace/applyEdit: null, an error, or nothing.
 
 Over LSP with pytest-lsp where the client's side is the point; in process (scripted engines,
-as tests/test_engine_loss.py) where the test must decide exactly when an engine dies.
+as tests/unit/test_engine_loss.py) where the test must decide exactly when an engine dies.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from dg_lsp.lsp.server import REWRITE_COMMAND, STATS_COMMAND, create_server
 from engine.backend import EngineInfo
 from engine.serve.client import EngineUnavailable
 from engine.types import Draft
-from tests.test_lsp import capabilities
+from tests.support.lsp_client import capabilities
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "engine" / "bundled" / "default"
 TEXT = "def f(a, b):\n    return \n"
 

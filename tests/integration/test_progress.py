@@ -1,6 +1,7 @@
 """The model's loading reaches the editor as LSP work-done progress (dg_lsp/lsp/progress.py).
 
-`dg-lsp serve` on stdio with the raw client of tests/support/lsp_wire.py, which records every message
+`dg-lsp serve` on stdio with the raw client of tests/support/lsp_wire.py, which records every
+message
 the server sends, in order. The load is made slow (half a second) and the report interval short
 (0.1 s) in the server process, so that reports are sent while it loads.
 """
@@ -10,22 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.support.lsp_wire import WireServer
+from tests.support.slow_load import SLOW_LOAD
 
 PROGRESS_CAPS = {"window": {"workDoneProgress": True}}
-# The server as `python -c` runs it (or a script, tests/test_vscode_window.py): the same CLI,
-# with a slow load ($DG_TEST_LOAD_SECONDS, default 0.5) and frequent reports.
-SLOW_LOAD = """
-import os, sys, time
-from dg_lsp import cli
-from dg_lsp.lsp import engine_host, progress
-progress.REPORT_EVERY = 0.1
-open_engine = engine_host.EngineHost.open
-def slow_open(self):
-    time.sleep(float(os.environ.get("DG_TEST_LOAD_SECONDS", "0.5")))
-    return open_engine(self)
-engine_host.EngineHost.open = slow_open
-sys.exit(cli.main(sys.argv[1:]))
-"""
 
 
 def progress_messages(wire: WireServer) -> list[tuple[str, object, dict]]:

@@ -25,7 +25,7 @@ from tests.support.published_configs import PUBLISHED, write_real_shape
 
 transformers = pytest.importorskip("transformers")
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "experiments" / "real_shapes.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "experiments" / "real_shapes.py"
 RSS_BOUND = 1.2
 
 

@@ -331,7 +331,7 @@ def test_a_full_queue_answers_busy(dream_ckpt):
 # output is junk the server rightly drops, and comparing two empty results proves nothing).
 LSP_TEXTS = [f"v{i} = " for i in (0, 1, 2, 4, 5, 6, 7)] + ["x = "]
 # The tiny random model is never sure of what it writes: the confidence gate is off here
-# (tests/test_gate.py tests it), these tests are about the engine.
+# (tests/unit/test_gate.py tests it), these tests are about the engine.
 OPTIONS = {"holeSize": {"restOfLine": 12, "brackets": 12, "comment": 12, "block": 12},
            "minConfidence": 0}
 

@@ -20,7 +20,7 @@ from engine.threads import (
     wait_variables,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Machine:

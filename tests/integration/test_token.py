@@ -21,7 +21,7 @@ import pytest
 from engine.serve.client import EngineUnavailable
 from engine.serve.remote import EngineURL, RemoteEngine, read_token
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SECRET = "s3cret-team-token"
 PASSWORD = "hunter2pw"
 NOBODY = 65534

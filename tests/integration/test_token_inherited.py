@@ -27,7 +27,7 @@ from engine.serve.token import (
     read_token,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SECRET = "s3cret-ci-token"
 
 

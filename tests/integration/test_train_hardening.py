@@ -29,7 +29,7 @@ from engine.train.trainer import STATE_FILE as TRAIN_STATE
 from engine.train.trainer import BatchStream, TrainConfig, Trainer
 from tests.support.tiny_checkpoints import write_dream_checkpoint
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOY_SOURCE = Path(sysconfig.get_paths()["stdlib"]) / "json"
 
 

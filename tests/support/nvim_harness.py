@@ -4,8 +4,9 @@ that records what the server makes Neovim do, and the pipeline's answer to compa
 Also a Neovim driven over its socket (keys in as typed, state out as JSON), in tmux if need
 be, and the tmux screen rendered as a PNG for the READMEs.
 
-Used by tests/test_neovim.py, tests/test_neovim_ghost.py, tests/test_neovim_next_edit.py and
-(the expected completion, the process tree) tests/test_vscode_window.py.
+Used by tests/e2e/test_neovim.py, tests/e2e/test_neovim_ghost.py,
+tests/e2e/test_neovim_next_edit.py and
+(the expected completion, the process tree) tests/e2e/test_vscode_window.py.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for
 from engine.checkpoint import BUNDLED_MODEL_DIR
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = BUNDLED_MODEL_DIR
 PLUGIN = ROOT / "editors" / "neovim"
 FIB = (ROOT / "dg_lsp" / "examples" / "fib.py").read_text()
@@ -126,7 +127,7 @@ def run_headless(command: list[str], env: dict[str, str], cwd: Path, out: Path,
 # The fib.py scenes end on the bundled model's " fibonacci(n)" after `return`: a suggestion the
 # confidence gate hides at its default (the calibrator gives it less than 0.15, and it would
 # recurse forever). The scenes are about how an editor shows and takes a suggestion, so their
-# editors run with the gate off; the gate has its own tests (tests/test_gate.py).
+# editors run with the gate off; the gate has its own tests (tests/unit/test_gate.py).
 GATE_OFF_LUA = "settings = { minConfidence = 0 }"
 
 def expected_completion(model: Path, lines: list[str], row: int, col: int) -> str:

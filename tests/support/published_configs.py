@@ -406,7 +406,7 @@ def masked_logits(model: Any, ids: torch.Tensor, shift: bool,
     `causal`: with the reference's default causal attention instead.
 
     transformers 5 uses a 4-D mask as given, and an all-zeros additive mask is full attention
-    (see tests/test_equivalence.py)."""
+    (see tests/unit/test_equivalence.py)."""
     b, s = ids.shape
     mask = None if causal else torch.zeros(b, 1, s, s, dtype=next(model.parameters()).dtype)
     with torch.inference_mode():

@@ -39,10 +39,10 @@ from dg_lsp.positions import offset_at
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for
 from engine.types import InfillRequest
+from tests.support.paths import BUNDLED, ROOT
 from tests.support.scripted import Scripted
+from tests.support.targets import doc, target_of
 
-ROOT = Path(__file__).resolve().parent.parent
-BUNDLED = ROOT / "engine" / "bundled" / "default"
 UTF16 = types.PositionEncodingKind.Utf16
 
 PY = '''import json
@@ -87,17 +87,8 @@ class Counter {
 '''
 
 
-def doc(text: str, language: str = "python") -> ParsedText:
-    return ParsedText(text, language_for(language))
-
-
 def at(text: str, needle: str, extra: int = 0) -> int:
     return text.index(needle) + extra
-
-
-def target_of(d: ParsedText, start: int, end: int, action: str = REWRITE):
-    (target,) = [t for t in targets_at(d, start, end) if t.action == action]
-    return target
 
 
 def actions(text: str, start: int, end: int | None = None, language: str = "python"):
@@ -272,7 +263,7 @@ def engine(bundled_engine):
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def client(engine):
-    from tests.test_lsp import start
+    from tests.support.lsp_client import start
 
     client, _ = await start(BUNDLED, preset="visual_studio_code")
     client.applied = []
@@ -354,7 +345,7 @@ async def test_each_action_resolves_to_the_edit_the_pipeline_computes(
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_actions_follow_typing_and_reparse_only_what_changed(client):
-    from tests.test_lsp import stats
+    from tests.support.lsp_client import stats
 
     before = await stats(client)
     uri = open_doc(client, PY, "python")
@@ -531,7 +522,7 @@ def test_cli_bad_input_exits_2_with_a_message_and_leaves_the_file(tmp_path, name
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_a_client_without_resolve_support_gets_the_edit_with_the_action(engine):
-    from tests.test_lsp import start
+    from tests.support.lsp_client import start
 
     client, _ = await start(BUNDLED, preset="emacs")  # declares no codeAction resolveSupport
     try:

@@ -32,7 +32,8 @@ from dg_lsp.batch.job import (
 from dg_lsp.cli import build_parser, main
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for
-from tests.test_actions import BUNDLED, Scripted
+from tests.support.paths import BUNDLED
+from tests.support.scripted import Scripted
 
 SHAPES = '''import math
 

@@ -32,44 +32,13 @@ from engine.models.block import (  # noqa: E402
     load_block_model,
 )
 from engine.runner import DraftSteps, Live, Runner  # noqa: E402
-from engine.tokenizer import BOS, EOS, PAD, Tokenizer, save_tokenizer  # noqa: E402
+from engine.tokenizer import Tokenizer  # noqa: E402
 from engine.types import Draft, SamplerSettings  # noqa: E402
+from tests.support.diffusion_gemma import CANVAS, STEPS, write_diffusion_gemma  # noqa: E402
 from tests.support.tiny_checkpoints import tiny_tokenizer  # noqa: E402
 
-CANVAS = 8
-STEPS = 12
 PREFIX = "def fib(n):\n    if n < 2:\n        "
 SUFFIX = "\n    return fib(n - 1) + fib(n - 2)\n"
-
-
-def write_diffusion_gemma(folder: Path) -> Path:
-    hf_tok = tiny_tokenizer()
-    save_tokenizer(hf_tok, folder)
-    vocab = hf_tok.get_vocab_size(with_added_tokens=True)
-    eos, pad, bos = (hf_tok.token_to_id(t) for t in (EOS, PAD, BOS))
-    text = transformers.DiffusionGemmaTextConfig(
-        vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=16, global_head_dim=16,
-        num_experts=4, top_k_experts=2, moe_intermediate_size=16,
-        # A window shorter than the prompt, so the sliding layer's cache is cut.
-        sliding_window=8, layer_types=["sliding_attention", "full_attention"],
-        max_position_embeddings=256, eos_token_id=eos, pad_token_id=pad, bos_token_id=bos,
-    )
-    # The encoder always builds its vision tower; keep it tiny (text-only use never runs it).
-    vision = {"model_type": "gemma4_vision", "hidden_size": 16, "intermediate_size": 32,
-              "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2,
-              "head_dim": 8, "position_embedding_size": 64}
-    config = transformers.DiffusionGemmaConfig(text_config=text, vision_config=vision,
-                                               canvas_length=CANVAS)
-    torch.manual_seed(1234)
-    model = transformers.DiffusionGemmaForBlockDiffusion(config)
-    model.generation_config = transformers.DiffusionGemmaGenerationConfig(
-        max_denoising_steps=STEPS, t_min=0.4, t_max=0.8, stability_threshold=1,
-        confidence_threshold=0.005, eos_token_id=[eos], pad_token_id=pad, bos_token_id=bos,
-        sampler_config=transformers.EntropyBoundSamplerConfig(entropy_bound=0.1),
-    )
-    model.save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 from dg_lsp.actions.targets import DOCSTRING
 from dg_lsp.batch.job import BatchJob, process_file
 from engine.serve.client import EngineBusy, EngineRefused, EngineUnavailable, raise_error
-from tests.test_actions import Scripted
+from tests.support.scripted import Scripted
 
 
 @pytest.mark.parametrize(("code", "kind"), [

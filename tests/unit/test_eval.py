@@ -274,7 +274,7 @@ RESULT_FIELDS = {
 def test_runner_end_to_end_on_tiny_model(
     dream_ckpt: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    data = Path(__file__).resolve().parents[2] / "shared" / "eval" / "human-eval-infilling"
+    data = Path(__file__).resolve().parents[3] / "shared" / "eval" / "human-eval-infilling"
     if not data.is_dir():
         pytest.skip("HumanEval-Infilling data not present")
     common = ["--model", str(dream_ckpt), "--model", "copy-prev-line", "--protocol", "both",

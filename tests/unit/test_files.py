@@ -24,7 +24,8 @@ import pytest
 from dg_lsp.cli import main
 from dg_lsp.files import read_source
 from tests.support.engine_procs import NOBODY, as_attacker
-from tests.test_actions import ROOT, Scripted
+from tests.support.paths import ROOT
+from tests.support.scripted import Scripted
 
 # (name, the file, the file after a docstring for area()): every ending style, with a BOM.
 CASES = [

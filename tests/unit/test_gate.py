@@ -18,11 +18,11 @@ from dg_lsp.completion import gate
 from dg_lsp.completion.pipeline import CompletionRequest, Pipeline
 from dg_lsp.settings import Settings, parse_settings
 from dg_lsp.syntax.languages import language_for
-from engine.backend import EngineInfo
 from engine.serve import protocol
 from engine.types import Draft, InfillRequest, SamplerSettings, Score, score_of
 from tests.support.lsp_wire import WireServer
-from tests.test_actions import doc, target_of
+from tests.support.scripted import Scored
+from tests.support.targets import doc, target_of
 
 
 @pytest.fixture(scope="module")
@@ -108,24 +108,6 @@ def test_the_score_travels_beside_the_draft_and_an_old_engine_sends_none():
 
 # -- the gate ---------------------------------------------------------------------------------
 
-
-class Scored:
-    """A backend that writes given texts with given scores (None: no score, an old engine)."""
-
-    engine_info = EngineInfo(model="scripted", family="masked", device="cpu", resident=False,
-                             counts_tokens=False)
-
-    def __init__(self, *written: tuple[str, float | None]) -> None:
-        self.written = list(written)
-
-    def _drafts(self):
-        text, lowest = self.written.pop(0)
-        score = None if lowest is None else Score(lowest, lowest, 3, 3)
-        yield Draft(step=3, token_ids=[], committed=3, text=text, done=True,
-                    finish_reason="stop", score=score)
-
-    def infill_stream(self, request, cancel=None, document=None):
-        return self._drafts()
 
     def rewrite_stream(self, request, cancel=None, document=None):
         return self._drafts()
@@ -240,7 +222,7 @@ def test_an_edit_the_model_is_unsure_of_is_refused_with_the_scores():
 SCORED_SERVER = """
 import json, sys
 from dg_lsp.lsp.server import create_server
-from tests.test_gate import Scored
+from tests.support.scripted import Scored
 create_server(Scored(*[tuple(w) for w in json.loads(sys.argv[1])])).start_io()
 """
 

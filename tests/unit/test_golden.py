@@ -1,12 +1,13 @@
 """Golden outputs: seeded completions, rewrites and batch patches stay identical, token for token.
 
 What users get from the bundled model through the command line (`dg-lsp complete`, `rewrite`,
-`batch --engine inproc`) and the Python API (`Engine.infill`) on the files in tests/golden/src,
-compared with tests/golden/expected.json. Its purpose is to hold refactors to "behaviour is
+`batch --engine inproc`) and the Python API (`Engine.infill`) on the files in
+tests/support/golden/src,
+compared with tests/support/golden/expected.json. Its purpose is to hold refactors to "behaviour is
 unchanged": a change that means to alter outputs (a new default, a retrained model) records
 them again and says why in its commit:
 
-    python -m tests.test_golden          # rewrites tests/golden/expected.json
+    python -m tests.unit.test_golden          # rewrites tests/support/golden/expected.json
 
 The expectations are exact because both sides are the same computation (the same model, code
 path and settings). They were recorded with the CPU's AVX-512 kernels and hold unchanged with
@@ -27,7 +28,7 @@ from typing import Any
 
 import pytest
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "support" / "golden"
 SOURCES = GOLDEN / "src"
 EXPECTED = GOLDEN / "expected.json"
 
@@ -36,7 +37,7 @@ EXPECTED = GOLDEN / "expected.json"
 # rewrites). What a refactor must keep (canvas, context windows, samplers, stops,
 # post-processing, edits) is the same code in every dtype.
 EXACT = ["--dtype", "float64"]
-# name -> `dg-lsp` arguments (paths relative to tests/golden/src).
+# name -> `dg-lsp` arguments (paths relative to tests/support/golden/src).
 COMMANDS: dict[str, list[str]] = {
     "complete call arguments": ["complete", "holes.py:8:26", "--json", *EXACT],
     "complete return": ["complete", "holes.py:14:16", "--json", *EXACT],
@@ -72,7 +73,8 @@ INFILLS: dict[str, tuple[str, str, int]] = {
 
 
 def run_command(argv: list[str]) -> dict[str, Any]:
-    """Exit status and output of `dg-lsp ARGV` run in this process, from tests/golden/src."""
+    """Exit status and output of `dg-lsp ARGV` run in this process, from
+    tests/support/golden/src."""
     from dg_lsp.cli import main
 
     out, err = io.StringIO(), io.StringIO()

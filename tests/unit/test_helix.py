@@ -16,7 +16,7 @@ from dg_lsp.syntax.languages import language_for
 
 tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from 3.11")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SNIPPET = ROOT / "editors" / "helix" / "languages.toml"
 DG_LSP = {"name": "dg-lsp", "only-features": ["completion", "code-action"]}
 # Helix language name -> the LSP language id Helix sends (its `language-id`, else the name).

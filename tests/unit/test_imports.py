@@ -17,9 +17,10 @@ The layers, each importing only its own and those below it (docs/architecture.md
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("dg_lsp", "engine")
 
 
@@ -153,3 +154,13 @@ def test_each_layer_imports_only_its_own_and_those_below():
     """Commands and LSP -> features -> syntax and settings -> engine: a feature never imports
     the LSP layer or a command, the shared helpers no feature."""
     assert upward_imports(import_graph()) == {}
+
+
+def test_no_test_module_imports_another():
+    """Shared helpers live in tests/support/; a test module (or a server script a test writes)
+    that imports another test module would run that module's imports and fixtures too."""
+    tests = ROOT / "tests"
+    found = {str(path.relative_to(ROOT)): hits for path in sorted(tests.rglob("*.py"))
+             if (hits := re.findall(r"\btests\.(?:\w+\.)?test_\w+", path.read_text()))
+             and path.name != "test_golden.py"}  # its docstring: `python -m` to rewrite outputs
+    assert found == {}

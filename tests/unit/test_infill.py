@@ -427,7 +427,7 @@ def test_block_family_is_served_through_the_same_api(tmp_path: Path) -> None:
         pytest.skip("this transformers has no DiffusionGemma")
     from engine.checkpoint import read_checkpoint
     from engine.models.block import denoise_block
-    from tests.test_block import write_diffusion_gemma
+    from tests.support.diffusion_gemma import write_diffusion_gemma
 
     ckpt = read_checkpoint(write_diffusion_gemma(tmp_path))
     model = transformers.DiffusionGemmaForBlockDiffusion.from_pretrained(str(ckpt.path))

@@ -25,7 +25,7 @@ from engine.models.transformer import RMSNorm
 from engine.samplers import step
 from engine.types import SamplerSettings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 if not triton_available():
     DEVICE = None

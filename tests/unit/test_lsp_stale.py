@@ -69,7 +69,7 @@ def change(server, version: int, line: int, start: int, end: int, text: str) -> 
 
 def rename(server, text: str = SOURCE) -> int:
     """Open `text` and rename its first `count` to `total` keystroke by keystroke (as
-    tests/test_next_edit.py's clients do); the version it ends at."""
+    tests/unit/test_next_edit.py's clients do); the version it ends at."""
     open_at(server, text)
     line = text[:text.index("count")].count("\n")
     column = text.split("\n")[line].index("count")

@@ -15,8 +15,8 @@ from dg_lsp.context import build_context
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for
 from tests.support.lsp_wire import WireServer
-from tests.test_actions import Scripted, doc, target_of
-from tests.test_postprocess import ScriptedEngine
+from tests.support.scripted import Scripted, ScriptedEngine
+from tests.support.targets import doc, target_of
 
 MEAN = 'def mean(xs):\n    """The mean of xs."""\n    return |\n'
 
@@ -131,7 +131,7 @@ def test_a_rewrite_keeps_the_signature_unless_the_instruction_asks(new, instruct
 SCRIPTED_SERVER = """
 import json, sys
 from dg_lsp.lsp.server import create_server
-from tests.test_actions import Scripted
+from tests.support.scripted import Scripted
 texts = json.loads(sys.argv[1])
 create_server(Scripted(*texts * 8)).start_io()
 """

@@ -358,7 +358,8 @@ def test_only_a_header_that_gains_or_loses_a_parameter_is_a_signature_change():
 
 
 def test_synthetic_edits_are_consistent_with_what_the_model_is_shown():
-    text = Path(__file__).resolve().parent.parent.joinpath("dg_lsp", "actions", "rewrite.py").read_text()
+    root = Path(__file__).resolve().parents[2]
+    text = root.joinpath("dg_lsp", "actions", "rewrite.py").read_text()
     rng = np.random.default_rng(0)
     seen = set()
     for _ in range(300):

@@ -15,7 +15,7 @@ from lsprotocol import types
 from dg_lsp.actions.targets import REWRITE
 from dg_lsp.lsp.server import create_server
 from dg_lsp.positions import UTF8, UTF16, UTF32, line_of, offset_at, position_at
-from tests.test_actions import Scripted
+from tests.support.scripted import Scripted
 
 # Every character Python's splitlines splits at and LSP does not.
 NOT_BREAKS = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"

@@ -14,9 +14,8 @@ from dg_lsp.completion.postprocess import Suggestion, postprocess, unit_end
 from dg_lsp.context import build_context
 from dg_lsp.settings import Settings, parse_settings
 from dg_lsp.syntax.languages import language_for
-from engine.backend import EngineInfo
-from engine.types import Draft
-from engine.units import UnitEnd, unit_ended, until_unit_ends
+from engine.units import UnitEnd, unit_ended
+from tests.support.scripted import ScriptedEngine
 
 
 def run(language_id: str | None, marked: str, raw: str) -> Suggestion | None:
@@ -113,27 +112,6 @@ def test_unit_ended(source, raw, ended):
     offset = source.index("|")
     ctx = build_context(source.replace("|", "", 1), offset, language_for("python"))
     assert unit_ended(raw, unit_end(ctx)) is ended
-
-
-class ScriptedEngine:
-    """Yields the given committed texts as successive drafts, up to the end of the unit the
-    request names, as engines do (engine.units.until_unit_ends); counts the drafts taken."""
-
-    engine_info = EngineInfo(model="scripted", family="masked", device="cpu", resident=False,
-                             counts_tokens=False)
-
-    def __init__(self, texts: list[str]) -> None:
-        self.texts, self.taken = texts, 0
-
-    def infill_stream(self, request, cancel=None, document=None):
-        self.until = request.until
-        return until_unit_ends(self._drafts(), self.until)
-
-    def _drafts(self):
-        for step, text in enumerate(self.texts, 1):
-            self.taken += 1
-            yield Draft(step=step, token_ids=[], committed=step, text=text,
-                        done=step == len(self.texts), finish_reason="stop")
 
 
 def test_pipeline_has_the_engine_stop_once_the_line_is_complete():

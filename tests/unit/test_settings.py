@@ -135,7 +135,7 @@ def test_the_vs_code_extension_offers_the_same_ranges_and_defaults():
     from engine.bounds import bounds_of
     from engine.types import SamplerSettings
 
-    package = json.loads((Path(__file__).resolve().parent.parent / "editors" / "vscode"
+    package = json.loads((Path(__file__).resolve().parents[2] / "editors" / "vscode"
                           / "package.json").read_text())
     properties = package["contributes"]["configuration"]["properties"]
     table = bounds_of(SamplerSettings)
