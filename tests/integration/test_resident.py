@@ -91,7 +91,7 @@ def test_concurrent_requests_are_batched_and_each_gets_its_own_completion(engine
     # cached ones over a single canvas.
     exact = SamplerSettings(cache_refresh=1)
     expected = [inproc.infill(p, "\n", 12, settings=exact).text for p in PREFIXES]
-    before = engine.data.stats()
+    before = engine.stats()
     results: dict[int, str] = {}
     barrier = threading.Barrier(len(PREFIXES))
 
@@ -106,7 +106,7 @@ def test_concurrent_requests_are_batched_and_each_gets_its_own_completion(engine
     for t in threads:
         t.join(timeout=300)
     assert [results.get(i) for i in range(len(PREFIXES))] == expected
-    after = engine.data.stats()
+    after = engine.stats()
     assert after["completed"] - before["completed"] == len(PREFIXES)
     # Some forward passes carried several requests' canvases at once.
     assert after["batchedRows"] > before["batchedRows"]
@@ -187,7 +187,7 @@ def wait_for(predicate, timeout: float = 60.0) -> None:
 
 
 def test_cancel_mid_denoise_frees_the_slot_and_others_finish(engine, inproc):
-    before = engine.data.stats()
+    before = engine.stats()
     with raw_connect(engine) as sock:
         protocol.send(sock, slow_request())
         first = protocol.receive(sock)
@@ -204,18 +204,18 @@ def test_cancel_mid_denoise_frees_the_slot_and_others_finish(engine, inproc):
     assert final["type"] == "result" and final["draft"]["finish_reason"] == "cancelled"
     assert final["draft"]["step"] < 500
     assert replies["c"]["type"] == "ok"
-    after = engine.data.stats()
+    after = engine.stats()
     assert after["cancelled"] == before["cancelled"] + 1 and after["live"] == 0
 
 
 def test_a_client_that_disconnects_has_its_work_dropped(engine):
-    before = engine.data.stats()
+    before = engine.stats()
     sock = raw_connect(engine)
     protocol.send(sock, slow_request())
     assert protocol.receive(sock)["type"] == "draft"
     sock.close()
-    wait_for(lambda: engine.data.stats()["cancelled"] == before["cancelled"] + 1)
-    assert engine.data.stats()["live"] == 0
+    wait_for(lambda: engine.stats()["cancelled"] == before["cancelled"] + 1)
+    assert engine.stats()["live"] == 0
 
 
 def errors_for(sock: socket.socket, body: bytes) -> dict:
@@ -379,14 +379,14 @@ async def test_eight_language_servers_share_one_engine(eight_servers, engine, in
     texts = LSP_TEXTS
     expected = [expected_completion(inproc, t) for t in texts]
     assert None not in expected  # contexts where this random model's output survives
-    before = engine.data.stats()
+    before = engine.stats()
     for i, (client, text) in enumerate(zip(eight_servers, texts, strict=True)):
         open_doc(client, f"file:///tmp/doc{i}.py", text)
     got = await asyncio.gather(*(inline(c, f"file:///tmp/doc{i}.py", t)
                                  for i, (c, t) in enumerate(zip(eight_servers, texts,
                                                                 strict=True))))
     assert got == expected
-    assert engine.data.stats()["completed"] - before["completed"] == 8
+    assert engine.stats()["completed"] - before["completed"] == 8
     assert engine.hello()["pid"] == engine.info["pid"]  # nobody started a second engine
 
 
@@ -469,9 +469,9 @@ def test_the_engine_stops_at_the_unit_end_and_runs_the_same_passes_as_in_process
     assert ends < full[-1].step  # the unit ends before the hole does
 
     here = list(inproc.infill_stream(InfillRequest(prefix, "\n", 12, until=unit)))
-    before = engine.data.stats()["forwardPasses"]
+    before = engine.stats()["forwardPasses"]
     there = list(engine.infill_stream(InfillRequest(prefix, "\n", 12, until=unit)))
-    passes = engine.data.stats()["forwardPasses"] - before
+    passes = engine.stats()["forwardPasses"] - before
     assert [(d.step, d.finish_reason) for d in (here[-1], there[-1])] == [(ends, "unit")] * 2
     assert there[-1].token_ids == here[-1].token_ids == full[ends - 1].token_ids
     assert passes == ends  # none after the answer was settled
