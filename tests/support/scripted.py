@@ -56,6 +56,9 @@ class Scored:
     def infill_stream(self, request, cancel=None, document=None):
         return self._drafts()
 
+    def rewrite_stream(self, request, cancel=None, document=None):
+        return self._drafts()
+
 
 class ScriptedEngine:
     """Yields the given committed texts as successive drafts, up to the end of the unit the

@@ -109,10 +109,6 @@ def test_the_score_travels_beside_the_draft_and_an_old_engine_sends_none():
 # -- the gate ---------------------------------------------------------------------------------
 
 
-    def rewrite_stream(self, request, cancel=None, document=None):
-        return self._drafts()
-
-
 SOURCE = "def f(x):\n    return \n"
 
 
