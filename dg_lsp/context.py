@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import tree_sitter as ts
 
-from dg_lsp.languages import LanguageSpec
-from engine.edits import MAX_ALIKE_CHARS, MAX_ANALOGIES
+from dg_lsp.syntax.languages import LanguageSpec
+from engine.edits.synthetic import MAX_ALIKE_CHARS, MAX_ANALOGIES
 from engine.types import SUFFIX_FRACTION
 from engine.units import CLOSERS
 
@@ -63,7 +63,8 @@ class Context:
     document: str  # the whole text: the names it knows (imports sit at the top, far away)
     # What the file's other lines hold where this hole is: the rest of each line that begins
     # as the cursor's line does before the cursor and ends as it does after it (`it = ` +
-    # `iter(iterable)`), nearest first. The model may choose one of them (dg_lsp.pipeline).
+    # `iter(iterable)`), nearest first. The model may choose one of them
+    # (dg_lsp.completion.pipeline).
     # Rest-of-line and brackets holes only.
     repeats: tuple[str, ...] = ()
 

@@ -39,7 +39,8 @@ DTYPES = ("auto", "int8", "float32", "bfloat16", "float16", "float64")  # engine
 # http(s):// URL instead names a team's engine (`dg-engine serve --ray`), reached with the
 # token in `engine_token_file`.
 ENGINE_MODES = ("resident", "inproc")
-# docs/usage.md, "Confidence gate": the calibrated probability (dg_lsp.gate) the rule picks on
+# docs/usage.md, "Confidence gate": the calibrated probability (dg_lsp.completion.gate) the rule
+# picks on
 # the bench's held-out cursors (`dg-lsp bench --section gate`).
 DEFAULT_MIN_CONFIDENCE = 0.15
 
@@ -102,11 +103,11 @@ class Settings:
                                           lambda v: v is None or isinstance(v, list))
     extra_context: bool = checked(True, "true or false", lambda v: True)  # other open documents
     # A completion whose calibrated probability of being close to right is below this is not
-    # shown (dg_lsp.gate.hides); 0 shows everything. The default is chosen on held-out
+    # shown (dg_lsp.completion.gate.hides); 0 shows everything. The default is chosen on held-out
     # cursors by the rule in docs/usage.md, "Confidence gate".
     min_confidence: float = bounded(DEFAULT_MIN_CONFIDENCE, MIN_CONFIDENCE_RANGE)
     # The gate for code actions, rewrites and batch edits, on the least confident token
-    # (dg_lsp.gate.refusal). 0 by default: no held-out measurement says where a rewrite's
+    # (dg_lsp.completion.gate.refusal). 0 by default: no held-out measurement says where a rewrite's
     # score separates right from wrong (docs/usage.md).
     min_edit_confidence: float = bounded(0.0, MIN_CONFIDENCE_RANGE)
 
@@ -304,7 +305,7 @@ ENGINE_HELP = {"inproc": "inproc: load the model in this process",
 def add_engine_arguments(parser: argparse.ArgumentParser, modes: tuple[str, ...],
                          default: str) -> None:
     """--engine (one of `modes`, or a team engine's http(s):// URL) and --token-file, as
-    `dg-lsp serve` takes them; dg_lsp.engine_host.open_backend turns them into the engine."""
+    `dg-lsp serve` takes them; dg_lsp.lsp.engine_host.open_backend turns them into the engine."""
     parser.add_argument("--engine", type=engine_argument(modes), default=default,
                         metavar="|".join((*modes, "URL")),
                         help="; ".join(ENGINE_HELP[m] for m in modes) + "; or a team's "

@@ -75,7 +75,7 @@ SUFFIX_FRACTION_RANGE = Bounds(0, 0.95)
 STRENGTH_RANGE = Bounds(0, 1)  # a rewrite's share of tokens written again
 HOLE_SIZE_RANGE = Bounds(1, 1024, integer=True)
 # The confidence gate: a completion whose calibrated probability of being close to right, or
-# an edit whose least confident generated token, is below it is not shown (dg_lsp.gate;
+# an edit whose least confident generated token, is below it is not shown (dg_lsp.completion.gate;
 # 0 shows everything).
 MIN_CONFIDENCE_RANGE = Bounds(0, 1)
 

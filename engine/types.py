@@ -74,7 +74,8 @@ class UnitEnd:
 
 
 # The two requests an engine serves. Each is built once, where the caller decides what to
-# ask (dg_lsp.pipeline, dg_lsp.rewrite), and travels unchanged through the Backend, the wire
+# ask (dg_lsp.completion.pipeline, dg_lsp.actions.rewrite), and travels unchanged through the
+# Backend, the wire
 # (engine.serve.protocol.to_wire / from_wire), the scheduler's job and the family's decoder.
 # What stops a request early (a cancel, a deadline) is not part of it: it is not data.
 
@@ -125,7 +126,7 @@ class Score:
     gave a token when it committed it) of the completion's tokens, those it generated (a
     rewrite's kept tokens are the user's), up to the first stop or uncommitted position. A
     by-product of the passes run: no pass is added for it. The confidence gate
-    (dg_lsp.gate) reads it: through a calibrator for completions, `lowest` for edits."""
+    (dg_lsp.completion.gate) reads it: through a calibrator for completions, `lowest` for edits."""
 
     lowest: float  # the least confident token's confidence (1.0 when none was generated)
     mean: float  # their mean (1.0 when none was generated)

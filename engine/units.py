@@ -4,7 +4,8 @@ A completion's hole is sized for the longest unit it may hold (a line, the rest 
 a block body); the text shown is cut at the unit's end. Committed text never changes, so once
 it holds that end the suggestion is settled and further passes would fill positions that are
 cut away. A client names the unit with its request (`UnitEnd`, worked out from the syntax
-tree by dg_lsp.postprocess.unit_end); the engine then stops the hole there itself, in process
+tree by dg_lsp.completion.postprocess.unit_end); the engine then stops the hole there itself, in
+process
 and resident alike, so both run the same passes and a resident engine runs none after the
 answer is settled. dg_lsp's post-processing trims with the same functions.
 

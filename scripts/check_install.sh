@@ -33,11 +33,16 @@ wheel=$(ls "$work"/dist/*.whl)
 sdist=$(ls "$work"/dist/*.tar.gz)
 "$python" -m zipfile -l "$wheel" > "$work/wheel.txt"
 tar -tzf "$sdist" > "$work/sdist.txt"
-for data in dg_lsp/grammars/python/context.scm dg_lsp/grammars/go/actions.scm \
-            dg_lsp/examples/fib.py dg_lsp/gate_calibrator.json \
-            engine/bundled/default/config.json; do
-  grep -q "^$data " "$work/wheel.txt" || { echo "the wheel lacks $data"; exit 1; }
-  grep -q "/$data$" "$work/sdist.txt" || { echo "the sdist lacks $data"; exit 1; }
+# Each data file's place in the wheel, then in the sdist (the queries sit at the repository's
+# top, grammars/, and install as dg_lsp/grammars/: setup.py maps them).
+for pair in dg_lsp/grammars/python/context.scm:grammars/python/context.scm \
+            dg_lsp/grammars/go/actions.scm:grammars/go/actions.scm \
+            dg_lsp/examples/fib.py:dg_lsp/examples/fib.py \
+            dg_lsp/completion/gate_calibrator.json:dg_lsp/completion/gate_calibrator.json \
+            engine/bundled/default/config.json:engine/bundled/default/config.json; do
+  in_wheel=${pair%%:*} in_sdist=${pair#*:}
+  grep -q "^$in_wheel " "$work/wheel.txt" || { echo "the wheel lacks $in_wheel"; exit 1; }
+  grep -q "/$in_sdist$" "$work/sdist.txt" || { echo "the sdist lacks $in_sdist"; exit 1; }
 done
 
 echo "== pipx install the wheel"

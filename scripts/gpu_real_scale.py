@@ -77,7 +77,7 @@ def dream_section(run: Run, device: str, layers: int, requests: int, clients: li
     from engine.families import compile_model
     from engine.serve.bench import cursor_cases, run_level
     from engine.types import SamplerSettings
-    from tests.published_configs import write_real_shape
+    from tests.support.published_configs import write_real_shape
 
     folder = work / f"dream-coder-7b-L{layers}"
     _, write_s = timed(device, lambda: write_real_shape(folder, "dream-coder-7b", layers,
@@ -127,8 +127,8 @@ def dg_section(run: Run, device: str, layers: int | None, experts: int | None,
     from engine.serve.bench import cursor_cases
     from engine.tokenizer import Tokenizer
     from engine.types import SamplerSettings
-    from tests.published_configs import PUBLISHED, PUBLISHED_GENERATION, truncated_config
-    from tests.tiny_checkpoints import tiny_tokenizer
+    from tests.support.published_configs import PUBLISHED, PUBLISHED_GENERATION, truncated_config
+    from tests.support.tiny_checkpoints import tiny_tokenizer
 
     name = "diffusiongemma-26b-a4b"
     raw = truncated_config(name, layers, experts) if layers else PUBLISHED[name]

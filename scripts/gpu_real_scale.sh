@@ -49,11 +49,11 @@ if ! "$PY" -c "import pytest" 2>/dev/null && [ -d .gpu_wheels ]; then
 fi
 
 if [ "${REHEARSE:-0}" = 1 ]; then
-  TESTS=(tests/test_plan.py)
+  TESTS=(tests/unit/test_plan.py)
   ARGS=(--rehearse)
 else
-  TESTS=(tests/test_kernels.py tests/test_equivalence.py tests/test_block.py
-         tests/test_real_shapes.py)
+  TESTS=(tests/unit/test_kernels.py tests/unit/test_equivalence.py tests/unit/test_block.py
+         tests/integration/test_real_shapes.py)
   ARGS=()
 fi
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Real VS Code for tests/test_vscode_window.py: code-server (VS Code served to a browser) and
+# Real VS Code for tests/e2e/test_vscode_window.py: code-server (VS Code served to a browser) and
 # the Node.js 24 it requires, both from npm, in one folder outside the checkout:
 #
 #   scripts/install_code_server.sh [FOLDER]   (default: ~/.cache/dg-lsp/code-server)

@@ -2,7 +2,7 @@
 
     python scripts/kernels_compile_check.py [--arch 90]
 
-The interpreter tests (tests/test_kernels.py) check what the kernels compute; this checks that
+The interpreter tests (tests/unit/test_kernels.py) check what the kernels compute; this checks that
 triton's real compiler accepts them (front end, MLIR passes, PTX, ptxas to a cubin) for every
 dtype and variant the dispatcher launches. It needs triton (`pip install "dg-lsp[gpu]"`), no
 GPU, and about a minute of CPU.

@@ -22,7 +22,7 @@ if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="dg-lsp-inductor-")
     atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], True)
 
-from tests.tiny_checkpoints import (
+from tests.support.tiny_checkpoints import (
     write_dream_checkpoint,
     write_llada_checkpoint,
     write_qwen2_ar_checkpoint,

@@ -36,8 +36,9 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from dg_lsp.actions import FIX_SYNTAX, REWRITE, ParsedText, Target
+from dg_lsp.actions.targets import FIX_SYNTAX, REWRITE, ParsedText, Target
 from dg_lsp.batch import shared
+from dg_lsp.batch.discover import discover
 from dg_lsp.batch.job import (
     ACTION_NAMES,
     BatchJob,
@@ -49,10 +50,8 @@ from dg_lsp.batch.job import (
     merge,
     run_target,
 )
-from dg_lsp.discover import discover
-from dg_lsp.engine_host import NoEngine, check_engine_arguments, open_for_command
 from dg_lsp.files import Source, SourceError, read_source, unified_diff, write_source
-from dg_lsp.languages import LANGUAGES, LanguageSpec, language_for
+from dg_lsp.lsp.engine_host import NoEngine, check_engine_arguments, open_for_command
 from dg_lsp.settings import (
     ENGINE_MODES,
     add_engine_arguments,
@@ -60,6 +59,7 @@ from dg_lsp.settings import (
     bounded_argument,
     settings_from_arguments,
 )
+from dg_lsp.syntax.languages import LANGUAGES, LanguageSpec, language_for
 from engine.backend import Backend
 from engine.bounds import STRENGTH_RANGE
 
@@ -253,7 +253,7 @@ def _check_query(queries: Queries, present: list[LanguageSpec]) -> None:
 
 
 def _open(job: BatchJob) -> Backend:
-    """The engine the command line names (dg_lsp.engine_host.open_backend); BadInput when
+    """The engine the command line names (dg_lsp.lsp.engine_host.open_backend); BadInput when
     there is none: the model cannot load here, the engine cannot be reached or started, the
     token file cannot be used or the token is refused."""
     from engine import CheckpointError

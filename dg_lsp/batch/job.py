@@ -21,7 +21,8 @@ from typing import Any
 
 import tree_sitter as ts
 
-from dg_lsp.actions import (
+from dg_lsp.actions.rewrite import Edit, RewriteError, compute_edit
+from dg_lsp.actions.targets import (
     COMPLETE_BODY,
     DOCSTRING,
     FIX_SYNTAX,
@@ -32,10 +33,9 @@ from dg_lsp.actions import (
     error_count,
     rewrite_target,
 )
-from dg_lsp.languages import LanguageSpec, language_for
 from dg_lsp.positions import UTF32, position_at
-from dg_lsp.rewrite import Edit, RewriteError, compute_edit
 from dg_lsp.settings import Settings
+from dg_lsp.syntax.languages import LanguageSpec, language_for
 from engine.backend import Backend, CountingBackend
 
 # The command line's action names → actions.py's.

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.stats import percentile
+from engine.data.stats import percentile
 from engine.types import InfillRequest, SamplerSettings
 
 SOURCES = Path(__file__).resolve().parent

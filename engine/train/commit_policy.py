@@ -75,7 +75,7 @@ def collect(count: int, seed: int, cache_refresh: int = 4,
     `on_policy`: record the steps of the learned sampler at this cutoff instead (the states
     the policy itself visits), still labelled by the k=1 run's tokens."""
     from engine import Engine
-    from engine.cases import cut_cases
+    from engine.data.cases import cut_cases
 
     cases = []
     archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, *SOURCES],
@@ -86,7 +86,7 @@ def collect(count: int, seed: int, cache_refresh: int = 4,
         for i, folder in enumerate(SOURCES):
             share = count // len(SOURCES) + (1 if i < count % len(SOURCES) else 0)
             cut = cut_cases(Path(tmp) / folder, 2 * share, seed=seed, kinds=("single-line",))
-            # Nothing whose path names evaluation data (dg_lsp/eval/humaneval.py included).
+            # Nothing whose path names evaluation data (dg_lsp/measure/eval/humaneval.py included).
             cases += [case for case in cut if not FORBIDDEN.search(case.id)][:share]
     engine = Engine.load(None)
     mask_id = engine.config.mask_token_id

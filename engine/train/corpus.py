@@ -36,7 +36,7 @@ SKIP_PARTS = {
     "vendor", "benchmarks", "examples", "docs", "fixtures", "testdata",
 }
 # Anything that might hold evaluation data is refused outright, and so are the third-party
-# packages `dg-lsp bench` measures on (dg_lsp/eval/heldout.py) and the second held-out
+# packages `dg-lsp bench` measures on (dg_lsp/measure/eval/heldout.py) and the second held-out
 # package the distillation is judged on (scripts/experiments/distill_eval.py): no model here
 # may train on them.
 BENCHMARK_PACKAGES = ("more_itertools", "boltons")

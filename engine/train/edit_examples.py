@@ -1,4 +1,4 @@
-"""Training rows that teach a model the edits it will be asked to continue (engine.edits).
+"""Training rows that teach a model the edits it will be asked to continue (engine.edits.synthetic).
 
 Each example is a synthetic edit cut from a training file of the corpus (`files.txt` of
 `dg-engine corpus`, never its held-out files, the benchmark packages or evaluation data): the
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.edits import SYNTHETIC_KINDS, SyntheticEdit, model_text, synthetic_edit
+from engine.edits.synthetic import SYNTHETIC_KINDS, SyntheticEdit, model_text, synthetic_edit
 from engine.tokenizer import Tokenizer
 from engine.train.corpus import FORBIDDEN
 from engine.train.examples import HOLE_BUCKETS, SpecialIds
@@ -29,7 +29,7 @@ from engine.train.state import replacing
 EDITS_FILE = "edits.npz"
 # rename, respell, literal, keep (the span stays), pattern, parameter
 KIND_WEIGHTS = (0.2, 0.15, 0.15, 0.15, 0.15, 0.2)
-MAX_MIDDLE = 47  # tokens: a word or a line (dg_lsp.next_edit LINE_TOKENS, less its EOS)
+MAX_MIDDLE = 47  # tokens: a word or a line (dg_lsp.next_edit.suggest LINE_TOKENS, less its EOS)
 
 
 def corpus_texts(data: Path) -> list[str]:
@@ -61,7 +61,7 @@ class EditSet:
     def build(cls, texts: list[str], tok: Tokenizer, count: int, seed: int,
               real: Sequence[SyntheticEdit] = ()) -> EditSet:
         """`count` synthetic edits cut from `texts`, then each of the `real` ones (real edits
-        between released versions: engine.version_edits) whose answer fits."""
+        between released versions: engine.edits.real) whose answer fits."""
         rng = np.random.default_rng(seed)
         flat: list[int] = []
         offsets: list[tuple[int, int, int, int]] = []  # prefix, middle, suffix, end

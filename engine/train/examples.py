@@ -12,12 +12,9 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from engine.train.edit_examples import EditSet
 
 # Hole sizes the engine uses; a model trained on these learns to end early inside them.
 HOLE_BUCKETS = (8, 16, 24, 32, 48, 64, 96, 128)
@@ -36,11 +33,21 @@ class SpecialIds:
     fim_middle: int
 
 
+class EditRows(Protocol):
+    """What the maker reads of the edit examples it mixes in (engine.train.edit_examples.EditSet
+    is one); a protocol, so this module needs nothing from that one, which builds on it."""
+
+    def __len__(self) -> int: ...
+
+    def row(self, i: int, seq_len: int, ids: SpecialIds, rng: np.random.Generator
+            ) -> tuple[np.ndarray, np.ndarray]: ...
+
+
 class ExampleMaker:
     """Cuts batches from a uint16 token stream; `newline` marks tokens that start a line."""
 
     def __init__(self, tokens: np.ndarray, newline: np.ndarray, ids: SpecialIds,
-                 seq_len: int, uniform_fraction: float = 0.2, edits: EditSet | None = None,
+                 seq_len: int, uniform_fraction: float = 0.2, edits: EditRows | None = None,
                  edit_share: float = 0.0) -> None:
         if tokens.size < 3 * seq_len + 1:
             raise ValueError(f"corpus of {tokens.size} tokens is too small for seq_len {seq_len}")

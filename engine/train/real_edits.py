@@ -2,9 +2,9 @@
 
 For each package named (one the corpus gathers its code from, never a held-out or benchmark
 package: those are refused by name), pip fetches its last N releases, or those that end at
-`PACKAGE==VERSION`, into ~/.cache/dg-lsp/versions (engine.releases); the .py files of each
+`PACKAGE==VERSION`, into ~/.cache/dg-lsp/versions (engine.data.releases); the .py files of each
 two consecutive releases are paired by path (tests and vendored copies left out, as the
-corpus leaves them) and the cases their hunks hold are cut (engine.version_edits). They are
+corpus leaves them) and the cases their hunks hold are cut (engine.edits.real). They are
 written as JSON lines, one case with where it comes from on each, for
 `dg-engine train --real-edits FILE`; what was cut is counted on stderr, per release pair
 and per kind of change.
@@ -21,10 +21,10 @@ from collections import Counter
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from engine.edits import LineEdit, SyntheticEdit
-from engine.releases import consecutive, release_pairs, release_versions
+from engine.data.releases import consecutive, release_pairs, release_versions
+from engine.edits.real import change_kind, real_edits
+from engine.edits.synthetic import LineEdit, SyntheticEdit
 from engine.train.corpus import BENCHMARK_PACKAGES, FORBIDDEN, SKIP_PARTS
-from engine.version_edits import change_kind, real_edits
 
 DEFAULT_RELEASES = 4  # three pairs of consecutive releases per package
 

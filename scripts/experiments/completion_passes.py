@@ -11,12 +11,12 @@ import statistics
 import sys
 import time
 
-from dg_lsp.eval.heldout import heldout_sources
-from dg_lsp.languages import language_for
-from dg_lsp.pipeline import CompletionRequest, Pipeline, _last_draft
+from dg_lsp.completion.pipeline import CompletionRequest, Pipeline, _last_draft
+from dg_lsp.measure.eval.heldout import heldout_sources
 from dg_lsp.settings import Settings
+from dg_lsp.syntax.languages import language_for
 from engine import Engine
-from engine.cases import cut_cursor_cases
+from engine.data.cases import cut_cursor_cases
 
 SETS = ((80, 0), (80, 1), (160, 0))  # (cursors, seed), as `dg-lsp bench --section gate` cuts them
 

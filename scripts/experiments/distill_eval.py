@@ -7,7 +7,8 @@ Cases come from two pinned PyPI packages no corpus here includes (the corpus bui
 both by name, engine.train.corpus.BENCHMARK_PACKAGES): more-itertools (the bench's) and
 boltons. Per package and hole kind, `--per-kind` cases (seed 0):
 
-    single line   a whole indented-or-not line (dg_lsp.eval.cases, "single-line"), 32-token hole
+    single line   a whole indented-or-not line (dg_lsp.measure.eval.cases, "single-line"), 32-token
+    hole
     mid-line      the rest of a line after `=`, `(`, `.`, `,`, a keyword, or an argument
                   list (the bench's cursor classes), 32-token hole
     block body    the line after a block header's `:`, 96-token hole (holeSize.block)
@@ -15,7 +16,7 @@ boltons. Per package and hole kind, `--per-kind` cases (seed 0):
 
 Each is filled with `Engine.infill` and the default sampler settings (what users get), the
 model ending the hole itself. Scored as `dg-lsp eval` scores: a single-line completion is cut
-at its first newline (dg_lsp.eval.scoring.single_line); the others are cut to as many lines
+at its first newline (dg_lsp.measure.eval.scoring.single_line); the others are cut to as many lines
 as the text that was cut out. Tokens per forward: completion tokens over forward passes, per
 kind. The replacement rule (issue #31): at least 2 tokens per forward with edit similarity
 within 1 point and exact match not lower, for every hole kind.
@@ -31,11 +32,11 @@ from pathlib import Path
 
 import torch
 
-from dg_lsp.eval.heldout import SECOND_PACKAGE, SECOND_VERSION, heldout_sources
-from dg_lsp.eval.scoring import edit_similarity, exact_match, single_line
+from dg_lsp.measure.eval.heldout import SECOND_PACKAGE, SECOND_VERSION, heldout_sources
+from dg_lsp.measure.eval.scoring import edit_similarity, exact_match, single_line
 from engine import Engine, SamplerSettings
-from engine.cases import Case, cut_cases, cut_cursor_cases
-from engine.stats import percentile
+from engine.data.cases import Case, cut_cases, cut_cursor_cases
+from engine.data.stats import percentile
 
 HOLE_TOKENS = {"single line": 32, "mid-line": 32, "block body": 96, "multi-line": 128}
 MID_LINE = ("after =", "after (", "after .", "after ,", "after keyword", "argument list")

@@ -40,10 +40,10 @@ from dataclasses import dataclass
 import torch
 
 import engine.denoise as denoise_module
-from dg_lsp.eval.heldout import heldout_sources
-from dg_lsp.eval.scoring import edit_similarity, single_line
+from dg_lsp.measure.eval.heldout import heldout_sources
+from dg_lsp.measure.eval.scoring import edit_similarity, single_line
 from engine import Engine
-from engine.cases import cut_cases
+from engine.data.cases import cut_cases
 from engine.denoise import live_span, logit_rows
 from engine.kv_cache import ContextCache, PrefixCache
 from engine.models.transformer import LayerKV

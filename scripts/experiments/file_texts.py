@@ -4,7 +4,8 @@ the cursor's place (dg_lsp.context.Context.repeats), gate off, default settings:
 - written freely: the hole as the model writes it, no texts offered;
 - own text beside: written freely, then the model chooses between the file's texts and its
   own (the first version);
-- file's texts first (dg_lsp.pipeline now): the model chooses one of the file's texts or none,
+- file's texts first (dg_lsp.completion.pipeline now): the model chooses one of the file's texts or
+none,
   and writes freely only after none.
 
 Prints exact match, edit similarity and forward passes of each on those cursors (the gate's
@@ -18,14 +19,14 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
-from dg_lsp.eval.heldout import heldout_sources
-from dg_lsp.eval.scoring import edit_similarity, exact_match
-from dg_lsp.languages import language_for
-from dg_lsp.pipeline import CompletionRequest, Pipeline, _last_draft
-from dg_lsp.postprocess import postprocess, unit_end
+from dg_lsp.completion.pipeline import CompletionRequest, Pipeline, _last_draft
+from dg_lsp.completion.postprocess import postprocess, unit_end
+from dg_lsp.measure.eval.heldout import heldout_sources
+from dg_lsp.measure.eval.scoring import edit_similarity, exact_match
 from dg_lsp.settings import Settings
+from dg_lsp.syntax.languages import language_for
 from engine import Engine
-from engine.cases import cut_cursor_cases
+from engine.data.cases import cut_cursor_cases
 from engine.types import InfillRequest
 
 SETS = ((80, 0), (80, 1), (160, 0))  # (cursors, seed), as `dg-lsp bench --section gate` cuts them

@@ -186,7 +186,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="dgp-", dir="/tmp"))
     model = args.model
     if model is None:
-        from tests.tiny_checkpoints import write_dream_checkpoint
+        from tests.support.tiny_checkpoints import write_dream_checkpoint
         model = write_dream_checkpoint(tmp / "dream")
     token = tmp / "token"
     token.write_text(TOKEN + "\n")

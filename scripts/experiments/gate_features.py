@@ -1,14 +1,15 @@
 """Which inputs and which label the confidence gate's calibrator is fitted with (docs/usage.md,
 "Confidence gate"): 5-fold cross-validation on the training cursors' suggestions only.
 
-    python -m dg_lsp.gate_fit collect --out runs/gate/train.jsonl    # 2400 cursors, seed 1
+    python -m dg_lsp.measure.gate_fit collect --out runs/gate/train.jsonl    # 2400 cursors, seed 1
     python scripts/experiments/gate_features.py runs/gate/train.jsonl
 
 For each label (exact match; edit similarity >= 0.7, the shipped one) and each feature set
-(the shipped six of dg_lsp.gate.FEATURES; with what precedes the cursor on its line, passes
+(the shipped six of dg_lsp.completion.gate.FEATURES; with what precedes the cursor on its line,
+passes
 per token, a brackets hole and whether the engine stopped at the unit's end; the Score's four
 fields alone; `lowest` alone), it prints the cross-validated log loss (the penalty chosen
-from dg_lsp.gate_fit.PENALTIES), AUC, and the exact match and edit similarity of the
+from dg_lsp.measure.gate_fit.PENALTIES), AUC, and the exact match and edit similarity of the
 suggestions ranked in the top third of the cursors by the out-of-fold probability, beside
 `lowest` and `mean` ranking alone. No held-out cursor is read.
 """
@@ -24,8 +25,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from dg_lsp import gate_fit  # noqa: E402
-from dg_lsp.bench_gate import Shown  # noqa: E402
+from dg_lsp.measure import gate_fit  # noqa: E402
+from dg_lsp.measure.bench_gate import Shown  # noqa: E402
 
 AFTER = ("line start", "=", "(", ".", ",", ":", "keyword")
 _KEYWORD = re.compile(r"(?:^|[^\w.])(?:return|if|elif|while|for|in|not|and|or|import|from|"

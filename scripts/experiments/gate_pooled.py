@@ -1,6 +1,6 @@
 """The confidence gate's curve on the three held-out cursor sets of docs/usage.md pooled
 (80 cursors seed 0, 80 seed 1, 160 seed 0; a cursor in two sets counted once), and the
-threshold the rule picks on them (dg_lsp.bench_gate.choose). Bundled model, default path in
+threshold the rule picks on them (dg_lsp.measure.bench_gate.choose). Bundled model, default path in
 process, gate off, once per cursor; ~3 min on 2 CPU cores.
 
     python scripts/experiments/gate_pooled.py [--rows OUT.json]
@@ -12,9 +12,9 @@ import argparse
 import dataclasses
 import json
 
-from dg_lsp.bench_gate import PROBABILITIES, calibrated, choose, curve, run_cursors
-from dg_lsp.eval.heldout import heldout_sources
-from engine.cases import cut_cursor_cases
+from dg_lsp.measure.bench_gate import PROBABILITIES, calibrated, choose, curve, run_cursors
+from dg_lsp.measure.eval.heldout import heldout_sources
+from engine.data.cases import cut_cursor_cases
 
 SETS = ((80, 0), (80, 1), (160, 0))  # (cursors, seed), as `dg-lsp bench --section gate` cuts them
 

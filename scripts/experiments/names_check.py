@@ -1,8 +1,9 @@
-"""What the unknown-names check (dg_lsp/names.py) refuses on held-out code, and what it costs.
+"""What the unknown-names check (dg_lsp/syntax/names.py) refuses on held-out code, and what it
+costs.
 
     python scripts/experiments/names_check.py [--limit 80] [--seed 0] [--device cpu]
 
-The cursors are `dg-lsp bench --section lsp`'s (engine/cases.py `cut_cursor_cases`, the
+The cursors are `dg-lsp bench --section lsp`'s (engine/data/cases.py `cut_cursor_cases`, the
 held-out package, the same seed), but each document is the whole file the cursor is in: the
 bench opens only 2000 characters before the cursor, which cuts the imports a file's names
 come from. Each cursor runs the default path in process (Pipeline, default settings) once;
@@ -19,15 +20,16 @@ import statistics
 import time
 from unittest import mock
 
-from dg_lsp import names, postprocess
+from dg_lsp.completion import postprocess
+from dg_lsp.completion.pipeline import CompletionRequest, Pipeline, _last_draft
 from dg_lsp.context import build_context
-from dg_lsp.eval.heldout import heldout_sources
-from dg_lsp.eval.scoring import edit_similarity, exact_match
-from dg_lsp.languages import language_for
-from dg_lsp.pipeline import CompletionRequest, Pipeline, _last_draft
+from dg_lsp.measure.eval.heldout import heldout_sources
+from dg_lsp.measure.eval.scoring import edit_similarity, exact_match
 from dg_lsp.settings import Settings
+from dg_lsp.syntax import names
+from dg_lsp.syntax.languages import language_for
 from engine import Engine
-from engine.cases import cut_cursor_cases
+from engine.data.cases import cut_cursor_cases
 
 WHOLE_FILE = 10**9  # characters of prefix/suffix: the whole file
 

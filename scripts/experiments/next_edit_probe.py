@@ -5,7 +5,7 @@
 
 The cases are `dg-lsp eval --suite next-edit`'s (the same seed cuts the same cases: the
 synthetic classes from the held-out packages, the real class from their pinned releases), but
-each is asked of the engine in this process through `dg_lsp.next_edit.suggest`, with no LSP
+each is asked of the engine in this process through `dg_lsp.next_edit.suggest.suggest`, with no LSP
 session: about 15 s for 150 cases, where the eval's resident and in-process sessions take
 minutes. Printed per class: cases, exact (as the eval judges it), the rename-only rule's
 exact, suggested. `--out` writes every case with the raw text the model wrote at each span
@@ -21,17 +21,17 @@ import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from dg_lsp.actions import ParsedText
-from dg_lsp.eval import next_edit as eval_next_edit
-from dg_lsp.eval.heldout import (
+from dg_lsp.actions.targets import ParsedText
+from dg_lsp.measure.eval import next_edit as eval_next_edit
+from dg_lsp.measure.eval.heldout import (
     SECOND_PACKAGE,
     SECOND_VERSION,
     heldout_release_pairs,
     heldout_sources,
 )
-from dg_lsp.languages import language_for
-from dg_lsp.next_edit import rename_rule, suggest
+from dg_lsp.next_edit.suggest import rename_rule, suggest
 from dg_lsp.settings import Settings
+from dg_lsp.syntax.languages import language_for
 from engine import Engine
 from engine.types import Draft, InfillRequest
 

@@ -69,7 +69,7 @@ def checkpoint_dir(out: Path, name: str, layers: int, experts: int | None) -> Pa
 
 
 def write_worker(name: str, folder: Path, layers: int, experts: int | None) -> dict[str, Any]:
-    from tests.published_configs import write_real_shape
+    from tests.support.published_configs import write_real_shape
 
     if not (folder / "config.json").is_file():
         write_real_shape(folder, name, layers, experts)
@@ -83,7 +83,7 @@ def run_worker(name: str, folder: Path, dtype_name: str, tokens: int = 64) -> di
     import torch
 
     from engine import Engine
-    from tests.published_configs import (
+    from tests.support.published_configs import (
         block_logits,
         logit_tolerance,
         masked_logits,
@@ -144,7 +144,7 @@ def in_subprocess(args: list[str]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tests.published_configs import CPU_CUT, PUBLISHED
+    from tests.support.published_configs import CPU_CUT, PUBLISHED
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=list(PUBLISHED), choices=list(PUBLISHED))

@@ -4,7 +4,7 @@
     python scripts/experiments/resident_gap.py pools      (one int8 linear layer: why the
                                                           model runs on one thread)
 
-Completes the same held-out cursor cases (dg_lsp/eval/heldout.py, the `dg-lsp bench` ones)
+Completes the same held-out cursor cases (dg_lsp/measure/eval/heldout.py, the `dg-lsp bench` ones)
 through `Pipeline.complete`, first with the model in this process, then through a resident
 engine started for the run (in a private runtime folder, stopped after). Prints the p50 and
 mean per completion, the denoising steps behind the suggestions shown and, for the resident
@@ -21,11 +21,11 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from dg_lsp.eval.heldout import heldout_sources
-from dg_lsp.languages import language_for
-from dg_lsp.pipeline import CompletionRequest, Pipeline
+from dg_lsp.completion.pipeline import CompletionRequest, Pipeline
+from dg_lsp.measure.eval.heldout import heldout_sources
 from dg_lsp.settings import Settings
-from engine.cases import cut_cursor_cases
+from dg_lsp.syntax.languages import language_for
+from engine.data.cases import cut_cursor_cases
 
 
 def main(count: int) -> None:

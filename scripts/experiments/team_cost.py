@@ -5,7 +5,7 @@
 
 Deploys the bundled model as a Ray Serve application on a local Ray cluster (CPU replicas:
 this measures replica-seconds on CPUs; on a GPU cluster the same run gives GPU-seconds), then
-has each simulated developer complete held-out cursor cases (dg_lsp/eval/heldout.py, the
+has each simulated developer complete held-out cursor cases (dg_lsp/measure/eval/heldout.py, the
 `dg-lsp bench` ones) through the language server's pipeline and `RemoteEngine`, one request
 at a time with `--pause` seconds between them, for `--seconds`. Prints the completions
 answered, their latency, and the replicas' busy time (engine.serve.scheduler's busySeconds:
@@ -21,11 +21,11 @@ import statistics
 import threading
 import time
 
-from dg_lsp.eval.heldout import heldout_sources
-from dg_lsp.languages import language_for
-from dg_lsp.pipeline import CompletionRequest, Pipeline
+from dg_lsp.completion.pipeline import CompletionRequest, Pipeline
+from dg_lsp.measure.eval.heldout import heldout_sources
 from dg_lsp.settings import Settings
-from engine.cases import cut_cursor_cases
+from dg_lsp.syntax.languages import language_for
+from engine.data.cases import cut_cursor_cases
 from engine.serve.remote import RemoteEngine
 
 

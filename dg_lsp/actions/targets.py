@@ -1,0 +1,314 @@
+"""Where the infill code actions apply, and the hole each one lays out.
+
+A `Target` is one place an action can run: the span of the document it replaces, and the text
+the model reads around its hole there (an opening `\"\"\"` before a docstring, the indentation
+of a body). tree-sitter finds them, with the queries in `grammars/<language>/actions.scm`:
+
+- rewrite: any selection (its surrounding whitespace stays as it is);
+- complete-body: a function whose body is empty, `pass`, `...`, a TODO comment,
+  `raise NotImplementedError`, `todo!()` / `unimplemented!()`, or a "not implemented"
+  `throw` / `panic`;
+- docstring: a function or class without a docstring (Python) or doc comment (`/** */` in
+  JavaScript and TypeScript, `///` in Rust, `// Name …` in Go);
+- fix-syntax: a tree-sitter ERROR or MISSING region (whole lines, at most MAX_FIX_LINES).
+
+The editor (code actions), the command line (`dg-lsp rewrite`) and batch mode all start here.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_left
+from dataclasses import dataclass
+from itertools import accumulate
+
+import tree_sitter as ts
+
+from dg_lsp.context import detect_indent_unit
+from dg_lsp.syntax.languages import LanguageSpec
+
+REWRITE, COMPLETE_BODY = "rewrite", "complete-body"
+DOCSTRING, FIX_SYNTAX = "docstring", "fix-syntax"
+ACTIONS = (REWRITE, COMPLETE_BODY, DOCSTRING, FIX_SYNTAX)
+TITLES = {
+    REWRITE: "Rewrite selection",
+    COMPLETE_BODY: "Complete function body",
+    DOCSTRING: "Add docstring",
+    FIX_SYNTAX: "Fix syntax error here",
+}
+MAX_FIX_LINES = 20  # a larger broken region is not one the model can repair in one hole
+BODY_TOKENS, DOC_TOKENS = 96, 48
+
+_STUB_LINE = re.compile(
+    r"""^(pass|\.\.\.|;
+    |raise\ NotImplementedError\b.*
+    |(\#|//|/\*).*\b(TODO|todo|FIXME|XXX)\b.*
+    |(todo|unimplemented)!\(.*\);?
+    |throw\ new\ Error\(.*(implement|todo|TODO).*\);?
+    |panic\(.*(implement|todo|TODO).*\)
+    )$""",
+    re.VERBOSE,
+)
+
+
+@dataclass
+class Target:
+    action: str
+    start: int  # characters of the document this action replaces: text[start:end]
+    end: int
+    before: str = ""  # the replacement's text before the hole (the model reads it as prefix)
+    after: str = ""  # the replacement's text after the hole (read as suffix)
+    indent: str = ""  # indentation of the hole's lines after the first
+    max_tokens: int = BODY_TOKENS
+    name: str = ""  # the definition's name, where there is one
+
+    @property
+    def title(self) -> str:
+        return TITLES[self.action] + (f" of {self.name}" if self.name else "")
+
+
+class ParsedText:
+    """A document's text and its tree, with byte ↔ character conversion for tree positions."""
+
+    def __init__(
+        self, text: str, language: LanguageSpec | None, tree: ts.Tree | None = None,
+        uri: str = "",
+    ) -> None:
+        """`tree`: the tree of `text` where one is kept (dg_lsp.lsp.trees), else it is parsed.
+        `uri`: the document's identity (an editor's URI, a file's), sent beside the engine's
+        requests so a team's engine keeps the document on one replica; "" for none."""
+        self.text = text
+        self.language = language
+        self.uri = uri
+        self.data = text.encode("utf-8")
+        if tree is None and language is not None:
+            tree = language.parser().parse(self.data)
+        self.tree = tree if language is not None else None
+        self._char_starts: list[int] | None = None  # byte offset of every character
+
+    def char(self, byte: int) -> int:
+        """The character offset of a byte offset at a character boundary."""
+        if len(self.data) == len(self.text):
+            return byte  # ASCII: the same offsets
+        if self._char_starts is None:  # built once: code actions ask on every cursor move
+            self._char_starts = list(accumulate((len(ch.encode("utf-8")) for ch in self.text),
+                                                initial=0))
+        return bisect_left(self._char_starts, byte)
+
+    def span(self, node: ts.Node) -> tuple[int, int]:
+        return self.char(node.start_byte), self.char(node.end_byte)
+
+    def line_start(self, offset: int) -> int:
+        return self.text.rfind("\n", 0, offset) + 1
+
+    def indent_at(self, offset: int) -> str:
+        """The leading whitespace of the line holding `offset`."""
+        start = self.line_start(offset)
+        end = start
+        while end < len(self.text) and self.text[end] in " \t":
+            end += 1
+        return self.text[start:end]
+
+    def definitions(self, query: ts.Query | None = None
+                    ) -> list[tuple[str, ts.Node, ts.Node | None, str]]:
+        """(kind "function" | "class", node, body or None, name) for every definition that
+        `query` (default: the language's actions.scm) captures as @function or @class."""
+        if self.tree is None:
+            return []
+        found = []
+        cursor = ts.QueryCursor(query or self.language.query("actions"))
+        for _, caps in cursor.matches(self.tree.root_node):
+            if "function" not in caps and "class" not in caps:
+                continue
+            kind = "function" if "function" in caps else "class"
+            node = caps[kind][0]
+            body = caps["body"][0] if "body" in caps else None
+            name = caps["name"][0].text.decode("utf-8", errors="replace") if "name" in caps else ""
+            found.append((kind, node, body, name))
+        return found
+
+
+def error_count(doc: ParsedText) -> int:
+    """ERROR and MISSING nodes in the document's tree (0 without a grammar)."""
+    if doc.tree is None:
+        return 0
+    count, stack = 0, [doc.tree.root_node]
+    while stack:
+        node = stack.pop()
+        if node.is_error or node.is_missing:
+            count += 1
+        if node.has_error:
+            stack.extend(node.children)
+    return count
+
+
+# -- the targets ------------------------------------------------------------------------------
+
+
+def rewrite_target(text: str, start: int, end: int) -> Target | None:
+    """The selection [start, end) without its surrounding whitespace; None when that is empty."""
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    if start == end:
+        return None
+    n = end - start
+    return Target(REWRITE, start, end, max_tokens=max(16, n // 2 + 8))
+
+
+def body_target(doc: ParsedText, node: ts.Node, body: ts.Node, name: str) -> Target | None:
+    """The stub body of a function, as a hole; None when the body has real code."""
+    text = doc.text
+    indent = doc.indent_at(doc.char(node.start_byte))
+    inner = indent + detect_indent_unit(text, doc.language)
+    if doc.language.name == "python":
+        statements = body.named_children
+        first = 0
+        if statements and _is_docstring(statements[0]):
+            first = 1
+        rest = statements[first:]
+        start = doc.char(statements[0].end_byte) if first else _colon_end(doc, body)
+        end = doc.char(body.end_byte)
+        if not all(_is_stub(text[slice(*doc.span(s))]) for s in rest):
+            return None
+        return Target(COMPLETE_BODY, start, end, before="\n" + inner, indent=inner, name=name)
+    # braces: the hole is everything between { and }
+    start, end = doc.char(body.start_byte) + 1, doc.char(body.end_byte) - 1
+    if not text[start - 1 : start] == "{" or text[end : end + 1] != "}":
+        return None
+    if not _is_stub(text[start:end]):
+        return None
+    return Target(COMPLETE_BODY, start, end, before="\n" + inner, after="\n" + indent,
+                  indent=inner, name=name)
+
+
+def docstring_target(doc: ParsedText, node: ts.Node, body: ts.Node | None, name: str
+                     ) -> Target | None:
+    """Where the definition's docstring or doc comment goes; None when it has one."""
+    text, lang = doc.text, doc.language.name
+    if lang == "python":
+        if body is None or (body.named_children and _is_docstring(body.named_children[0])):
+            return None
+        inner = doc.indent_at(doc.char(node.start_byte)) + detect_indent_unit(text, doc.language)
+        at = _colon_end(doc, body)
+        return Target(DOCSTRING, at, at, before="\n" + inner + '"""\n' + inner,
+                      after="\n" + inner + '"""', indent=inner, max_tokens=DOC_TOKENS, name=name)
+    outer = node.parent if node.parent is not None and node.parent.type in (
+        "export_statement", "decorated_definition") else node
+    if _has_doc_comment(doc, outer):
+        return None
+    at = doc.line_start(doc.char(outer.start_byte))
+    indent = doc.indent_at(at)
+    if lang == "rust":
+        before, after = indent + "/// ", "\n"
+    elif lang == "go":
+        before, after = indent + f"// {name} ", "\n"
+    else:
+        before, after = indent + "/**\n" + indent + " * ", "\n" + indent + " */\n"
+    return Target(DOCSTRING, at, at, before=before, after=after, indent=indent,
+                  max_tokens=DOC_TOKENS, name=name)
+
+
+def syntax_targets(doc: ParsedText) -> list[Target]:
+    """One target per broken region: the whole lines of each outermost ERROR/MISSING node."""
+    if doc.tree is None or not doc.tree.root_node.has_error:
+        return []
+    regions: list[tuple[int, int]] = []
+    stack = [doc.tree.root_node]
+    while stack:
+        node = stack.pop()
+        if node.is_error or node.is_missing:
+            regions.append((node.start_point.row, node.end_point.row))
+        elif node.has_error:
+            stack.extend(node.children)
+    lines = doc.text.split("\n")
+    targets = []
+    for first, last in sorted(set(regions)):
+        if last - first + 1 > MAX_FIX_LINES:
+            continue
+        start = sum(len(ln) + 1 for ln in lines[:first])
+        end = start + sum(len(ln) + 1 for ln in lines[first : last + 1]) - 1
+        target = rewrite_target(doc.text, start, end)
+        if target is not None and not any(t.start <= target.start < t.end for t in targets):
+            target.action = FIX_SYNTAX
+            targets.append(target)
+    return targets
+
+
+def targets_at(doc: ParsedText, start: int, end: int) -> list[Target]:
+    """The actions an editor offers for the selection [start, end) (a cursor when equal)."""
+    found: list[Target] = []
+    if end > start:
+        target = rewrite_target(doc.text, start, end)
+        if target is not None:
+            found.append(target)
+    innermost: dict[str, tuple[int, Target]] = {}
+    for kind, node, body, name in doc.definitions():
+        a, b = doc.span(node)
+        if not a <= start <= b:
+            continue
+        candidates = []
+        if kind == "function" and body is not None:
+            candidates.append(body_target(doc, node, body, name))
+        header_end = doc.char(body.start_byte) if body is not None else b
+        if start <= header_end:  # a doc comment is offered on the definition's header
+            candidates.append(docstring_target(doc, node, body, name))
+        for target in candidates:
+            if target is not None and (target.action not in innermost
+                                       or b - a < innermost[target.action][0]):
+                innermost[target.action] = (b - a, target)
+    found += [target for _, target in innermost.values()]
+    row = doc.text.count("\n", 0, start)
+    for target in syntax_targets(doc):
+        if doc.text.count("\n", 0, target.start) <= row <= doc.text.count("\n", 0, target.end):
+            found.append(target)
+            break
+    return found
+
+
+def all_targets(doc: ParsedText, action: str, query: ts.Query | None = None) -> list[Target]:
+    """Every place in the document `action` applies (batch mode), in document order;
+    `query` replaces the language's actions.scm in finding definitions."""
+    if action == FIX_SYNTAX:
+        return syntax_targets(doc)
+    found = []
+    for kind, node, body, name in doc.definitions(query):
+        target = None
+        if action == COMPLETE_BODY and kind == "function" and body is not None:
+            target = body_target(doc, node, body, name)
+        elif action == DOCSTRING:
+            target = docstring_target(doc, node, body, name)
+        if target is not None:
+            found.append(target)
+    return sorted(found, key=lambda t: t.start)
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _is_stub(code: str) -> bool:
+    lines = [ln.strip() for ln in code.strip().split("\n") if ln.strip()]
+    return all(_STUB_LINE.match(ln) for ln in lines)
+
+
+def _is_docstring(statement: ts.Node) -> bool:
+    return (statement.type == "expression_statement" and statement.named_child_count == 1
+            and statement.named_children[0].type in ("string", "concatenated_string"))
+
+
+def _colon_end(doc: ParsedText, body: ts.Node) -> int:
+    """Just after the `:` that opens a Python body."""
+    colon = body.prev_sibling
+    while colon is not None and colon.type != ":":
+        colon = colon.prev_sibling
+    return doc.char(colon.end_byte if colon is not None else body.start_byte)
+
+
+def _has_doc_comment(doc: ParsedText, node: ts.Node) -> bool:
+    previous = node.prev_named_sibling
+    if previous is None or "comment" not in previous.type:
+        return False
+    end, row = previous.end_point, node.start_point.row
+    # Rust's line comments end at column 0 of the next line (they hold their newline).
+    return end.row == row - 1 or (end.row == row and end.column == 0)

@@ -1,0 +1,118 @@
+"""`dg-lsp complete FILE:LINE:COL`: print the suggestion an editor would show at that cursor.
+
+LINE and COL are 1-based, COL counted in characters. The completion goes through the same
+pipeline as the language server's, with the engine in this process (`--engine inproc`, the
+default), the resident engine, or a team's engine at a URL (`--engine URL --token-file F`;
+the file's URI is sent beside the request so the team's router keeps it on one replica).
+
+Exit status: 0 a suggestion printed, 1 none at this position, 2 bad input or no engine (a
+token file that cannot be used, a token the engine refuses, an engine that cannot be reached).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from lsprotocol import types
+
+from dg_lsp.completion.pipeline import Completion, CompletionRequest, Pipeline
+from dg_lsp.lsp.engine_host import NoEngine, check_engine_arguments, open_for_command
+from dg_lsp.positions import UTF32, line_end, line_of, line_start, offset_at, position_at
+from dg_lsp.settings import (
+    DEFAULT_MIN_CONFIDENCE,
+    ENGINE_MODES,
+    add_engine_arguments,
+    add_model_arguments,
+    bounded_argument,
+    settings_from_arguments,
+)
+from dg_lsp.syntax.languages import language_for
+from engine.bounds import MIN_CONFIDENCE_RANGE
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("complete", help="print the completion at FILE:LINE:COL")
+    parser.add_argument("location", metavar="FILE:LINE:COL", help="1-based line and column")
+    parser.add_argument("--json", action="store_true", help="print text, range and stats")
+    parser.add_argument("--min-confidence", type=bounded_argument(MIN_CONFIDENCE_RANGE),
+                        default=DEFAULT_MIN_CONFIDENCE, metavar="P",
+                        help="the confidence gate, as the minConfidence setting: hide a "
+                        f"suggestion less likely than P to be close to right (default "
+                        f"{DEFAULT_MIN_CONFIDENCE}; 0 shows what the model wrote)")
+    add_model_arguments(parser)
+    add_engine_arguments(parser, ENGINE_MODES, "inproc")
+    parser.set_defaults(func=run)
+
+
+def parse_location(location: str) -> tuple[Path, int, int]:
+    """`path:line:col` (1-based) → (path, line, col); the path may itself contain colons."""
+    parts = location.rsplit(":", 2)
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        raise ValueError(f"expected FILE:LINE:COL, got {location!r}")
+    line, col = int(parts[1]), int(parts[2])
+    if line < 1 or col < 1:
+        raise ValueError(f"LINE and COL start at 1, got {line}:{col}")
+    return Path(parts[0]), line, col
+
+
+def cursor_offset(text: str, line: int, col: int) -> int:
+    """Character offset of 1-based (line, col); ValueError when it is outside the text.
+
+    Lines end where an editor's do (LSP's rule: \\n, \\r\\n, \\r)."""
+    start = line_start(text, line - 1)
+    if start is None:
+        lines = line_of(text, len(text))[0] + 1
+        raise ValueError(f"line {line} is past the end of the file ({lines} lines)")
+    offset = offset_at(text, types.Position(line - 1, col - 1), UTF32)
+    if offset is None:
+        length = line_end(text, start) - start
+        raise ValueError(f"column {col} is past the end of line {line} ({length} characters)")
+    return offset
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.serve.client import EngineUnavailable
+
+    try:
+        path, line, col = parse_location(args.location)
+        check_engine_arguments(args.engine, args.token_file, [path])
+        text = path.read_text(encoding="utf-8")
+        offset = cursor_offset(text, line, col)
+    except (ValueError, OSError) as exc:
+        print(f"dg-lsp complete: {exc}", file=sys.stderr)
+        return 2
+    settings = settings_from_arguments(args, engine=args.engine,
+                                       engine_token_file=args.token_file,
+                                       min_confidence=args.min_confidence)
+    request = CompletionRequest(text, offset, language_for(None, str(path)),
+                                path.resolve().as_uri())
+    try:
+        pipeline = Pipeline(open_for_command(settings), settings)
+        completion = pipeline.complete(request)
+    except (NoEngine, EngineUnavailable) as exc:
+        print(f"dg-lsp complete: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(_as_json(text, completion), ensure_ascii=False))
+    elif completion is not None:
+        print(completion.text)
+    if completion is None:
+        print("dg-lsp complete: no suggestion at this position", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _as_json(text: str, completion: Completion | None) -> dict:
+    if completion is None:
+        return {"text": None}
+
+    def position(offset: int) -> dict[str, int]:
+        at = position_at(text, offset, UTF32)
+        return {"line": at.line + 1, "column": at.character + 1}
+
+    return {"text": completion.text,
+            "range": {"start": position(completion.start), "end": position(completion.end)},
+            "kind": completion.kind, "steps": completion.steps}

@@ -1,0 +1,106 @@
+"""The confidence gate: what the model is not sure of is not shown.
+
+The engine scores every completion it commits (engine.types.Score: the confidences of its
+generated tokens, a by-product of the passes run), in process and resident alike, so both
+gate the same. A draft without a score (an engine that predates it, a family that records
+none) is shown as it would be without the gate.
+
+Completions (`hides`, the `minConfidence` setting): the server turns the Score and what it
+knows when it decides (the hole kind, the suggestion after post-processing: `features`) into
+the probability that the suggestion is close to right (edit similarity at least 0.7 to what
+the user goes on to write) with `Calibrator`, a logistic regression of seven weights fitted on
+the bundled model's completions at training-corpus cursors (dg_lsp.measure.gate_fit,
+gate_calibrator.json), and does not show one below `minConfidence`: no ghost text, no list
+item. On held-out cursors it keeps better suggestions than the least confident token alone at
+the same share shown (docs/usage.md, "Confidence gate", has the curves and the rule the
+default comes from).
+
+Edits (`refusal`, `minEditConfidence`: code actions, rewrites, batch, next edits): the least
+confident token, refused with the reason; the calibrator has seen no edit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from engine.types import Score
+
+CALIBRATOR_FILE = Path(__file__).with_name("gate_calibrator.json")
+
+# The calibrator's inputs, in order (`features`). Tried and left out (no better
+# cross-validated log loss on the training cursors; scripts/experiments/gate_features.py):
+# what precedes the cursor on its line (`=`, `(`, `.`, `,`, `:`, a keyword, the line start),
+# passes per token, a brackets hole, whether the engine stopped at the unit's end, whether
+# the completed line repeats one of the file as a whole (docs/usage.md: no gain on held-out
+# cursors; `repeated` is narrower: the text is another line's at the same place).
+FEATURES = ("lowest", "mean", "log_tokens", "block", "log_chars", "lines", "repeated")
+
+
+def refusal(score: Score | None, min_confidence: float) -> str | None:
+    """Why an edit scored `score` is not offered, or None: it is."""
+    if score is None or min_confidence <= 0 or score.lowest >= min_confidence:
+        return None
+    return (f"the model is not confident in this edit "
+            f"({score.lowest:.2f} < {min_confidence:.2f})")
+
+
+def features(score: Score, hole: str, text: str, repeated: bool) -> list[float]:
+    """The calibrator's inputs (FEATURES) for a completion scored `score` in a hole of kind
+    `hole` (dg_lsp.context HOLE_KINDS) whose suggestion, after post-processing, is `text`:
+    the least and the mean confidence, log(1 + tokens scored), whether the hole is a block,
+    log(1 + characters) and the newlines of the suggestion, and whether it is what another
+    line of the file holds at the same place (Context.repeats: the model chose it there, and
+    its Score is that of the choice, a token or two)."""
+    return [score.lowest, score.mean, math.log1p(score.tokens), float(hole == "block"),
+            math.log1p(len(text)), float(text.count("\n")), float(repeated)]
+
+
+def confidence(score: Score, hole: str, text: str, repeated: bool) -> float:
+    """The calibrator's probability that the suggestion `text` is close to right."""
+    return calibrator().probability(features(score, hole, text, repeated))
+
+
+def hides(score: Score | None, hole: str, text: str, repeated: bool,
+          min_confidence: float) -> bool:
+    """Whether a completion scored `score`, in a hole of kind `hole`, whose suggestion after
+    post-processing is `text` (`repeated`: another line's text there), is not shown: its
+    `confidence` is below `min_confidence`."""
+    if score is None or min_confidence <= 0:
+        return False
+    return confidence(score, hole, text, repeated) < min_confidence
+
+
+@dataclass(frozen=True)
+class Calibrator:
+    """p(right) = sigmoid(bias + sum(weight * (x - mean) / std)) over FEATURES."""
+
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    weight: tuple[float, ...]
+    bias: float
+
+    def probability(self, x: list[float]) -> float:
+        z = self.bias + sum(w * (v - m) / s for v, m, s, w
+                            in zip(x, self.mean, self.std, self.weight, strict=True))
+        return 1 / (1 + math.exp(-z)) if z > -700 else 0.0
+
+    def to_json(self, **meta: Any) -> dict[str, Any]:
+        return {"features": list(FEATURES), "mean": list(self.mean), "std": list(self.std),
+                "weight": list(self.weight), "bias": self.bias, **meta}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Calibrator:
+        if data.get("features") != list(FEATURES):
+            raise ValueError(f"calibrator features {data.get('features')} are not {FEATURES}")
+        return cls(tuple(map(float, data["mean"])), tuple(map(float, data["std"])),
+                   tuple(map(float, data["weight"])), float(data["bias"]))
+
+
+@cache
+def calibrator(path: Path = CALIBRATOR_FILE) -> Calibrator:
+    return Calibrator.from_json(json.loads(path.read_text(encoding="utf-8")))

@@ -1,0 +1,189 @@
+"""The one completion path: context → engine → post-processing → (text, range).
+
+inlineCompletion, completion and `dg-lsp complete` all call `Pipeline`; they differ only in
+how they wait for the engine (`complete` blocks, `complete_async` awaits every denoising step
+so a cancelled request stops at the next step boundary).
+
+Each request names the hole kind's unit (the line of a rest-of-line hole, the dedent that ends
+a block: `postprocess.unit_end`) and the engine stops once the committed text holds its end
+(engine.units): what the editor would show can no longer change, and the hole's remaining
+positions would cost passes for text that is cut away. In process or resident, the engine
+runs the same passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor
+from contextlib import closing
+from dataclasses import dataclass, field, replace
+
+from dg_lsp.completion import gate
+from dg_lsp.completion.cache import CompletionCache
+from dg_lsp.completion.postprocess import Suggestion, postprocess, unit_end
+from dg_lsp.context import Context, OtherDocument, build_context, char_budget
+from dg_lsp.settings import Settings
+from dg_lsp.syntax.languages import LanguageSpec
+from engine.backend import Backend
+from engine.types import Draft, InfillRequest
+
+
+@dataclass
+class CompletionRequest:
+    text: str  # the whole document
+    offset: int  # cursor, in characters (code points) of `text`
+    language: LanguageSpec | None
+    uri: str = ""
+    other_documents: Sequence[OtherDocument] = field(default_factory=tuple)
+
+
+@dataclass
+class Completion:
+    text: str  # replaces text[start:end]
+    start: int
+    end: int
+    kind: str  # the hole kind, or "cached"
+    steps: int = 0  # denoising forward passes (0 when served from the cache)
+
+
+class Pipeline:
+    def __init__(
+        self,
+        backend: Backend,  # the in-process Engine or the resident engine's client
+        settings: Settings | None = None,
+        cache: CompletionCache | None = None,
+    ) -> None:
+        self.backend = backend
+        self.settings = settings or Settings()
+        self.cache = cache if cache is not None else CompletionCache()
+
+    def context(self, request: CompletionRequest) -> Context:
+        hole = max(self.settings.hole_size.values())
+        budget = char_budget(self.settings.canvas_length, hole)
+        others = request.other_documents if self.settings.extra_context else ()
+        return build_context(request.text, request.offset, request.language, budget,
+                             self.settings.suffix_fraction, others)
+
+    def cached(self, request: CompletionRequest) -> Completion | None:
+        return cached_completion(self.cache, request)
+
+    def start(
+        self, request: CompletionRequest, cancel: Callable[[], bool] | None = None
+    ) -> tuple[Context, Iterator[Draft]]:
+        """The context, and the engine's drafts (lazy: nothing runs until iterated)."""
+        ctx = self.context(request)
+        # What the engine is asked, decided here once and carried unchanged to the decoder.
+        ask = InfillRequest(ctx.prefix, ctx.suffix, self.settings.hole_size[ctx.kind],
+                            self.settings.sampler, self.settings.canvas_length,
+                            self.settings.suffix_fraction, until=unit_end(ctx))
+        return ctx, self._drafts(ask, ctx, cancel, request.uri or None)
+
+    def _drafts(self, ask: InfillRequest, ctx: Context, cancel: Callable[[], bool] | None,
+                document: str | None) -> Iterator[Draft]:
+        """The engine's drafts of the hole. Where other lines of the file hold a text at the
+        cursor's place (Context.repeats), the model first chooses one of them or none
+        (InfillRequest.choices: a pass or two); only when it chooses none, or post-processing
+        refuses its choice, does it write the hole freely. Written freely, the bundled model
+        writes the file's own `it = iter(iterable)` as `it = next(it, set)`; offered the
+        file's texts, it takes the right one more often than it writes it, in a third of the
+        passes (docs/usage.md)."""
+        passes = 0
+        if ctx.repeats:
+            # closing(): a request closed mid-way (cancelled) closes the engine's stream at once.
+            with closing(self.backend.infill_stream(replace(ask, choices=ctx.repeats), cancel,
+                                                    document=document)) as drafts:
+                last = None
+                for last in drafts:
+                    if not last.done:
+                        yield last
+            if last is None:
+                return
+            if last.finish_reason == "cancelled" or postprocess(last.text, ctx) is not None:
+                yield last
+                return
+            passes = last.step
+        with closing(self.backend.infill_stream(ask, cancel, document=document)) as drafts:
+            for draft in drafts:
+                yield replace(draft, step=passes + draft.step) if passes else draft
+
+    def finish(
+        self, request: CompletionRequest, ctx: Context, last: Draft | None
+    ) -> Completion | None:
+        if last is None or last.finish_reason == "cancelled":
+            return None
+        suggestion = postprocess(last.text, ctx)
+        if suggestion is None or gate.hides(
+                last.score, ctx.kind, suggestion.text, suggestion.text in ctx.repeats,
+                self.settings.min_confidence):
+            return None
+        self.cache.put(request.uri, request.text, request.offset, suggestion)
+        return _completion(request, suggestion, ctx.kind, last.step)
+
+    def complete(
+        self, request: CompletionRequest, cancel: Callable[[], bool] | None = None
+    ) -> Completion | None:
+        """Blocking: for the command line and tests."""
+        hit = self.cached(request)
+        if hit is not None:
+            return hit
+        ctx, drafts = self.start(request, cancel)
+        return self.finish(request, ctx, _last_draft(drafts))
+
+    async def complete_async(
+        self, request: CompletionRequest, executor: Executor
+    ) -> Completion | None:
+        """Runs each denoising step on `executor` (one worker) and awaits it; a resident
+        engine's drafts are read on a thread of their own instead (the engine steps every
+        request in its own process: a hop through the event loop per step only adds latency).
+
+        A cancelled task gets CancelledError at the await; the engine is told to stop and
+        the generator is closed (on the worker) after the step in flight.
+        """
+        hit = self.cached(request)
+        if hit is not None:
+            return hit
+        stop = threading.Event()
+        ctx, drafts = self.start(request, stop.is_set)
+        loop = asyncio.get_running_loop()
+        if self.backend.engine_info.resident:
+            try:
+                last = await loop.run_in_executor(None, _last_draft, drafts, stop.is_set)
+            finally:
+                stop.set()
+            return self.finish(request, ctx, last)
+        last = None
+        try:
+            while (draft := await loop.run_in_executor(executor, next, drafts, None)) is not None:
+                last = draft
+        finally:
+            stop.set()
+            executor.submit(drafts.close)
+        return self.finish(request, ctx, last)
+
+
+def cached_completion(cache: CompletionCache, request: CompletionRequest) -> Completion | None:
+    """What the cache holds for the request: a suggestion the user is typing through."""
+    hit = cache.get(request.uri, request.text, request.offset)
+    if hit is None:
+        return None
+    return Completion(hit.text, request.offset, request.offset + hit.replace, "cached")
+
+
+def _last_draft(drafts: Iterator[Draft], stop: Callable[[], bool] = lambda: False
+                ) -> Draft | None:
+    """The last draft read: when the engine finished (the unit ended) or `stop` said so."""
+    last = None
+    try:
+        for draft in drafts:
+            last = draft
+            if stop():
+                break
+    finally:
+        drafts.close()
+    return last
+
+
+def _completion(request: CompletionRequest, s: Suggestion, kind: str, steps: int) -> Completion:
+    return Completion(s.text, request.offset, request.offset + s.replace, kind, steps)

@@ -1,0 +1,144 @@
+"""Completions at an LSP position: the document's `CompletionRequest`, the pipeline run on the
+server's engine, and the range the completion replaces, as inline items or a completion list.
+
+A newer request for the same document cancels the older one; a document changed or reopened
+while the completion was computed gets none; every failure is an empty answer (ghost text has
+no error UI), logged for the user who looks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from lsprotocol import types
+
+from dg_lsp.completion.pipeline import Completion, CompletionRequest, Pipeline, cached_completion
+from dg_lsp.context import OtherDocument
+from dg_lsp.lsp.documents import short_path
+from dg_lsp.positions import line_end, offset_at, units
+from dg_lsp.syntax.languages import language_for
+from engine.serve.client import EngineUnavailable
+
+if TYPE_CHECKING:
+    from dg_lsp.lsp.state import ServerState
+
+log = logging.getLogger(__name__)
+
+MAX_OTHER_DOCUMENTS = 20
+# Typing these asks for a completion even in clients that only complete identifiers.
+TRIGGER_CHARACTERS = [".", "(", "[", "{", ",", " ", ":", "=", ">"]
+
+
+async def complete(
+    server: ServerState, uri: str, position: types.Position
+) -> tuple[Completion, types.Range] | None:
+    """The pipeline's completion at an LSP position and the range it replaces; None when
+    there is nothing to show (also when the engine failed: ghost text has no error UI)."""
+    request = completion_request(server, uri, position)
+    if request is None:
+        return None
+    # The completion and its range are read on this text: a document changed or reopened
+    # meanwhile (even at the same version) gets none.
+    revision = server.documents.get(uri).revision
+    # A newer request for the same document makes the older one pointless.
+    inflight = server.inflight
+    previous = inflight.get(uri)
+    if previous is not None and not previous.done():
+        previous.cancel()
+    task = asyncio.current_task()
+    inflight[uri] = task
+    backend = None
+    try:
+        if server.settings.debounce_ms:
+            await asyncio.sleep(server.settings.debounce_ms / 1000)
+        completion = cached_completion(server.cache, request)
+        if completion is not None:
+            server.stats["cacheHits"] += 1
+        else:
+            # The engine this request runs on, held for its whole life: the host may drop
+            # the server's (engine lost) while the request waits for the worker.
+            backend = await server.engine.backend()
+            if backend is None:
+                return None
+            pipeline = Pipeline(server.engine.counting(backend), server.settings, server.cache)
+            completion = await pipeline.complete_async(request, server.executor)
+        if completion is None or server.documents.at(uri, revision) is None:
+            return None
+        return completion, replaced_range(request, position, completion,
+                                          server.position_encoding)
+    except EngineUnavailable as exc:
+        server.engine.lost(exc, backend)
+        return None
+    except asyncio.CancelledError:
+        server.stats["cancelled"] += 1
+        raise
+    except Exception as exc:  # noqa: BLE001 - one failed completion must not surface
+        log.exception("completion in %s failed", uri)
+        server.log(f"completion failed: {type(exc).__name__}: {exc}", types.MessageType.Error)
+        return None
+    finally:
+        if inflight.get(uri) is task:
+            del inflight[uri]
+
+
+def completion_request(server: ServerState, uri: str, position: types.Position
+                       ) -> CompletionRequest | None:
+    """What the pipeline needs for a completion at `position`; None where none is offered."""
+    doc = server.documents.get(uri)
+    if doc is None:
+        server.log(f"completion for a document that is not open: {uri}")
+        return None
+    if not server.settings.enabled(doc.language_id or ""):
+        return None
+    if not doc.is_valid_text:
+        server.log(f"{short_path(uri)} holds a lone surrogate (not valid Unicode): "
+                   "no completions until it is removed")
+        return None
+    offset = offset_at(doc.text, position, server.position_encoding)
+    if offset is None:
+        server.log(f"position {position.line}:{position.character} is outside {uri}")
+        return None
+    text = doc.text
+    if "\x00" in text[max(0, offset - 4096):offset + 4096]:
+        return None  # a binary file: nothing a code model should continue
+    language = language_for(doc.language_id, uri)
+    others = [OtherDocument(short_path(other.uri), other.text)
+              for other in list(server.documents)[:MAX_OTHER_DOCUMENTS]
+              if other.uri != uri and other.is_valid_text
+              and language_for(other.language_id, other.uri) == language]
+    return CompletionRequest(text, offset, language, uri, others)
+
+
+def replaced_range(request: CompletionRequest, position: types.Position,
+                   completion: Completion, encoding: str) -> types.Range:
+    """From the cursor over what the completion re-types on the cursor's line."""
+    text = request.text
+    stop = min(completion.end, line_end(text, completion.start))
+    end = position.character + units(text[completion.start:stop], encoding)
+    return types.Range(position, types.Position(position.line, end))
+
+
+def inline_list(found: tuple[Completion, types.Range] | None) -> types.InlineCompletionList:
+    """textDocument/inlineCompletion's answer: one ghost-text item, or none."""
+    if found is None:
+        return types.InlineCompletionList(items=[])
+    completion, replaced = found
+    item = types.InlineCompletionItem(insert_text=completion.text, range=replaced)
+    return types.InlineCompletionList(items=[item])
+
+
+def completion_list(found: tuple[Completion, types.Range] | None) -> types.CompletionList:
+    """textDocument/completion's answer: one item with a TextEdit (Helix, older clients)."""
+    # Incomplete: every keystroke asks again (a cache hit while typing through the text).
+    if found is None:
+        return types.CompletionList(is_incomplete=True, items=[])
+    result, replaced = found
+    edit = types.TextEdit(replaced, result.text)
+    label = result.text.strip().split("\n", 1)[0]
+    item = types.CompletionItem(
+        label=label, kind=types.CompletionItemKind.Text, text_edit=edit,
+        insert_text_format=types.InsertTextFormat.PlainText,
+        detail="dg-lsp", filter_text=result.text, sort_text="0")
+    return types.CompletionList(is_incomplete=True, items=[item])

@@ -1,0 +1,263 @@
+"""The language server's engine: loaded on first use, restarted when lost, its state told.
+
+The engine loads on the server's one worker thread (the engine is not thread-safe) while the
+client sees LSP work-done progress and a `dg-lsp/engineState` notification. A resident engine
+that dies or refuses is dropped and started again; requests get empty answers meanwhile (ghost
+text has no error UI).
+
+An outage is told once: the first failure (a model that cannot load, an engine that cannot be
+reached or that died) shows one window/showMessage and one "unavailable" state; until an
+engine loads again, each request retries quietly (no popup, no progress, no state change) and
+its failure goes to window/logMessage, a repeat of the same failure at most once a minute.
+Only an engine lost after it came back, or another engine named in the settings, is news.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from pathlib import Path
+from typing import Any, Protocol
+
+from lsprotocol import types
+
+from dg_lsp.lsp.progress import LoadProgress
+from dg_lsp.settings import Settings
+from engine.backend import Backend, CountingBackend, Counts
+from engine.serve.client import EngineUnavailable
+
+# Server → client notification {"state": "loading" | "ready" | "unavailable", "message": str}
+# for status bars; sent whenever the engine's state changes.
+ENGINE_STATE_NOTIFICATION = "dg-lsp/engineState"
+# The same failure is logged again at most this often (seconds) while an outage lasts.
+REPEAT_LOG_EVERY = 60.0
+
+
+class EngineOwner(Protocol):
+    """What the host reads of the language server (dg_lsp.lsp.server.DgLanguageServer is one):
+    a protocol, so that this module needs nothing from the server, which builds on it."""
+
+    settings: Settings
+    executor: Executor  # the engine's one worker thread
+    protocol: Any  # pygls's protocol: notifications, the client's capabilities
+    work_done_progress: Any  # pygls's progress reporter (dg_lsp.lsp.progress)
+
+    def log(self, message: str, kind: types.MessageType = types.MessageType.Log) -> None: ...
+
+    def window_show_message(self, params: types.ShowMessageParams) -> None: ...
+
+
+class EngineHost:
+    def __init__(self, server: EngineOwner, backend: Backend | None = None) -> None:
+        self.server = server
+        self._backend = backend
+        self._injected = backend is not None  # a test's engine: never dropped or replaced
+        self._loading: asyncio.Task | None = None
+        self._outage_told = False  # this outage's popup was shown; cleared when an engine loads
+        self._failures = FailureLog()
+        self.counts = Counts()  # every engine's requests and drafts, restarts included
+
+    def counting(self, backend: Backend) -> CountingBackend:
+        """`backend` counted into the server's counts."""
+        return CountingBackend(backend, self.counts)
+
+    def settings_changed(self, old: Settings, new: Settings) -> None:
+        """Drop the engine when the settings name another one (it loads on next use)."""
+        if _engine_named(new) != _engine_named(old):
+            if not self._injected:
+                self._backend, self._loading = None, None
+            self._outage_told = False  # another engine: its failure is news
+
+    async def backend(self) -> Backend | None:
+        """The engine, loaded on first use; None while it cannot be loaded."""
+        if self._backend is not None:
+            return self._backend
+        if self._loading is None:
+            self._loading = asyncio.ensure_future(self._load())
+        return await asyncio.shield(self._loading)
+
+    async def _load(self) -> Backend | None:
+        server = self.server
+        what = server.settings.model or "bundled model"
+        # A retry during an outage the user was told of is quiet: no spinner, no state, no
+        # popup at every keystroke; only its success is shown.
+        quiet = self._outage_told
+        if not quiet:
+            self.state("loading", f"loading {what}")
+        # The load starts at once; the client's answer to the progress token (up to
+        # CREATE_TIMEOUT for one that never answers) must not delay the first completion.
+        loading = asyncio.get_running_loop().run_in_executor(server.executor, self.open)
+        progress = LoadProgress(server)
+        if not quiet:
+            await progress.begin(f"loading {what}")
+        try:
+            backend = await loading
+        except Exception as exc:  # a missing or broken checkpoint must not kill the server
+            progress.end("cannot load the model")
+            self._loading = None
+            if isinstance(exc, EngineUnavailable):  # a team's engine or the resident one
+                self.failed(f"the engine is unavailable: {exc}", f"engine unavailable: {exc}")
+            else:
+                self.failed(f"cannot load the model: {exc}", f"model failed to load: {exc}",
+                            types.MessageType.Error)
+            return None
+        except BaseException:  # cancelled (shutdown): the editor must not keep a spinner
+            progress.end("stopped")
+            raise
+        self._backend = backend
+        self._outage_told = False
+        self._failures = FailureLog()
+        where = backend.engine_info.device
+        progress.end(f"ready on {where}")
+        server.log(f"model loaded: {what} on {where} ({server.settings.engine} engine)")
+        self.state("ready", f"{what} on {where}")
+        return backend
+
+    def open(self) -> Backend:
+        """The engine the settings name (`open_backend`). Runs on the worker thread."""
+        return open_backend(self.server.settings)
+
+    def lost(self, exc: Exception, backend: Backend | None = None) -> None:
+        """The resident engine died or refused: drop it, start it again, tell the user once.
+
+        `backend` is the engine the failed request used; when it is no longer the current
+        one, an earlier request already reported it (requests queued on a dying engine fail
+        one after another) and a fresh engine must not be dropped for it."""
+        if self._injected or (backend is not None and backend is not self._backend):
+            return
+        self._backend, self._loading = None, None
+        self.failed("the engine stopped; restarting it", f"engine unavailable: {exc}",
+                    types.MessageType.Warning, state=f"engine stopped: {exc}")
+        asyncio.ensure_future(self.backend())
+
+    def failed(self, message: str, log: str,
+               kind: types.MessageType = types.MessageType.Warning,
+               state: str | None = None) -> None:
+        """One failure of an outage: `log` logged (repeats rate-limited); the first of the
+        outage also shows `message` to the user and is sent as the "unavailable" state."""
+        line = self._failures.line(log)
+        if line is not None:
+            self.server.log(line, kind)
+        if self._outage_told:
+            return
+        self._outage_told = True
+        self.server.window_show_message(types.ShowMessageParams(kind, f"dg-lsp: {message}"))
+        self.state("unavailable", state or message)
+
+    def state(self, state: str, message: str) -> None:
+        self.server.protocol.notify(ENGINE_STATE_NOTIFICATION,
+                                    {"state": state, "message": message})
+
+
+def open_backend(settings: Settings, priority: str = "interactive") -> Backend:
+    """The engine `settings` name, for the language server and every command line alike:
+    `engine` "inproc" loads the model here; "resident" connects to the resident engine of
+    (model, device, dtype), starting it when none runs; an http(s):// URL is a team's engine,
+    reached with the token `engine_token_file` holds (engine.serve.token: a private file, or
+    a descriptor a one-shot command was handed), whose model, device and dtype are the
+    deployment's. `priority` is the requests' on a shared engine ("batch": after editors').
+
+    Errors: CheckpointError / OSError / ValueError for a model that cannot load here;
+    TokenError (a ValueError) for a token file that cannot be used, before anything is sent;
+    ValueError for a malformed URL; EngineUnavailable for an engine that cannot be reached,
+    refuses the token ("unauthorized" code) or cannot start."""
+    model, device, dtype = settings.model, settings.device, settings.dtype
+    if settings.engine == "inproc":
+        from engine import Engine
+
+        return Engine.load(model, device, dtype)
+    from engine.serve.remote import RemoteEngine, is_engine_url
+
+    if is_engine_url(settings.engine):  # a team's engine: it loaded its own model
+        return RemoteEngine.connect(settings.engine, settings.engine_token_file,
+                                    priority=priority)
+    from engine.serve.client import EngineClient
+
+    return EngineClient.connect_or_start(model, device, dtype=dtype, priority=priority)
+
+
+class NoEngine(Exception):
+    """A command line's engine cannot be had: one line for stderr, never the token."""
+
+
+def open_for_command(settings: Settings, priority: str = "interactive") -> Backend:
+    """`open_backend` for a one-shot command: an engine that cannot be reached or refuses the
+    token, a token file that cannot be used and a malformed URL are NoEngine (one line; the
+    command exits 2, nothing sent). A model that cannot load here raises as it does."""
+    from engine.serve.remote import is_engine_url, shown_url
+
+    remote = is_engine_url(settings.engine)
+    try:
+        return open_backend(settings, priority)
+    except EngineUnavailable as exc:
+        if remote and exc.code == "unauthorized":
+            raise NoEngine(f"the engine at {shown_url(settings.engine)} refused the token from "
+                           f"{token_source(settings.engine_token_file)}: is it the team's "
+                           "current token?") from None
+        raise NoEngine(f"no engine: {exc}") from None
+    except ValueError as exc:  # TokenError, a malformed URL, another protocol version
+        if not remote:
+            raise
+        raise NoEngine(str(exc)) from None
+
+
+def check_engine_arguments(engine: str, token_file: str | None, inputs: list[Path]) -> None:
+    """ValueError for a command line whose --token-file cannot be meant: given without a
+    team engine's URL, or naming the descriptor one of its `inputs` is read from too
+    (`--token-file -` with /dev/stdin as the source): a descriptor handed over for the token
+    carries nothing else. ("-" as an input is a file of that name.)"""
+    from engine.serve.remote import is_engine_url
+    from engine.serve.token import inherited_descriptor
+
+    if token_file is None:
+        return
+    if not is_engine_url(engine):
+        raise ValueError(f"--token-file is for a team's engine (--engine URL), not --engine "
+                         f"{engine}")
+    fd = inherited_descriptor(token_file)
+    for path in inputs if fd is not None else ():
+        if str(path) != "-" and inherited_descriptor(path) == fd:
+            where = "standard input" if fd == 0 else token_file
+            raise ValueError(f"{where} carries the token (--token-file {token_file}): it "
+                             f"cannot also be the input {path}")
+
+
+def token_source(token_file: str | None) -> str:
+    """How messages name where the token came from (never what it is)."""
+    from engine.serve.token import default_token_file, descriptor_name, inherited_descriptor
+
+    if not token_file:
+        return str(default_token_file())
+    fd = inherited_descriptor(token_file)
+    return str(token_file) if fd is None else descriptor_name(fd, token_file)
+
+
+def _engine_named(settings: Settings) -> tuple:
+    """What chooses the engine: a change to any of it loads the engine again."""
+    return (settings.model, settings.device, settings.dtype, settings.engine,
+            settings.engine_token_file)
+
+
+class FailureLog:
+    """Which failures go to the log: a new one at once, a repeat of the last one at most every
+    REPEAT_LOG_EVERY seconds, with the number of repeats left out since."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._last: str | None = None
+        self._logged_at = 0.0
+        self._left_out = 0
+
+    def line(self, failure: str) -> str | None:
+        """The log line for `failure`, or None when it is a repeat to leave out."""
+        now = self._clock()
+        if failure == self._last and now - self._logged_at < REPEAT_LOG_EVERY:
+            self._left_out += 1
+            return None
+        line = failure
+        if failure == self._last and self._left_out:
+            line = f"{failure} (repeated {self._left_out} times since last logged)"
+        self._last, self._logged_at, self._left_out = failure, now, 0
+        return line

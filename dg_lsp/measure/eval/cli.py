@@ -1,0 +1,295 @@
+"""`dg-lsp eval`: how well models fill holes, side by side with trivial baselines.
+
+The models run in this process, or the model under test is a team's engine
+(`--engine URL --token-file F`, the fixed protocol: see
+dg_lsp.measure.eval.runner.Predictor.backend)
+beside the baselines `--model` names. Exit status 2: bad input or no engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+from dg_lsp.lsp.engine_host import NoEngine, check_engine_arguments, open_for_command
+from dg_lsp.measure.eval import next_edit
+from dg_lsp.measure.eval.baselines import BASELINES
+from dg_lsp.measure.eval.heldout import (
+    SECOND_PACKAGE,
+    SECOND_VERSION,
+    heldout_release_pairs,
+    heldout_sources,
+)
+from dg_lsp.measure.eval.humaneval import SUITES, load_suite
+from dg_lsp.measure.eval.runner import (
+    BUNDLED,
+    DEFAULT_HOLE_TOKENS,
+    PROTOCOLS,
+    CaseResult,
+    Predictor,
+    Summary,
+    evaluate,
+    load_predictor,
+)
+from dg_lsp.settings import Settings, add_engine_arguments, bounded_argument, sampler_argument
+from engine.bounds import CANVAS_LENGTH_RANGE
+from engine.data.cases import KINDS, Case, cut_cases
+from engine.types import CANVAS_LENGTH, SAMPLERS, SamplerSettings
+
+DEFAULT_MODELS = ["empty", "copy-prev-line", BUNDLED]
+DEFAULT_CUT_CASES = 100
+NEXT_EDIT = "next-edit"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "eval",
+        help="measure infill quality and speed of models and baselines",
+        description=__doc__,
+    )
+    p.add_argument("--suite", choices=[*SUITES, "cases", NEXT_EDIT], default="humaneval-single",
+                   help=f"'{NEXT_EDIT}': next-edit suggestions on held-out packages, through "
+                   "dg-lsp serve (--limit: cases per class)")
+    p.add_argument("--cases-from", type=Path, metavar="DIR",
+                   help="folder of source files to cut cases from (suite 'cases')")
+    p.add_argument("--kinds", default=",".join(KINDS),
+                   help="hole kinds cut by --cases-from, comma-separated (default: all)")
+    p.add_argument("--model", action="append", dest="models", metavar="MODEL",
+                   help="checkpoint folder, hub id, 'bundled', 'empty' or 'copy-prev-line'; "
+                        f"repeat to compare (default: {' '.join(DEFAULT_MODELS)})")
+    p.add_argument("--protocol", choices=[*PROTOCOLS, "both"], default=None,
+                   help="hole length: the true middle's (oracle) or a fixed size per kind "
+                   "(default: both; with --engine URL: fixed, the only one it runs)")
+    p.add_argument("--hole-tokens", action="append", default=[], metavar="KIND=N",
+                   help="fixed-protocol hole size for a kind (default: "
+                        + ", ".join(f"{k}={n}" for k, n in DEFAULT_HOLE_TOKENS.items()) + ")")
+    p.add_argument("--limit", type=int, help="number of cases (HumanEval: a seeded sample; "
+                   f"cut cases: default {DEFAULT_CUT_CASES})")
+    p.add_argument("--seed", type=int, default=0, help="chooses the sample and the cut cases")
+    p.add_argument("--data-dir", type=Path,
+                   help="HumanEval-Infilling folder (default: $DG_EVAL_DATA or "
+                        "../shared/eval/human-eval-infilling)")
+    p.add_argument("--sampler", default="threshold", choices=list(SAMPLERS))
+    p.add_argument("--threshold", type=sampler_argument("threshold"),
+                   default=SamplerSettings.threshold)
+    p.add_argument("--cutoff", type=sampler_argument("cutoff"), default=SamplerSettings.cutoff,
+                   help="learned sampler: commit positions the commit policy gives at least "
+                   "this probability (default: %(default)s)")
+    p.add_argument("--eos-penalty", type=sampler_argument("eos_penalty"), default=0.0)
+    p.add_argument("--cache-refresh", type=sampler_argument("cache_refresh"),
+                   default=SamplerSettings.cache_refresh,
+                   metavar="R", help="recompute the context's keys/values every R steps "
+                   "(1: exact; default: %(default)s)")
+    p.add_argument("--refresh-window", type=int, default=SamplerSettings.refresh_window,
+                   metavar="N", help="a refresh recomputes the hole and N tokens on each side "
+                   "(-1: the whole canvas)")
+    p.add_argument("--no-stop-run", action="store_true",
+                   help="commit padding one position per step (the plain sampler)")
+    p.add_argument("--canvas-length", type=bounded_argument(CANVAS_LENGTH_RANGE),
+                   default=CANVAS_LENGTH,
+                   help="tokens of context + hole the model sees (default: %(default)s)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto",
+                   help="auto (masked models: int8 linear layers on the CPU; bfloat16 on a GPU), "
+                   "int8, float32, bfloat16, float16")
+    p.add_argument("--exec-timeout", type=float, default=5.0,
+                   help="seconds one HumanEval program may run")
+    p.add_argument("--samples", type=Path, metavar="FILE",
+                   help="also write every case's completion and scores as JSON lines")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    add_engine_arguments(p, ("inproc",), "inproc")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.serve.client import EngineUnavailable
+
+    remote = args.engine != "inproc"
+    try:
+        check_engine_arguments(args.engine, args.token_file, [])
+        if remote:
+            check_remote(args)
+    except ValueError as exc:
+        print(f"dg-lsp eval: {exc}", file=sys.stderr)
+        return 2
+    if args.suite == NEXT_EDIT:
+        return run_next_edit(args)
+
+    hole_tokens = parse_hole_tokens(args.hole_tokens)
+    cases = select_cases(args)
+    protocol = args.protocol or ("fixed" if remote else "both")
+    protocols = list(PROTOCOLS) if protocol == "both" else [protocol]
+    settings = SamplerSettings(sampler=args.sampler, threshold=args.threshold,
+                               cutoff=args.cutoff,
+                               eos_penalty=args.eos_penalty, seed=args.seed,
+                               stop_run=not args.no_stop_run,
+                               cache_refresh=args.cache_refresh,
+                               refresh_window=None if args.refresh_window < 0
+                               else args.refresh_window)
+    if remote:
+        try:
+            backend = open_for_command(Settings(engine=args.engine,
+                                                engine_token_file=args.token_file))
+        except NoEngine as exc:
+            print(f"dg-lsp eval: {exc}", file=sys.stderr)
+            return 2
+        from engine.serve.remote import shown_url
+
+        under_test = Predictor.backend(shown_url(args.engine), backend, settings, hole_tokens,
+                                       args.canvas_length)
+        baselines = args.models or [m for m in DEFAULT_MODELS if m in BASELINES]
+        predictors: Iterable[Predictor] = [*(load_predictor(m) for m in baselines),
+                                           under_test]
+    else:
+        models = args.models or DEFAULT_MODELS
+        # A generator, so only one model is held in memory at a time.
+        predictors = (load_predictor(m, settings, hole_tokens, args.device, args.dtype,
+                                     args.canvas_length) for m in models)
+
+    samples = open(args.samples, "w", encoding="utf-8") if args.samples else None
+    try:
+        def write_sample(model: str, result: CaseResult) -> None:
+            if samples is not None:
+                samples.write(json.dumps({"model": model, **vars(result)}) + "\n")
+
+        summaries = evaluate(predictors, cases, protocols, args.exec_timeout, write_sample)
+    except EngineUnavailable as exc:  # the team's engine went away mid-run
+        print(f"dg-lsp eval: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if samples is not None:
+            samples.close()
+
+    if args.json:
+        report = {
+            "suite": args.suite,
+            "seed": args.seed,
+            "cases": len(cases),
+            "kinds": dict(sorted(count_kinds(cases).items())),
+            "hole_tokens": hole_tokens,
+            "canvas_length": args.canvas_length,
+            "sampler": vars(settings),
+            "results": [s.to_dict() for s in summaries],
+        }
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(f"suite {args.suite}: {len(cases)} cases, seed {args.seed}")
+        print(format_table(summaries))
+    return 0
+
+
+def check_remote(args: argparse.Namespace) -> None:
+    """ValueError for what a team's engine cannot measure: another model beside it (only
+    baselines), the oracle protocol, the next-edit suite."""
+    if args.suite == NEXT_EDIT:
+        raise ValueError(f"--suite {NEXT_EDIT} runs the model inside dg-lsp serve, which "
+                         "reads a token file at every reconnect; measure a team's engine on "
+                         "the infill suites")
+    if args.protocol not in (None, "fixed"):
+        raise ValueError("a team's engine runs the fixed protocol only (the oracle one "
+                         "counts the middle's tokens with the model's own tokenizer): use "
+                         "--protocol fixed")
+    others = [m for m in args.models or [] if m not in BASELINES]
+    if others:
+        raise ValueError(f"with --engine URL the model under test is the engine's; --model "
+                         f"names only baselines ({', '.join(BASELINES)}), not "
+                         f"{', '.join(others)}")
+
+
+def run_next_edit(args: argparse.Namespace) -> int:
+    """The next-edit suite on the held-out packages (or --cases-from)."""
+    models = [m for m in (args.models or []) if m != BUNDLED]
+    if len(models) > 1:
+        raise SystemExit("dg-lsp eval: --suite next-edit measures one model at a time")
+    unavailable: dict[str, str] = {}
+    real_pairs = None
+    if args.cases_from is not None:
+        folders = [args.cases_from]
+        unavailable[next_edit.REAL] = "--cases-from holds one version of each file"
+    else:
+        folders = [heldout_sources(), heldout_sources(package=SECOND_PACKAGE,
+                                                      version=SECOND_VERSION)]
+        try:
+            real_pairs = heldout_release_pairs()
+        except OSError as exc:  # no network: the other classes are still measured
+            unavailable[next_edit.REAL] = str(exc)
+    per_class = args.limit if args.limit is not None else next_edit.DEFAULT_PER_CLASS
+    cases, table = next_edit.run(folders, per_class, args.seed, models[0] if models else None,
+                                 args.device, real_pairs)
+    if real_pairs is not None and not any(c.kind == next_edit.REAL for c in cases):
+        unavailable[next_edit.REAL] = ("no real edit of the pinned releases is one the "
+                                       "server asks about")
+    if args.json:
+        json.dump({"suite": NEXT_EDIT, "seed": args.seed, "cases": len(cases),
+                   "results": table, "unavailable": unavailable}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(f"suite {NEXT_EDIT}: {len(cases)} cases, seed {args.seed}")
+        print(next_edit.format_table(table))
+        for kind, why in unavailable.items():
+            print(f"class {kind}: unavailable ({why})")
+    return 0
+
+
+def select_cases(args: argparse.Namespace) -> list[Case]:
+    if args.suite == "cases":
+        if args.cases_from is None:
+            raise SystemExit("dg-lsp eval: --suite cases needs --cases-from DIR")
+        kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+        unknown = set(kinds) - set(KINDS)
+        if unknown:
+            raise SystemExit(f"dg-lsp eval: unknown hole kinds {sorted(unknown)}")
+        count = args.limit if args.limit is not None else DEFAULT_CUT_CASES
+        return cut_cases(args.cases_from, count, seed=args.seed, kinds=kinds)
+    return load_suite(args.suite, args.data_dir, args.limit, args.seed)
+
+
+def parse_hole_tokens(overrides: list[str]) -> dict[str, int]:
+    sizes = dict(DEFAULT_HOLE_TOKENS)
+    for item in overrides:
+        kind, _, number = item.partition("=")
+        if kind not in sizes or not number.isdigit() or int(number) < 1:
+            raise SystemExit(f"dg-lsp eval: --hole-tokens expects KIND=N with KIND in "
+                             f"{', '.join(sizes)} and N >= 1, got {item!r}")
+        sizes[kind] = int(number)
+    return sizes
+
+
+def count_kinds(cases: list[Case]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for case in cases:
+        counts[case.kind] = counts.get(case.kind, 0) + 1
+    return counts
+
+
+COLUMNS = [
+    ("model", lambda s: s.model),
+    ("protocol", lambda s: s.protocol),
+    ("cases", lambda s: str(s.cases)),
+    ("pass@1", lambda s: _percent(s.pass_at_1)),
+    ("EM", lambda s: _percent(s.exact_match)),
+    ("edit sim", lambda s: f"{s.edit_similarity:.3f}"),
+    ("fwd/case", lambda s: f"{s.forward_passes_per_case:.1f}"),
+    ("tok/fwd", lambda s: "-" if s.tokens_per_forward is None else f"{s.tokens_per_forward:.2f}"),
+    ("p50 ms", lambda s: f"{s.latency_ms_p50:.1f}"),
+    ("p95 ms", lambda s: f"{s.latency_ms_p95:.1f}"),
+]
+
+
+def format_table(summaries: list[Summary]) -> str:
+    rows = [[name for name, _ in COLUMNS]]
+    rows += [[cell(s) for _, cell in COLUMNS] for s in summaries]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+    lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w)
+                       for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+             for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"

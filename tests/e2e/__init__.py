@@ -1,0 +1,1 @@
+"""End-to-end tests: real editors (Neovim, VS Code) and Ray clusters (marked e2e)."""

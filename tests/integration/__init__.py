@@ -1,0 +1,1 @@
+"""Integration tests: real servers, engines and sockets in processes of their own."""

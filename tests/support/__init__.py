@@ -1,0 +1,1 @@
+"""Helpers and fixtures the tests share; no test module imports another test module."""

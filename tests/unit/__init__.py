@@ -1,0 +1,1 @@
+"""Unit tests: no process, no socket; the loop a developer runs between edits."""

@@ -1,0 +1,89 @@
+"""`dg-engine plan`: memory figures from a config alone, checked to the byte."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engine.cli import main
+from engine.plan import plan
+from tests.support.published_configs import PUBLISHED
+
+# A small Dream-layout config whose figures are worked out by hand below.
+DREAM = {
+    "architectures": ["DreamModel"], "model_type": "Dream", "hidden_size": 64,
+    "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "vocab_size": 300, "tie_word_embeddings": False,
+    "mask_token_id": 3,
+}
+H, I, L, V, HD, KVH = 64, 128, 2, 300, 16, 2
+# Per layer: q (H x H + H), k and v (H x KVH*HD + KVH*HD each), o (H x H), gate/up/down
+# (3 x H x I), two norms (H each). Plus the embedding, the final norm and the untied head.
+LAYER_MATRICES = H * H + 2 * H * KVH * HD + H * H + 3 * H * I
+LAYER_VECTORS = H + 2 * KVH * HD + 2 * H
+PARAMS = L * (LAYER_MATRICES + LAYER_VECTORS) + V * H + H + V * H
+
+
+def test_bf16_figures_are_exact() -> None:
+    p = plan(DREAM, "bf16", "cuda", "tiny")
+    assert (p.family, p.dtype, p.parameters) == ("masked", "bfloat16", PARAMS)
+    assert p.weights == 2 * PARAMS
+    # Keys and values of 256 tokens, every layer, 2 bytes each.
+    assert p.kv == {1: 256 * L * 2 * KVH * HD * 2, 8: 8 * 256 * L * 2 * KVH * HD * 2}
+    assert p.logits == {1: 256 * V * 4, 8: 8 * 256 * V * 4}
+    assert p.self_conditioning == {}
+    assert p.total(8) == p.weights + p.kv[8] + p.logits[8]
+
+
+def test_int8_quantizes_the_matrices_but_not_the_embedding() -> None:
+    p = plan(DREAM, "int8", "cuda", "tiny")
+    rows = L * (H + 2 * KVH * HD + H + 2 * I + H) + V  # output rows of every matrix and head
+    matrices = L * LAYER_MATRICES + V * H
+    assert p.weights == matrices + 4 * rows + 2 * (L * LAYER_VECTORS + V * H + H)
+    # On the CPU, int8 layers compute in float32: the unquantized tensors are float32 there.
+    cpu = plan(DREAM, "int8", "cpu", "tiny")
+    assert cpu.weights == matrices + 4 * rows + 4 * (L * LAYER_VECTORS + V * H + H)
+    assert cpu.kv[1] == 2 * p.kv[1]
+
+
+def test_fits_keeps_a_tenth_of_the_memory_for_the_runtime() -> None:
+    p = plan(DREAM, "fp32", "cpu", "tiny")
+    assert p.fits(1, int(p.total(1) / 0.9) + 1)
+    assert not p.fits(1, p.total(1))
+
+
+def test_published_models_parameter_counts() -> None:
+    # The models' published sizes: Qwen2.5-Coder-0.5B 0.49B, Qwen2.5-Coder-7B 7.62B,
+    # LLaDA-8B 8.02B.
+    assert plan(PUBLISHED["open-dcoder-0.5b"]).parameters == 494_032_768
+    assert plan(PUBLISHED["dream-coder-7b"]).parameters == 7_615_616_512
+    assert plan(PUBLISHED["llada-8b"]).parameters == 8_015_581_184
+
+
+def test_diffusiongemma_counts_self_conditioning_and_both_attention_kinds() -> None:
+    pytest.importorskip("transformers")
+    p = plan(PUBLISHED["diffusiongemma-26b-a4b"], "bf16")
+    assert p.family == "block"
+    assert round(p.parameters / 1e9, 1) == 25.8  # the model card's 25.8B total, vision included
+    vocab = 262144
+    assert p.self_conditioning == {1: 256 * vocab * 2, 8: 8 * 256 * vocab * 2}
+    # 25 sliding layers (8 KV heads x 256) and 5 full ones (2 global KV heads x 512).
+    per_token = (25 * 8 * 256 + 5 * 2 * 512) * 2 * 2
+    assert p.kv == {1: 256 * per_token, 8: 8 * 256 * per_token}
+    assert not p.fits(1, 24 * 10**9) and p.fits(8, 80 * 10**9)
+
+
+def test_command_prints_figures_for_a_folder_or_a_config_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(DREAM))
+    assert main(["plan", "--model", str(tmp_path), "--dtype", "bf16", "--memory-gb", "24",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["weights"] == 2 * PARAMS and out["fits"]["24 GB"] == {"1": True, "8": True}
+    assert main(["plan", "--model", str(tmp_path / "config.json"), "--device", "cpu"]) == 0
+    text = capsys.readouterr().out
+    assert "masked family, bfloat16" in text and "this machine's RAM" in text
+    assert main(["plan", "--model", str(tmp_path / "missing")]) == 2
