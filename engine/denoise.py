@@ -13,7 +13,7 @@ position committed as expand becomes two masks while the canvas has room, and a 
 committed as a stop token is deleted.
 
 Every pass computes logits only for the hole's masked range (first to last masked
-position): the vocabulary projection of the whole canvas was a fifth of a full pass.
+position): the vocabulary projection of the whole canvas is a large share of a full pass.
 
 Context cache. A full pass keeps every position's keys/values. Later steps run only the
 live span: the masked range plus, for models that shift logits, the token just before it
@@ -33,7 +33,7 @@ Steps without a pass. A pass that wrote the cache (full or refresh) is often fol
 step whose cached pass would see nothing new: all that was committed since lies outside its
 live span (the run of pads a first pass settles, or, unshifted, the first masked position),
 and every position it does run reads as it did. Its logits would be the last pass's rows, so
-the step commits from those (`advance`) and a completion takes about a quarter fewer passes.
+the step commits from those (`advance`) and a completion takes fewer passes (docs/performance.md).
 In float32 the commits are the same; int8 layers quantize their input per call, over the rows
 of that call, so there the skipped pass would have rounded otherwise.
 

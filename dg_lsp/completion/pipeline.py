@@ -87,8 +87,8 @@ class Pipeline:
         (InfillRequest.choices: a pass or two); only when it chooses none, or post-processing
         refuses its choice, does it write the hole freely. Written freely, the bundled model
         writes the file's own `it = iter(iterable)` as `it = next(it, set)`; offered the
-        file's texts, it takes the right one more often than it writes it, in a third of the
-        passes (docs/usage.md)."""
+        file's texts, it takes the right one more often than it writes it, in fewer passes
+        (docs/usage.md)."""
         passes = 0
         if ctx.repeats:
             # closing(): a request closed mid-way (cancelled) closes the engine's stream at once.

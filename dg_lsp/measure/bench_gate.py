@@ -31,7 +31,7 @@ from engine.types import Score
 THRESHOLDS = (0.0, 0.05, 0.1, 0.12, 0.14, 0.16, 0.18, 0.2, 0.22, 0.25, 0.3, 0.4, 0.5, 0.6, 0.8)
 # The calibrator's probabilities (dg_lsp.completion.gate.Calibrator): denser where its curve
 # crosses a
-# third of the training cursors shown (0.05 to 0.08 for the models so far).
+# third of the training cursors shown (each model's pick: docs/usage.md).
 PROBABILITIES = (0.0, 0.02, 0.03, 0.04, 0.045, 0.05, 0.055, 0.06, 0.07, 0.08, 0.1, 0.12, 0.15,
                  0.2, 0.3, 0.5)
 MIN_SHOWN = 1 / 3  # the rule's floor: at least this share of cursors still gets a suggestion

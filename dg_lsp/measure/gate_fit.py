@@ -20,8 +20,8 @@ suggestion,
 and writes the JSON dg_lsp.completion.gate.calibrator reads. Right is `--label similar` (the
 default):
 the suggestion, cut to as many lines as what was written there, is at least SIMILAR in edit
-similarity to it (exact matches are 6% of the training suggestions, too few to fit on; this
-label holds them and the near misses a user would accept and touch up, 10%, and on
+similarity to it (exact matches are too few of the training suggestions to fit on, docs/usage.md;
+this label holds them and the near misses a user would accept and touch up, and on
 cross-validation it ranks exact matches as well as `--label exact` does and edit similarity
 better); `--label exact`: the bench's exact match.
 """

@@ -321,7 +321,7 @@ def call_arguments(text: str, called: Signature, lo: int, hi: int) -> list[tuple
 
 # Lines are compared (similar_lines) and aligned (analogous_lines), and argument lists
 # offered (argument_lists), only up to this length: comparing and aligning take time quadratic
-# in it (a 13k-character line took 40 s), a line that long is data, not a pattern a user
+# in it (docs/usage.md), a line that long is data, not a pattern a user
 # repeats, and a longer list does not fit a line's tokens.
 MAX_ALIKE_CHARS = 200
 PIECE = re.compile(r"\w+|\s+|.")  # what lines are aligned by: names, spaces, a character

@@ -103,7 +103,7 @@ def load_block_model(ckpt: Checkpoint, device: str = "auto", dtype: str = "auto"
     try:
         # In the stored dtype the weights stay memory-mapped (nothing is read yet); asked for
         # another dtype, transformers would keep every converted tensor's mapped pages
-        # resident until the whole load ends, about 1.5x the weights at the peak.
+        # resident until the whole load ends (the peak: docs/models.md, real scale).
         model = tf.DiffusionGemmaForBlockDiffusion.from_pretrained(
             str(ckpt.path), dtype=stored, use_safetensors=True,
             local_files_only=True, trust_remote_code=False,
@@ -171,8 +171,9 @@ def exact_buffers(model: torch.nn.Module, dtype: torch.dtype) -> None:
 
     They are computed at construction in the default dtype (DiffusionGemma's embedding scale
     is sqrt(hidden_size)), so a model loaded in bfloat16 and converted keeps their bfloat16
-    rounding: float32 logits were 0.02 off a float32 model's. They come from a skeleton built
-    in `dtype`, whose weights are allocated but never written, so never resident."""
+    rounding, and float32 logits drift from a float32 model's (docs/models.md). They come
+    from a skeleton built in `dtype`, whose weights are allocated but never written, so never
+    resident."""
     from transformers.initialization import no_init_weights
 
     default = torch.get_default_dtype()

@@ -219,8 +219,8 @@ class Transformer(nn.Module):
         `past` holds keys/values of other positions (`past_positions`) that every token may
         attend to, subject to causality. `key_valid` [B, S_past + S] marks real (non-padding)
         keys when a batch mixes lengths. `logit_rows` (a, b) computes logits for input rows
-        a..b-1 only: the vocabulary projection of a whole canvas costs a fifth of the pass
-        when only the hole's rows are read.
+        a..b-1 only: the vocabulary projection of a whole canvas is a large share of the pass
+        when only the hole's rows are read (docs/performance.md).
         """
         b, s = input_ids.shape
         if positions is None:

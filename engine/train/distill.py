@@ -1,8 +1,8 @@
 """`dg-engine distill`: make a masked-diffusion checkpoint commit more tokens per pass.
 
-A masked model commits as many tokens per pass as it is confident about (DESIGN.md 7c). This
-command fine-tunes a checkpoint (the student) on its own decoding trajectories, recorded by a
-frozen copy of it (the teacher):
+A masked model commits as many tokens per pass as it is confident about (docs/models.md,
+Distillation). This command fine-tunes a checkpoint (the student) on its own decoding
+trajectories, recorded by a frozen copy of it (the teacher):
 
 1. Holes are cut from the training corpus (`dg-engine corpus` output tokenized with the
    checkpoint's own vocabulary: `--tokenizer-from`) the way `dg-engine train` cuts them: rest

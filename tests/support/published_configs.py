@@ -57,7 +57,7 @@ PUBLISHED: dict[str, dict[str, Any]] = {
     # NOT FOUND as a file: no copy of fredzzp/open-dcoder-0.5B's config.json was found in the
     # stored public repositories. Values are Qwen2.5-Coder-0.5B's (its base: hidden 896, 24
     # layers, 14/2 heads, intermediate 4864, vocab 151936, tied embeddings), in the Dream
-    # layout /work/shared/REFERENCE.md describes for Open-dCoder, with Dream's mask id.
+    # layout docs/models.md describes (Model families), with Dream's mask id.
     # Public scripts load it with veomni's Qwen2ForCausalLM, so the published file may say
     # "qwen2" instead: see docs/models.md, "Real models at real scale".
     "open-dcoder-0.5b": {
@@ -80,7 +80,7 @@ PUBLISHED: dict[str, dict[str, Any]] = {
     # 28/4 heads, intermediate 18944, vocab 152064, rope 1e6; quoted as Dream-7B's config in
     # a public Rust test, stored copy id 69519966472). Special ids: bos 151665, eos/pad 151643
     # from d3LLM/d3LLM_Dream_Coder's generation_config.json (a Dream-Coder fine-tune on the
-    # Hub), mask 151666 from /work/shared/REFERENCE.md. DiffuCoder-7B and DreamOn-7B have the
+    # Hub), mask 151666 (docs/models.md, Model families). DiffuCoder-7B and DreamOn-7B have the
     # same shapes (Qwen2.5-Coder-7B) and differ in tokens, tested with the real tokenizer.
     "dream-coder-7b": {
         **_DREAM_COMMON,

@@ -3,7 +3,7 @@
 Every import counts, including those inside functions (they run too, only later) and those
 under `if TYPE_CHECKING:` (a reader needs the imported module all the same). A circle means
 neither module can be read, tested or reused without the other; `engine` importing `dg_lsp`
-would make the engine unusable by other front ends (../shared/DESIGN.md, section 2).
+would make the engine unusable by other front ends (docs/architecture.md).
 
 The layers, each importing only its own and those below it (docs/architecture.md):
 
