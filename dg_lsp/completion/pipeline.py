@@ -27,7 +27,7 @@ from dg_lsp.context import Context, OtherDocument, build_context, char_budget
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import LanguageSpec
 from engine.backend import Backend
-from engine.types import Draft, InfillRequest
+from engine.types import Draft, InfillRequest, last_draft
 
 
 @dataclass
@@ -129,7 +129,7 @@ class Pipeline:
         if hit is not None:
             return hit
         ctx, drafts = self.start(request, cancel)
-        return self.finish(request, ctx, _last_draft(drafts))
+        return self.finish(request, ctx, last_draft(drafts))
 
     async def complete_async(
         self, request: CompletionRequest, executor: Executor
@@ -149,7 +149,7 @@ class Pipeline:
         loop = asyncio.get_running_loop()
         if self.backend.engine_info.resident:
             try:
-                last = await loop.run_in_executor(None, _last_draft, drafts, stop.is_set)
+                last = await loop.run_in_executor(None, last_draft, drafts, stop.is_set)
             finally:
                 stop.set()
             return self.finish(request, ctx, last)
@@ -169,20 +169,6 @@ def cached_completion(cache: CompletionCache, request: CompletionRequest) -> Com
     if hit is None:
         return None
     return Completion(hit.text, request.offset, request.offset + hit.replace, "cached")
-
-
-def _last_draft(drafts: Iterator[Draft], stop: Callable[[], bool] = lambda: False
-                ) -> Draft | None:
-    """The last draft read: when the engine finished (the unit ended) or `stop` said so."""
-    last = None
-    try:
-        for draft in drafts:
-            last = draft
-            if stop():
-                break
-    finally:
-        drafts.close()
-    return last
 
 
 def _completion(request: CompletionRequest, s: Suggestion, kind: str, steps: int) -> Completion:
