@@ -18,6 +18,7 @@ No torch here: `dg-lsp` types against this without loading a model.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -127,3 +128,28 @@ class CountingBackend(WrappedBackend):
             counts.steps += last.step
             if counts.tokens is not None:
                 counts.tokens += len(self.backend.completion_ids(last))
+
+
+class StepsOnWorker(WrappedBackend):
+    """A Backend whose every denoising pass runs on `executor` (the engine's one worker: an
+    engine in this process is not thread-safe), for drafts read on another thread: the passes
+    of other requests interleave with its. A resident engine steps every request in its own
+    process: its drafts are read on the calling thread (a hop to the worker per pass would
+    only add latency)."""
+
+    def __init__(self, backend: Backend, executor: Executor) -> None:
+        super().__init__(backend)
+        self.executor = executor
+
+    def _wrap(self, drafts: Iterator[Draft]) -> Iterator[Draft]:
+        if self.engine_info.resident:
+            return drafts
+        return self._stepped(drafts)
+
+    def _stepped(self, drafts: Iterator[Draft]) -> Iterator[Draft]:
+        try:
+            while (draft := self.executor.submit(next, drafts, None).result()) is not None:
+                yield draft
+        finally:
+            # Closed on the worker too: closing runs the engine's cleanup.
+            self.executor.submit(drafts.close)  # type: ignore[attr-defined]

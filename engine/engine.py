@@ -42,6 +42,7 @@ from engine.types import (
     InfillResult,
     RewriteRequest,
     SamplerSettings,
+    last_draft,
 )
 
 
@@ -165,9 +166,7 @@ class Engine:
         request = InfillRequest(prefix, suffix, max_tokens, s, canvas_length, suffix_fraction)
         start = time.perf_counter()
         timings: dict[str, float] = {}
-        last: Draft | None = None
-        for draft in self._stream(request, cancel, stop_early=stop_early, timings=timings):
-            last = draft
+        last = last_draft(self._stream(request, cancel, stop_early=stop_early, timings=timings))
         assert last is not None  # every request ends with a final Draft
         token_ids = self.completion_ids(last)
         timings["total"] = time.perf_counter() - start

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from engine.bounds import MAX_SEED, Bounds, bounded
@@ -155,6 +156,24 @@ class Draft:
     # The committed completion's Score; None where the family records none (AR, block) or an
     # engine that predates it sent none: the completion is shown as if ungated.
     score: Score | None = None
+
+
+def last_draft(drafts: Iterator[Draft], stop: Callable[[], bool] | None = None
+               ) -> Draft | None:
+    """The last of `drafts` read: the final one, or the one in hand when `stop()` said to stop
+    early; None when there was none. The stream is closed either way, so that an engine
+    stopped early frees what the request held."""
+    last = None
+    try:
+        for draft in drafts:
+            last = draft
+            if stop is not None and stop():
+                break
+    finally:
+        close = getattr(drafts, "close", None)
+        if close is not None:
+            close()
+    return last
 
 
 @dataclass

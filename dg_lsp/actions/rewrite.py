@@ -44,7 +44,7 @@ from dg_lsp.settings import Settings
 from dg_lsp.syntax import names
 from engine.backend import Backend
 from engine.bounds import STRENGTH_RANGE
-from engine.types import InfillRequest, RewriteRequest, Score
+from engine.types import InfillRequest, RewriteRequest, Score, last_draft
 from engine.units import bracket_depths, indent_width, leading_indent
 
 # Keep the half of a selection the model is surest of and write the rest again.
@@ -214,10 +214,8 @@ def _generate(
         drafts = backend.infill_stream(InfillRequest(
             prefix, suffix, target.max_tokens, sampler, settings.canvas_length,
             settings.suffix_fraction), cancel, document=doc.uri or None)
-    last = None
     try:
-        for draft in drafts:
-            last = draft
+        last = last_draft(drafts)
     except ValueError as exc:  # the engine's canvas cannot hold the selection
         raise RewriteError(f"the selection is too long for the model: {exc}") from exc
     if last is None or last.finish_reason == "cancelled":

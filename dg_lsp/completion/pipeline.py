@@ -1,8 +1,8 @@
 """The one completion path: context → engine → post-processing → (text, range).
 
 inlineCompletion, completion and `dg-lsp complete` all call `Pipeline`; they differ only in
-how they wait for the engine (`complete` blocks, `complete_async` awaits every denoising step
-so a cancelled request stops at the next step boundary).
+how they wait for the engine (`complete` blocks; `complete_async` is awaited, so a cancelled
+request stops at the next denoising pass).
 
 Each request names the hole kind's unit (the line of a rest-of-line hole, the dedent that ends
 a block: `postprocess.unit_end`) and the engine stops once the committed text holds its end
@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Executor
 from contextlib import closing
 from dataclasses import dataclass, field, replace
 
@@ -27,7 +26,7 @@ from dg_lsp.context import Context, OtherDocument, build_context, char_budget
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import LanguageSpec
 from engine.backend import Backend
-from engine.types import Draft, InfillRequest
+from engine.types import Draft, InfillRequest, last_draft
 
 
 @dataclass
@@ -65,9 +64,6 @@ class Pipeline:
         others = request.other_documents if self.settings.extra_context else ()
         return build_context(request.text, request.offset, request.language, budget,
                              self.settings.suffix_fraction, others)
-
-    def cached(self, request: CompletionRequest) -> Completion | None:
-        return cached_completion(self.cache, request)
 
     def start(
         self, request: CompletionRequest, cancel: Callable[[], bool] | None = None
@@ -124,42 +120,29 @@ class Pipeline:
     def complete(
         self, request: CompletionRequest, cancel: Callable[[], bool] | None = None
     ) -> Completion | None:
-        """Blocking: for the command line and tests."""
-        hit = self.cached(request)
+        """Blocking: for the command line and tests. The cache first, then the engine."""
+        hit = cached_completion(self.cache, request)
         if hit is not None:
             return hit
         ctx, drafts = self.start(request, cancel)
-        return self.finish(request, ctx, _last_draft(drafts))
+        return self.finish(request, ctx, last_draft(drafts))
 
-    async def complete_async(
-        self, request: CompletionRequest, executor: Executor
-    ) -> Completion | None:
-        """Runs each denoising step on `executor` (one worker) and awaits it; a resident
-        engine's drafts are read on a thread of their own instead (the engine steps every
-        request in its own process: a hop through the event loop per step only adds latency).
+    async def complete_async(self, request: CompletionRequest) -> Completion | None:
+        """The engine's completion, awaited while its drafts are read on a thread of their
+        own: the backend says where each pass runs (the server's run on the engine's one
+        worker: engine.backend.StepsOnWorker). The cache is the caller's to look up first
+        (the server does, before it waits for an engine).
 
-        A cancelled task gets CancelledError at the await; the engine is told to stop and
-        the generator is closed (on the worker) after the step in flight.
+        A cancelled task gets CancelledError at the await; the engine is told to stop, and its
+        stream is closed, after the pass in flight.
         """
-        hit = self.cached(request)
-        if hit is not None:
-            return hit
         stop = threading.Event()
         ctx, drafts = self.start(request, stop.is_set)
-        loop = asyncio.get_running_loop()
-        if self.backend.engine_info.resident:
-            try:
-                last = await loop.run_in_executor(None, _last_draft, drafts, stop.is_set)
-            finally:
-                stop.set()
-            return self.finish(request, ctx, last)
-        last = None
         try:
-            while (draft := await loop.run_in_executor(executor, next, drafts, None)) is not None:
-                last = draft
+            last = await asyncio.get_running_loop().run_in_executor(
+                None, last_draft, drafts, stop.is_set)
         finally:
             stop.set()
-            executor.submit(drafts.close)
         return self.finish(request, ctx, last)
 
 
@@ -169,20 +152,6 @@ def cached_completion(cache: CompletionCache, request: CompletionRequest) -> Com
     if hit is None:
         return None
     return Completion(hit.text, request.offset, request.offset + hit.replace, "cached")
-
-
-def _last_draft(drafts: Iterator[Draft], stop: Callable[[], bool] = lambda: False
-                ) -> Draft | None:
-    """The last draft read: when the engine finished (the unit ended) or `stop` said so."""
-    last = None
-    try:
-        for draft in drafts:
-            last = draft
-            if stop():
-                break
-    finally:
-        drafts.close()
-    return last
 
 
 def _completion(request: CompletionRequest, s: Suggestion, kind: str, steps: int) -> Completion:

@@ -1,11 +1,10 @@
-"""Code actions over LSP: which apply at a range (without running the model), their edits
-(resolved lazily or, for clients that cannot resolve, at once), and the "rewrite with
-instruction" command.
+"""`textDocument/codeAction`, `codeAction/resolve` and the "rewrite with instruction" command:
+which actions apply at a range (without running the model), their edits (resolved lazily or,
+for clients that cannot resolve, at once).
 
 The model runs in dg_lsp.actions.rewrite (`compute_edit`) on a thread of its own, each denoising
-step
-on the engine's worker, so completions in other documents step between a rewrite's steps. A
-refused edit is an LSP error the user is shown (RequestFailed, or ContentModified when the
+step on the engine's worker, so completions in other documents step between a rewrite's steps.
+A refused edit is an LSP error the user is shown (RequestFailed, or ContentModified when the
 document changed while the model ran).
 """
 
@@ -13,9 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcContentModified, JsonRpcException
@@ -23,14 +20,10 @@ from pygls.exceptions import JsonRpcContentModified, JsonRpcException
 from dg_lsp.actions.rewrite import MAX_DOCUMENT_CHARS, RewriteError, compute_edit
 from dg_lsp.actions.targets import FIX_SYNTAX, REWRITE, ParsedText, Target, targets_at
 from dg_lsp.lsp.documents import short_path
+from dg_lsp.lsp.state import DgLanguageServer
 from dg_lsp.positions import offset_at, position_at
 from dg_lsp.syntax.languages import language_for
-from engine.backend import Backend, WrappedBackend
 from engine.serve.client import EngineUnavailable
-from engine.types import Draft
-
-if TYPE_CHECKING:
-    from dg_lsp.lsp.state import ServerState
 
 # workspace/executeCommand arguments: [{"textDocument": {"uri", "version"}, "range",
 # "instruction"?, "strength"?}]; applies the rewrite with workspace/applyEdit and returns the
@@ -49,7 +42,24 @@ REQUEST_FAILED = -32803  # LSP's RequestFailed: the request was valid, the edit 
 APPLY_EDIT_TIMEOUT = 10.0
 
 
-def code_actions(server: ServerState, params: types.CodeActionParams
+def register(server: DgLanguageServer) -> None:
+    @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, CODE_ACTION_OPTIONS)
+    async def code_action(ls: DgLanguageServer, params: types.CodeActionParams
+                          ) -> list[types.CodeAction]:
+        return await code_actions_for_client(ls, params)
+
+    @server.feature(types.CODE_ACTION_RESOLVE)
+    async def resolve_code_action(ls: DgLanguageServer, action: types.CodeAction
+                                  ) -> types.CodeAction:
+        return await resolve_action(ls, action)
+
+    @server.command(REWRITE_COMMAND)
+    async def rewrite_with_instruction(ls: DgLanguageServer, *args: Any
+                                       ) -> types.WorkspaceEdit | None:
+        return await rewrite_command(ls, *args)
+
+
+def code_actions(server: DgLanguageServer, params: types.CodeActionParams
                  ) -> list[types.CodeAction]:
     """The actions that apply at the range, without running the model (resolve does)."""
     uri = params.text_document.uri
@@ -76,7 +86,7 @@ def code_actions(server: ServerState, params: types.CodeActionParams
     return actions
 
 
-async def code_actions_for_client(server: ServerState, params: types.CodeActionParams
+async def code_actions_for_client(server: DgLanguageServer, params: types.CodeActionParams
                                   ) -> list[types.CodeAction]:
     """The actions at the range; with their edits for a client that cannot resolve them."""
     actions = code_actions(server, params)
@@ -94,7 +104,7 @@ async def code_actions_for_client(server: ServerState, params: types.CodeActionP
     return eager
 
 
-def resolves_lazily(server: ServerState) -> bool:
+def resolves_lazily(server: DgLanguageServer) -> bool:
     """Whether the client resolves a code action's edit (else it gets it eagerly)."""
     caps = server.known_capabilities
     action = caps and caps.text_document and caps.text_document.code_action
@@ -102,7 +112,7 @@ def resolves_lazily(server: ServerState) -> bool:
     return bool(support and "edit" in support.properties)
 
 
-async def resolve_action(server: ServerState, action: types.CodeAction
+async def resolve_action(server: DgLanguageServer, action: types.CodeAction
                          ) -> types.CodeAction:
     """The action with its WorkspaceEdit; an LSP error (shown to the user) when refused."""
     data = action.data if isinstance(action.data, dict) else {}
@@ -118,7 +128,7 @@ async def resolve_action(server: ServerState, action: types.CodeAction
     return action
 
 
-async def rewrite_command(server: ServerState, *args: Any) -> types.WorkspaceEdit | None:
+async def rewrite_command(server: DgLanguageServer, *args: Any) -> types.WorkspaceEdit | None:
     """REWRITE_COMMAND: rewrite the range as told and apply the edit in the client."""
     try:
         raw = args[0] if args and isinstance(args[0], dict) else {}
@@ -148,7 +158,7 @@ async def rewrite_command(server: ServerState, *args: Any) -> types.WorkspaceEdi
     return None
 
 
-async def _apply(server: ServerState, edit: types.WorkspaceEdit) -> str | None:
+async def _apply(server: DgLanguageServer, edit: types.WorkspaceEdit) -> str | None:
     """Has the client apply `edit`: None once it says it did, else why it did not (also when
     it answers with an error, with no result, or not within APPLY_EDIT_TIMEOUT)."""
     answer = server.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(
@@ -170,7 +180,7 @@ async def _apply(server: ServerState, edit: types.WorkspaceEdit) -> str | None:
 
 
 async def rewrite(
-    server: ServerState,
+    server: DgLanguageServer,
     uri: str,
     version: int | None,
     lsp_range: types.Range,
@@ -204,10 +214,9 @@ async def rewrite(
     try:
         # On a thread of its own, each step on the engine's worker: completions in other
         # documents take their steps between this rewrite's instead of after all of them.
-        stepped = StepsOnWorker(server.engine.counting(backend), server.executor)
         edit = await loop.run_in_executor(
-            None, compute_edit, stepped, doc, target, server.settings, instruction, strength,
-            stop.is_set)
+            None, compute_edit, server.engine.stepped(backend), doc, target, server.settings,
+            instruction, strength, stop.is_set)
     except asyncio.CancelledError:
         stop.set()
         raise
@@ -227,7 +236,7 @@ async def rewrite(
         types.OptionalVersionedTextDocumentIdentifier(uri, current.version), [text_edit])])
 
 
-def _targets(server: ServerState, uri: str, lsp_range: types.Range
+def _targets(server: DgLanguageServer, uri: str, lsp_range: types.Range
              ) -> tuple[ParsedText, list[Target]] | None:
     doc = server.documents.get(uri)
     # Past MAX_DOCUMENT_CHARS every action is refused anyway; listing them would parse the
@@ -247,7 +256,7 @@ def _targets(server: ServerState, uri: str, lsp_range: types.Range
     return parsed, targets_at(parsed, start, end)
 
 
-def _check_version(server: ServerState, uri: str, version: int | None,
+def _check_version(server: DgLanguageServer, uri: str, version: int | None,
                    revision: int | None = None) -> None:
     """Refuse (ContentModified, shown to the user) unless `uri` is open at `version` and, given
     a `revision`, still has that revision's text (OpenDocument.revision)."""
@@ -266,34 +275,10 @@ def _check_version(server: ServerState, uri: str, version: int | None,
     raise JsonRpcContentModified(message)
 
 
-def _refuse(server: ServerState, reason: str) -> JsonRpcException:
+def _refuse(server: DgLanguageServer, reason: str) -> JsonRpcException:
     message = f"dg-lsp: {reason}"
     server.window_show_message(types.ShowMessageParams(types.MessageType.Warning, message))
     return JsonRpcException(message, REQUEST_FAILED)
-
-
-class StepsOnWorker(WrappedBackend):
-    """An engine whose every denoising step runs on `executor` (the engine's one worker),
-    for work that runs on another thread: the steps of other requests interleave with its.
-    A resident engine steps every request in its own process: its drafts are read on the
-    calling thread, as completions read them (a hop to the worker per step only adds
-    latency: docs/performance.md, next-edit suggestions)."""
-
-    def __init__(self, backend: Backend, executor: ThreadPoolExecutor) -> None:
-        super().__init__(backend)
-        self.executor = executor
-
-    def _wrap(self, drafts: Iterator[Draft]) -> Iterator[Draft]:
-        if self.engine_info.resident:
-            return drafts
-        return self._stepped(drafts)
-
-    def _stepped(self, drafts: Iterator[Draft]) -> Iterator[Draft]:
-        try:
-            while (draft := self.executor.submit(next, drafts, None).result()) is not None:
-                yield draft
-        finally:
-            self.executor.submit(drafts.close)
 
 
 def _range_json(r: types.Range) -> dict[str, Any]:

@@ -1,38 +1,45 @@
-"""Completions at an LSP position: the document's `CompletionRequest`, the pipeline run on the
-server's engine, and the range the completion replaces, as inline items or a completion list.
+"""`textDocument/inlineCompletion` and `textDocument/completion`: the document's
+`CompletionRequest`, the pipeline run on the server's engine (dg_lsp.completion.pipeline), and
+the range the completion replaces, as inline items or a completion list.
 
-A newer request for the same document cancels the older one; a document changed or reopened
-while the completion was computed gets none; every failure is an empty answer (ghost text has
-no error UI), logged for the user who looks.
+Each request lives as dg_lsp.lsp.lifecycle says (a newer one cancels it, failures are empty
+answers); a document changed or reopened while the completion was computed gets none.
 """
 
 from __future__ import annotations
-
-import asyncio
-import logging
-from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
 from dg_lsp.completion.pipeline import Completion, CompletionRequest, Pipeline, cached_completion
 from dg_lsp.context import OtherDocument
 from dg_lsp.lsp.documents import short_path
+from dg_lsp.lsp.lifecycle import Run, run_request
+from dg_lsp.lsp.state import DgLanguageServer
 from dg_lsp.positions import line_end, offset_at, units
 from dg_lsp.syntax.languages import language_for
-from engine.serve.client import EngineUnavailable
-
-if TYPE_CHECKING:
-    from dg_lsp.lsp.state import ServerState
-
-log = logging.getLogger(__name__)
 
 MAX_OTHER_DOCUMENTS = 20
 # Typing these asks for a completion even in clients that only complete identifiers.
 TRIGGER_CHARACTERS = [".", "(", "[", "{", ",", " ", ":", "=", ">"]
 
 
+def register(server: DgLanguageServer) -> None:
+    @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+    async def inline_completion(
+        ls: DgLanguageServer, params: types.InlineCompletionParams
+    ) -> types.InlineCompletionList:
+        return inline_list(await complete(ls, params.text_document.uri, params.position))
+
+    @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(
+        trigger_characters=TRIGGER_CHARACTERS, resolve_provider=False))
+    async def completion(
+        ls: DgLanguageServer, params: types.CompletionParams
+    ) -> types.CompletionList:
+        return completion_list(await complete(ls, params.text_document.uri, params.position))
+
+
 async def complete(
-    server: ServerState, uri: str, position: types.Position
+    server: DgLanguageServer, uri: str, position: types.Position
 ) -> tuple[Completion, types.Range] | None:
     """The pipeline's completion at an LSP position and the range it replaces; None when
     there is nothing to show (also when the engine failed: ghost text has no error UI)."""
@@ -41,49 +48,28 @@ async def complete(
         return None
     # The completion and its range are read on this text: a document changed or reopened
     # meanwhile (even at the same version) gets none.
-    revision = server.documents.get(uri).revision
-    # A newer request for the same document makes the older one pointless.
-    inflight = server.inflight
-    previous = inflight.get(uri)
-    if previous is not None and not previous.done():
-        previous.cancel()
-    task = asyncio.current_task()
-    inflight[uri] = task
-    backend = None
-    try:
-        if server.settings.debounce_ms:
-            await asyncio.sleep(server.settings.debounce_ms / 1000)
-        completion = cached_completion(server.cache, request)
+    doc = server.documents.get(uri)
+    revision = doc.revision
+
+    async def work(run: Run) -> tuple[Completion, types.Range] | None:
+        completion = cached_completion(doc.completions, request)
         if completion is not None:
             server.stats["cacheHits"] += 1
         else:
-            # The engine this request runs on, held for its whole life: the host may drop
-            # the server's (engine lost) while the request waits for the worker.
-            backend = await server.engine.backend()
+            backend = await run.engine()
             if backend is None:
                 return None
-            pipeline = Pipeline(server.engine.counting(backend), server.settings, server.cache)
-            completion = await pipeline.complete_async(request, server.executor)
+            pipeline = Pipeline(backend, server.settings, doc.completions)
+            completion = await pipeline.complete_async(request)
         if completion is None or server.documents.at(uri, revision) is None:
             return None
         return completion, replaced_range(request, position, completion,
                                           server.position_encoding)
-    except EngineUnavailable as exc:
-        server.engine.lost(exc, backend)
-        return None
-    except asyncio.CancelledError:
-        server.stats["cancelled"] += 1
-        raise
-    except Exception as exc:  # noqa: BLE001 - one failed completion must not surface
-        log.exception("completion in %s failed", uri)
-        server.log(f"completion failed: {type(exc).__name__}: {exc}", types.MessageType.Error)
-        return None
-    finally:
-        if inflight.get(uri) is task:
-            del inflight[uri]
+
+    return await run_request(server, "completion", uri, None, work)
 
 
-def completion_request(server: ServerState, uri: str, position: types.Position
+def completion_request(server: DgLanguageServer, uri: str, position: types.Position
                        ) -> CompletionRequest | None:
     """What the pipeline needs for a completion at `position`; None where none is offered."""
     doc = server.documents.get(uri)

@@ -16,6 +16,7 @@ from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
 
+from dg_lsp.completion.cache import CompletionCache
 from dg_lsp.next_edit.history import EditHistory
 from dg_lsp.positions import offset_at
 
@@ -28,6 +29,10 @@ class Change:
     end: int
     text: str
 
+
+# Completions kept per document for the user to type through (the latest are the ones typed
+# into).
+COMPLETIONS_KEPT = 20
 
 # Revisions are unique across documents and reopenings (see OpenDocument.revision).
 _revisions = itertools.count(1)
@@ -42,6 +47,9 @@ class OpenDocument:
     _valid_for: str | None = field(default=None, repr=False)
     # The last few edits (next-edit suggestions read them); gone with the document.
     history: EditHistory = field(default_factory=EditHistory, repr=False)
+    # The completions still valid while the user types into them; gone with the document.
+    completions: CompletionCache = field(
+        default_factory=lambda: CompletionCache(COMPLETIONS_KEPT), repr=False)
     # New at every open and every change. An answer is tied to the revision it was computed
     # on, not to the version: a client may reopen a document, or change it, at the same
     # version, and a range computed on the old text would then land on other text.

@@ -25,7 +25,7 @@ from lsprotocol import types
 
 from dg_lsp.lsp.progress import LoadProgress
 from dg_lsp.settings import Settings
-from engine.backend import Backend, CountingBackend, Counts
+from engine.backend import Backend, CountingBackend, Counts, StepsOnWorker
 from engine.serve.client import EngineUnavailable
 
 # Server → client notification {"state": "loading" | "ready" | "unavailable", "message": str}
@@ -36,7 +36,7 @@ REPEAT_LOG_EVERY = 60.0
 
 
 class EngineOwner(Protocol):
-    """What the host reads of the language server (dg_lsp.lsp.server.DgLanguageServer is one):
+    """What the host reads of the language server (dg_lsp.lsp.state.DgLanguageServer is one):
     a protocol, so that this module needs nothing from the server, which builds on it."""
 
     settings: Settings
@@ -59,9 +59,10 @@ class EngineHost:
         self._failures = FailureLog()
         self.counts = Counts()  # every engine's requests and drafts, restarts included
 
-    def counting(self, backend: Backend) -> CountingBackend:
-        """`backend` counted into the server's counts."""
-        return CountingBackend(backend, self.counts)
+    def stepped(self, backend: Backend) -> Backend:
+        """`backend` as a request runs it, from a thread of its own: counted into the server's
+        counts, each denoising pass on the server's one worker (StepsOnWorker)."""
+        return StepsOnWorker(CountingBackend(backend, self.counts), self.server.executor)
 
     def settings_changed(self, old: Settings, new: Settings) -> None:
         """Drop the engine when the settings name another one (it loads on next use)."""

@@ -1,145 +1,103 @@
-"""`textDocument/copilotInlineEdit`: next-edit suggestions (dg_lsp.next_edit.suggest) over LSP.
-
-The method Copilot's language server defined and clients already speak (Neovim's copilot-lsp,
-dg-lsp's own plugins):
-
-- request `{textDocument: {uri, version}, position}`; answer `{edits: [...]}`, each edit
-  `{text, textDocument: {uri, version}, range, command}` (alternatives, not a sequence; an
-  empty list when there is nothing to suggest);
-- notification `textDocument/didShowInlineEdit {item: {command}}` when the client shows one;
-- the edit's `command` (ACCEPTED_COMMAND) is run by the client when the user accepts it.
+"""`textDocument/copilotInlineEdit`: next-edit suggestions (dg_lsp.next_edit.suggest) over LSP,
+with the messages of dg_lsp.lsp.messages.
 
 A request for a version the server no longer has is refused with ContentModified (no popup:
-nobody asked for a suggestion by hand); a newer request for the same document cancels the
-older one; a document changed or reopened while the answer was computed gets an empty one
-(whatever its version); any failure is an empty answer, logged.
+nobody asked for a suggestion by hand). Each request lives as dg_lsp.lsp.lifecycle says (a
+newer one for the same document cancels it, failures are empty answers); a document changed
+or reopened while the answer was computed gets an empty one (whatever its version).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import threading
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcContentModified, JsonRpcInvalidParams
+from pygls.exceptions import JsonRpcContentModified
 
 from dg_lsp.actions.targets import ParsedText
-from dg_lsp.lsp.actions import StepsOnWorker
 from dg_lsp.lsp.documents import short_path
+from dg_lsp.lsp.lifecycle import Run, run_request
+from dg_lsp.lsp.messages import (
+    INLINE_EDIT,
+    INLINE_EDIT_ACCEPTED,
+    INLINE_EDIT_SHOWN,
+    InlineEdit,
+    InlineEditList,
+    InlineEditParams,
+    ShownParams,
+)
+from dg_lsp.lsp.state import DgLanguageServer
 from dg_lsp.next_edit.suggest import MAX_DOCUMENT_CHARS, suggest
 from dg_lsp.positions import offset_at, position_at
 from dg_lsp.syntax.languages import language_for
-from engine.serve.client import EngineUnavailable
-
-if TYPE_CHECKING:
-    from dg_lsp.lsp.state import ServerState
-
-log = logging.getLogger(__name__)
-
-METHOD = "textDocument/copilotInlineEdit"
-SHOWN = "textDocument/didShowInlineEdit"
-ACCEPTED_COMMAND = "dg-lsp.inlineEditAccepted"
-# What initialize advertises under `experimental`.
-CAPABILITY = {"copilotInlineEdit": True}
 
 
-def _field(obj: Any, name: str) -> Any:
-    """A field of params pygls passes as an object or a dict (a method LSP does not define)."""
-    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+def register(server: DgLanguageServer) -> None:
+    @server.feature(INLINE_EDIT)
+    async def inline_edit_request(ls: DgLanguageServer, params: InlineEditParams
+                                  ) -> InlineEditList:
+        return await inline_edit(ls, params)
+
+    @server.feature(INLINE_EDIT_SHOWN)
+    def shown(ls: DgLanguageServer, params: ShownParams) -> None:
+        ls.stats["inlineEditsShown"] += 1
+
+    @server.command(INLINE_EDIT_ACCEPTED)
+    def accepted(ls: DgLanguageServer, *args: Any) -> None:
+        ls.stats["inlineEditsAccepted"] += 1
 
 
-async def inline_edit(server: ServerState, params: Any) -> dict[str, list]:
-    """The answer to METHOD."""
-    document = _field(params, "textDocument")
-    position = _field(params, "position")
-    uri = _field(document, "uri")
-    version = _field(document, "version")
-    line, character = _field(position, "line"), _field(position, "character")
-    if not isinstance(uri, str) or not all(isinstance(v, int) and not isinstance(v, bool)
-                                           for v in (line, character)):
-        raise JsonRpcInvalidParams(f"{METHOD} needs textDocument.uri and position")
+async def inline_edit(server: DgLanguageServer, params: InlineEditParams) -> InlineEditList:
+    """The answer to INLINE_EDIT: the suggestion the document's last edit implies, or none."""
+    uri, version = params.text_document.uri, params.text_document.version
+    position = params.position
     doc = server.documents.get(uri)
     if doc is None:
         server.log(f"next edit for a document that is not open: {uri}")
-        return {"edits": []}
+        return InlineEditList([])
     if version is not None and version != doc.version:
         raise JsonRpcContentModified(f"{short_path(uri)} is at version {doc.version}, "
                                      f"not {version}")
     if (not server.settings.enabled(doc.language_id or "") or not doc.is_valid_text
             or doc.history.last is None):
-        return {"edits": []}
+        return InlineEditList([])
     if len(doc.text) > MAX_DOCUMENT_CHARS or "\x00" in doc.text:
         # suggest() answers nothing here: checked before the tree is built, which would parse
         # the whole file on the event loop (tree-sitter holds the GIL) and keep it.
-        return {"edits": []}
+        return InlineEditList([])
     encoding = server.position_encoding
-    cursor = offset_at(doc.text, types.Position(line, character), encoding)
+    cursor = offset_at(doc.text, position, encoding)
     if cursor is None:
-        server.log(f"position {line}:{character} is outside {uri}")
-        return {"edits": []}
-    key = f"next-edit {uri}"
-    previous = server.inflight.get(key)
-    if previous is not None and not previous.done():
-        previous.cancel()
-    task = asyncio.current_task()
-    server.inflight[key] = task
-    stop = threading.Event()
-    backend = None
+        server.log(f"position {position.line}:{position.character} is outside {uri}")
+        return InlineEditList([])
     # The answer is for this text only: its range is computed on it.
     text, seen_version, revision = doc.text, doc.version, doc.revision
-    try:
-        if server.settings.debounce_ms:
-            await asyncio.sleep(server.settings.debounce_ms / 1000)
-        backend = await server.engine.backend()
+
+    async def work(run: Run) -> InlineEditList:
+        backend = await run.engine()
         if backend is None:
-            return {"edits": []}
+            return InlineEditList([])
         # While this waited the user may have typed, undone the last edit (then the history
         # has none) or reopened the document (at the same version, even): a changed document
         # has a new revision, and the answer would not fit it.
         if server.documents.at(uri, revision) is None:
-            return {"edits": []}
+            return InlineEditList([])
         language = language_for(doc.language_id, uri)
         parsed = ParsedText(text, language, server.trees.tree(uri, text, language), uri)
-        stepped = StepsOnWorker(server.engine.counting(backend), server.executor)
         found = await asyncio.get_running_loop().run_in_executor(
-            None, suggest, stepped, parsed, doc.history.line_edits(), replace(doc.history.last),
-            cursor, server.settings, stop.is_set)
+            None, suggest, backend, parsed, doc.history.line_edits(), replace(doc.history.last),
+            cursor, server.settings, run.stop.is_set)
         if found is None or server.documents.at(uri, revision) is None:
-            return {"edits": []}  # nothing, or the text changed meanwhile: it may not fit
+            return InlineEditList([])  # nothing, or the text changed meanwhile: it may not fit
         server.stats["inlineEditsSuggested"] += 1
-        rng = types.Range(position_at(text, found.start, encoding),
-                          position_at(text, found.end, encoding))
-        return {"edits": [{
-            "text": found.text,
-            "textDocument": {"uri": uri, "version": seen_version},
-            "range": server.protocol._converter.unstructure(rng),
-            "command": {"title": "Accept next edit", "command": ACCEPTED_COMMAND,
-                        "arguments": [uri, seen_version]},
-        }]}
-    except EngineUnavailable as exc:
-        server.engine.lost(exc, backend)
-        return {"edits": []}
-    except asyncio.CancelledError:
-        stop.set()
-        server.stats["cancelled"] += 1
-        raise
-    except Exception as exc:  # noqa: BLE001 - a failed suggestion must not surface
-        log.exception("next edit in %s failed", uri)
-        server.log(f"next edit failed: {type(exc).__name__}: {exc}", types.MessageType.Error)
-        return {"edits": []}
-    finally:
-        if server.inflight.get(key) is task:
-            del server.inflight[key]
+        where = types.Range(position_at(text, found.start, encoding),
+                            position_at(text, found.end, encoding))
+        accept = types.Command("Accept next edit", INLINE_EDIT_ACCEPTED,
+                               arguments=[uri, seen_version])
+        return InlineEditList([InlineEdit(
+            found.text, types.OptionalVersionedTextDocumentIdentifier(uri, seen_version),
+            where, accept)])
 
-
-def shown(server: ServerState, params: Any) -> None:
-    """SHOWN: the client showed a suggestion."""
-    server.stats["inlineEditsShown"] += 1
-
-
-def accepted(server: ServerState, *args: Any) -> None:
-    """ACCEPTED_COMMAND: the user took a suggestion."""
-    server.stats["inlineEditsAccepted"] += 1
+    return await run_request(server, "next edit", uri, InlineEditList([]), work)

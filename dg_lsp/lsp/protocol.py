@@ -1,5 +1,6 @@
 """pygls's protocol with dg-lsp's overrides: the position encoding it prefers, its own copy of
-each document, and errors without tracebacks.
+each document, the types of the methods LSP does not define (dg_lsp.lsp.messages), and errors
+without tracebacks.
 
 Nothing here knows about completions: the server (dg_lsp.lsp.server) registers the handlers.
 """
@@ -18,7 +19,7 @@ from pygls.protocol.json_rpc import (
     JsonRPCResponseMessage,
 )
 
-from dg_lsp.lsp.next_edit import CAPABILITY
+from dg_lsp.lsp.messages import CAPABILITY, MESSAGE_TYPES
 
 # Our choice among the encodings a client offers; UTF-16 when it offers none of them.
 PREFERRED_ENCODINGS = [types.PositionEncodingKind.Utf8, types.PositionEncodingKind.Utf16]
@@ -51,6 +52,11 @@ class DgProtocol(LanguageServerProtocol):
         result.capabilities.experimental = {**(result.capabilities.experimental or {}),
                                             **CAPABILITY}
         return result
+
+    def get_message_type(self, method: str) -> type[Any] | None:
+        """LSP's types for its methods, dg_lsp.lsp.messages' for the others: pygls structures
+        every message into its type through the converter."""
+        return MESSAGE_TYPES.get(method) or super().get_message_type(method)
 
     # The server keeps its own copy of each document (dg_lsp.lsp.documents): pygls's workspace
     # documents count lines with str.splitlines, which LSP does not, and cost a pass over the

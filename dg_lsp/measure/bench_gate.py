@@ -76,10 +76,11 @@ class Shown:
 def run_cursors(cases: list[Case], model: str | None, device: str,
                 on_row: Callable[[Shown], None] | None = None) -> list[Shown]:
     """Every cursor through the default path with the gate off (`on_row` sees each row)."""
-    from dg_lsp.completion.pipeline import CompletionRequest, Pipeline, _last_draft
+    from dg_lsp.completion.pipeline import CompletionRequest, Pipeline
     from dg_lsp.settings import Settings
     from dg_lsp.syntax.languages import language_for
     from engine import Engine
+    from engine.types import last_draft
 
     settings = Settings(model=model, device=device, min_confidence=0.0)
     pipeline = Pipeline(Engine.load(model, device=device), settings)
@@ -88,7 +89,7 @@ def run_cursors(cases: list[Case], model: str | None, device: str,
     for case in cases:
         request = CompletionRequest(*case.document(), python)
         ctx, drafts = pipeline.start(request)
-        last = _last_draft(drafts)
+        last = last_draft(drafts)
         completion = pipeline.finish(request, ctx, last)
         if completion is None or last is None or last.score is None:
             rows.append(Shown(case.id, case.kind, None, False, 0.0))

@@ -203,11 +203,11 @@ class Session:
     async def ask_next_edit(self, uri: str, text: str, offset: int
                             ) -> tuple[list[dict[str, Any]], float]:
         """textDocument/copilotInlineEdit at `offset`: the edits and the seconds it took."""
-        from dg_lsp.lsp.next_edit import METHOD
+        from dg_lsp.lsp.messages import INLINE_EDIT
 
         position = position_at(text, offset, UTF16)
         start = time.perf_counter()
-        result = await self.client.protocol.send_request_async(METHOD, {
+        result = await self.client.protocol.send_request_async(INLINE_EDIT, {
             "textDocument": {"uri": uri, "version": self.versions[uri]},
             "position": {"line": position.line, "character": position.character}})
         seconds = time.perf_counter() - start

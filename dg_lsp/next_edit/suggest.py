@@ -64,7 +64,7 @@ from engine.edits.synthetic import (
     signature_change,
 )
 from engine.serve.protocol import MAX_CHOICES
-from engine.types import InfillRequest, Score, UnitEnd
+from engine.types import InfillRequest, Score, UnitEnd, last_draft
 
 # Tokens the model may write for a word (an identifier, a literal) and for a line.
 WORD_TOKENS = 16
@@ -160,9 +160,7 @@ def suggest(
         request = InfillRequest(prefix, suffix, tokens, sampler,
                                 settings.canvas_length, settings.suffix_fraction,
                                 UnitEnd("line"), shown)
-        last = None
-        for draft in backend.infill_stream(request, cancel, document=doc.uri or None):
-            last = draft
+        last = last_draft(backend.infill_stream(request, cancel, document=doc.uri or None))
         if last is None or last.finish_reason == "cancelled":
             return None
         steps += last.step

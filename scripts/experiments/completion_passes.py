@@ -11,12 +11,13 @@ import statistics
 import sys
 import time
 
-from dg_lsp.completion.pipeline import CompletionRequest, Pipeline, _last_draft
+from dg_lsp.completion.pipeline import CompletionRequest, Pipeline
 from dg_lsp.measure.eval.heldout import heldout_sources
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for
 from engine import Engine
 from engine.data.cases import cut_cursor_cases
+from engine.types import last_draft
 
 SETS = ((80, 0), (80, 1), (160, 0))  # (cursors, seed), as `dg-lsp bench --section gate` cuts them
 
@@ -33,7 +34,7 @@ def main(label: str) -> None:
     for case in cases.values():
         start = time.perf_counter()
         _, drafts = pipeline.start(CompletionRequest(*case.document(), python))
-        last = _last_draft(drafts)
+        last = last_draft(drafts)
         ms.append((time.perf_counter() - start) * 1000)
         passes.append(last.step if last else 0)
     print(f"{label}: {len(passes)} cursors, {statistics.fmean(passes):.2f} passes a completion, "

@@ -19,7 +19,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
-from dg_lsp.completion.pipeline import CompletionRequest, Pipeline, _last_draft
+from dg_lsp.completion.pipeline import CompletionRequest, Pipeline
 from dg_lsp.completion.postprocess import postprocess, unit_end
 from dg_lsp.measure.eval.heldout import heldout_sources
 from dg_lsp.measure.eval.scoring import edit_similarity, exact_match
@@ -27,7 +27,7 @@ from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for
 from engine import Engine
 from engine.data.cases import cut_cursor_cases
-from engine.types import InfillRequest
+from engine.types import InfillRequest, last_draft
 
 SETS = ((80, 0), (80, 1), (160, 0))  # (cursors, seed), as `dg-lsp bench --section gate` cuts them
 
@@ -46,7 +46,7 @@ def main() -> None:
         "written freely": [], "own text beside": [], "file's texts first": []}
 
     def run(ask: InfillRequest, ctx) -> tuple[str, int]:
-        last = _last_draft(engine.infill_stream(ask))
+        last = last_draft(engine.infill_stream(ask))
         shown = postprocess(last.text, ctx) if last else None
         return (shown.text if shown else ""), (last.step if last else 0)
 

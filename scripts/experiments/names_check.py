@@ -21,7 +21,7 @@ import time
 from unittest import mock
 
 from dg_lsp.completion import postprocess
-from dg_lsp.completion.pipeline import CompletionRequest, Pipeline, _last_draft
+from dg_lsp.completion.pipeline import CompletionRequest, Pipeline
 from dg_lsp.context import build_context
 from dg_lsp.measure.eval.heldout import heldout_sources
 from dg_lsp.measure.eval.scoring import edit_similarity, exact_match
@@ -30,6 +30,7 @@ from dg_lsp.syntax import names
 from dg_lsp.syntax.languages import language_for
 from engine import Engine
 from engine.data.cases import cut_cursor_cases
+from engine.types import last_draft
 
 WHOLE_FILE = 10**9  # characters of prefix/suffix: the whole file
 
@@ -56,7 +57,7 @@ def held_out(limit: int, seed: int, device: str) -> None:
     for case in cases:
         request = CompletionRequest(*case.document(), python)
         ctx, drafts = pipeline.start(request)
-        last = _last_draft(drafts)
+        last = last_draft(drafts)
         if last is None:
             continue
         with mock.patch.object(names, "checked", lambda language: False):

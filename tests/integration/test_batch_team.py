@@ -24,6 +24,7 @@ import pytest
 from dg_lsp.batch import cli as batch_cli
 from dg_lsp.batch import shared
 from dg_lsp.batch.job import Record
+from dg_lsp.batch.report import NOT_APPLIED, Progress
 from engine.cli import run_command
 from engine.serve.client import EngineBusy, EngineRefused, EngineUnavailable
 from engine.serve.protocol import document_key
@@ -183,7 +184,7 @@ def test_a_file_whose_target_fails_is_left_whole_with_the_reason(repo, token, tm
                                     "(failed): scripted failed")
         assert [t["result"] for t in report["targets"][:2]] == [
             "error: EngineUnavailable: engine error (failed): scripted failed",
-            batch_cli.NOT_APPLIED]
+            NOT_APPLIED]
         assert f"failed: {failed['file']}: scale_00 at 1:30" in err
         assert texts(repo)[0] == source(0)
         edited = {i: documented(i) for i in range(1, FILES)}
@@ -209,7 +210,7 @@ def test_which_failures_are_sent_again():
 def test_the_progress_line_says_files_failures_and_replicas_now_and_then():
     clock = [0.0]
     out = io.StringIO()
-    progress = batch_cli.Progress(4, 2, stream=out, every=10.0, clock=lambda: clock[0])
+    progress = Progress(4, 2, stream=out, every=10.0, clock=lambda: clock[0])
     progress.target_done(Record("a.py", (1, 1), (1, 1), "docstring", "f", "edited",
                                 replica="r1"))
     assert out.getvalue() == ""  # not a terminal: a line every 10 s, not one per target

@@ -25,6 +25,7 @@ from lsprotocol import types
 from pytest_lsp import ClientServerConfig
 
 from dg_lsp.lsp import engine_host
+from dg_lsp.lsp.completion import complete
 from dg_lsp.lsp.server import REWRITE_COMMAND, STATS_COMMAND, create_server
 from engine.backend import EngineInfo
 from engine.serve.client import EngineUnavailable
@@ -150,14 +151,14 @@ def test_a_dying_local_engine_is_told_once_per_outage_and_again_after_it_came_ba
     cursor = types.Position(1, 11)
 
     async def scenario():
-        answers = [await server.complete(uri, cursor)]  # loads, dies: told; restart scheduled
+        answers = [await complete(server, uri, cursor)]  # loads, dies: told; restart scheduled
         await asyncio.sleep(0)  # the restart starts
-        answers.append(await server.complete(uri, cursor))  # waits for it: it cannot start
-        answers.append(await server.complete(uri, cursor))  # another try: cannot start
+        answers.append(await complete(server, uri, cursor))  # waits for it: it cannot start
+        answers.append(await complete(server, uri, cursor))  # another try: cannot start
         told_in_first_outage = list(shown)
-        answers.append(await server.complete(uri, cursor))  # loads (back), dies: news again
+        answers.append(await complete(server, uri, cursor))  # loads (back), dies: news again
         await asyncio.sleep(0)
-        answers.append(await server.complete(uri, cursor))  # the restart serves
+        answers.append(await complete(server, uri, cursor))  # the restart serves
         return answers, told_in_first_outage
 
     answers, first = asyncio.run(scenario())

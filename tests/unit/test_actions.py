@@ -33,11 +33,11 @@ from dg_lsp.actions.targets import (
     error_count,
     targets_at,
 )
-from dg_lsp.lsp.actions import StepsOnWorker
 from dg_lsp.lsp.server import REWRITE_COMMAND
 from dg_lsp.positions import offset_at
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for
+from engine.backend import StepsOnWorker
 from engine.types import InfillRequest
 from tests.support.paths import BUNDLED, ROOT
 from tests.support.scripted import Scripted

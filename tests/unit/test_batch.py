@@ -17,7 +17,6 @@ import pytest
 
 from dg_lsp.actions.rewrite import Edit, RewriteError, compute_edit, model_input
 from dg_lsp.actions.targets import DOCSTRING, ParsedText, all_targets, error_count
-from dg_lsp.batch.cli import prepare
 from dg_lsp.batch.discover import discover, gitignore_regex
 from dg_lsp.batch.job import (
     ACTION_NAMES,
@@ -29,6 +28,7 @@ from dg_lsp.batch.job import (
     merge,
     process_file,
 )
+from dg_lsp.batch.plan import prepare
 from dg_lsp.cli import build_parser, main
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for

@@ -10,6 +10,7 @@ import asyncio
 
 from lsprotocol import types
 
+from dg_lsp.lsp.completion import complete
 from dg_lsp.lsp.server import create_server
 from engine.backend import EngineInfo
 from engine.serve.client import EngineUnavailable
@@ -49,9 +50,9 @@ def test_requests_queued_on_a_dying_engine_get_empty_answers_then_the_restart_se
     cursor = types.Position(1, 11)
 
     async def scenario():
-        queued = await asyncio.gather(*(server.complete(uri, cursor) for uri in uris))
+        queued = await asyncio.gather(*(complete(server, uri, cursor) for uri in uris))
         await asyncio.sleep(0)  # engine_lost scheduled the restart
-        after = await server.complete(uris[0], cursor)
+        after = await complete(server, uris[0], cursor)
         return queued, after
 
     queued, after = asyncio.run(scenario())

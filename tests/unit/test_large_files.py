@@ -14,6 +14,8 @@ import time
 
 from lsprotocol import types
 
+from dg_lsp.lsp.actions import code_actions, rewrite
+from dg_lsp.lsp.completion import complete
 from dg_lsp.lsp.server import create_server
 from dg_lsp.positions import UTF16, position_at
 from engine.backend import EngineInfo
@@ -50,9 +52,9 @@ def keystroke_then_completion(server, uri: str, version: int) -> float:
     server.did_change(types.DidChangeTextDocumentParams(
         types.VersionedTextDocumentIdentifier(uri=uri, version=version),
         [types.TextDocumentContentChangePartial(range=types.Range(end, end), text=" ")]))
-    server.cache.clear()
+    server.documents.get(uri).completions.clear()
     cursor = types.Position(end.line, end.character + 1)
-    found = asyncio.run(server.complete(uri, cursor))
+    found = asyncio.run(complete(server, uri, cursor))
     assert found is not None and found[0].text == "1"
     return time.perf_counter() - started
 
@@ -94,7 +96,7 @@ def test_a_long_request_in_one_document_does_not_hold_up_another():
 
     async def ask(uri: str) -> None:
         text = server.documents.get(uri).text
-        await server.complete(uri, position_at(text, len(text), UTF16))
+        await complete(server, uri, position_at(text, len(text), UTF16))
         finished[uri] = time.perf_counter()
 
     async def both() -> float:
@@ -116,7 +118,7 @@ def test_code_actions_in_a_file_too_large_to_rewrite_parse_nothing():
     server = create_server(Scripted())
     open_doc(server, "file:///tmp/big.py", "def f(x):\n    return x\n\n" * 440_000)
     started = time.perf_counter()
-    actions = server.code_actions(types.CodeActionParams(
+    actions = code_actions(server, types.CodeActionParams(
         types.TextDocumentIdentifier("file:///tmp/big.py"),
         types.Range(types.Position(1, 4), types.Position(1, 12)),
         types.CodeActionContext(diagnostics=[])))
@@ -143,16 +145,16 @@ def test_a_long_rewrite_in_one_document_does_not_hold_up_a_completion_in_another
     open_doc(server, "file:///tmp/quick.py", "quick = ")
     finished: dict[str, float] = {}
 
-    async def rewrite() -> None:
-        await server.rewrite("file:///tmp/rewrite.py", 1, types.Range(
+    async def rewriting() -> None:
+        await rewrite(server, "file:///tmp/rewrite.py", 1, types.Range(
             types.Position(1, 4), types.Position(1, 12)), REWRITE, strength=0.5)
         finished["rewrite"] = time.perf_counter()
 
     async def both() -> float:
         started = time.perf_counter()
-        slow = asyncio.ensure_future(rewrite())
+        slow = asyncio.ensure_future(rewriting())
         await asyncio.sleep(0.1)
-        assert await server.complete("file:///tmp/quick.py", types.Position(0, 8)) is not None
+        assert await complete(server, "file:///tmp/quick.py", types.Position(0, 8)) is not None
         finished["completion"] = time.perf_counter()
         await slow
         return started

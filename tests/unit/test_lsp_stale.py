@@ -17,7 +17,9 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcContentModified
 
 from dg_lsp.actions.targets import REWRITE
-from dg_lsp.lsp.actions import resolve_action
+from dg_lsp.lsp.actions import code_actions, resolve_action
+from dg_lsp.lsp.completion import complete
+from dg_lsp.lsp.messages import InlineEditParams
 from dg_lsp.lsp.next_edit import inline_edit
 from dg_lsp.lsp.server import create_server
 from tests.support.scripted import Scripted
@@ -79,9 +81,9 @@ def rename(server, text: str = SOURCE) -> int:
     return 6
 
 
-def next_edit_params(version: int) -> dict:
-    return {"textDocument": {"uri": URI, "version": version},
-            "position": {"line": 1, "character": 9}}
+def next_edit_params(version: int) -> InlineEditParams:
+    return InlineEditParams(types.OptionalVersionedTextDocumentIdentifier(URI, version),
+                            types.Position(1, 9))
 
 
 def replace_document(server, how: str, version: int) -> None:
@@ -120,12 +122,12 @@ def test_a_next_edit_for_a_document_replaced_in_flight_is_empty_never_the_old_ra
         backend, inline_edit(server, next_edit_params(version)),
         lambda: how and replace_document(server, how, version)))
     if how is None:  # the same document: the suggestion, on the line below the rename's
-        (edit,) = answer["edits"]
-        assert (edit["text"], edit["textDocument"], edit["range"]) == (
-            "total", {"uri": URI, "version": 6},
-            {"start": {"line": 3, "character": 8}, "end": {"line": 3, "character": 13}})
+        (edit,) = answer.edits
+        assert (edit.text, edit.text_document, edit.range) == (
+            "total", types.OptionalVersionedTextDocumentIdentifier(URI, 6),
+            types.Range(types.Position(3, 8), types.Position(3, 13)))
     else:  # 5 of 5 answered that range, which in the new text covers `l = 0`
-        assert answer == {"edits": []}
+        assert answer.edits == []
     assert logged == []
 
 
@@ -135,7 +137,7 @@ def test_a_next_edit_in_a_document_too_large_answers_empty_without_parsing_it():
     filler = "def f(x):\n    return x\n\n" * 45_000  # 1.1 MB: over next_edit's bound
     version = rename(server, SOURCE + filler)
     answer = asyncio.run(inline_edit(server, next_edit_params(version)))
-    assert answer == {"edits": []}
+    assert answer.edits == []
     assert server.trees.full_parses == 0 and server.trees.text(URI) == SOURCE.replace(
         "count", "total", 1) + filler  # the kept text only: no tree was built
     assert server.trees._entries[URI].tree is None
@@ -155,7 +157,7 @@ def test_an_undo_during_the_debounce_answers_empty_quietly():
         assert server.documents.get(URI).history.last is None
         return await task
 
-    assert asyncio.run(scenario()) == {"edits": []}
+    assert asyncio.run(scenario()).edits == []
     # base logged "next edit failed: TypeError: replace() should be called on dataclass
     # instances" to the editor as an error
     assert logged == [] and shown == []
@@ -168,7 +170,7 @@ def test_a_completion_for_a_document_replaced_in_flight_is_empty(how):
     server, logged, _ = serve(backend)
     open_at(server, "count = \n", 6)
     found = asyncio.run(while_held(
-        backend, server.complete(URI, types.Position(0, 8)),
+        backend, complete(server, URI, types.Position(0, 8)),
         lambda: how and replace_document(server, how, 6)))
     if how is None:
         completion, replaced = found
@@ -184,7 +186,7 @@ def test_a_code_action_for_a_document_replaced_at_the_same_version_changes_nothi
     backend = Held("return a + b")
     server, _, shown = serve(backend)
     open_at(server, "def f(a, b):\n    return a\n", 6)
-    listed = server.code_actions(types.CodeActionParams(
+    listed = code_actions(server, types.CodeActionParams(
         types.TextDocumentIdentifier(URI), types.Range(types.Position(1, 4),
                                                        types.Position(1, 12)),
         types.CodeActionContext(diagnostics=[])))

@@ -16,7 +16,7 @@ from pygls.exceptions import JsonRpcException
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
 from dg_lsp.actions.targets import ParsedText
-from dg_lsp.lsp.next_edit import ACCEPTED_COMMAND, METHOD
+from dg_lsp.lsp.messages import INLINE_EDIT, INLINE_EDIT_ACCEPTED
 from dg_lsp.lsp.server import STATS_COMMAND
 from dg_lsp.measure.eval.next_edit import Outcome, Rows, format_table, judge, right_spans, summary
 from dg_lsp.next_edit.history import MAX_EDITS, EditHistory
@@ -456,7 +456,7 @@ def open_and_rename(client: LanguageClient, text: str = SOURCE) -> tuple[str, in
 async def ask(client: LanguageClient, uri: str, version: int | None, line: int, character: int):
     params = {"textDocument": {"uri": uri, "version": version},
               "position": {"line": line, "character": character}}
-    return await client.protocol.send_request_async(METHOD, params)
+    return await client.protocol.send_request_async(INLINE_EDIT, params)
 
 
 @pytest.mark.asyncio(loop_scope="module")
@@ -467,11 +467,11 @@ async def test_the_method_is_advertised_and_answers_with_copilots_shape(server):
     edits = result.edits if hasattr(result, "edits") else result["edits"]
     for edit in edits:  # a random model: maybe nothing, but never out of place
         assert edit.textDocument.uri == uri and edit.textDocument.version == version
-        assert edit.command.command == ACCEPTED_COMMAND
+        assert edit.command.command == INLINE_EDIT_ACCEPTED
         assert (edit.range.start.line, edit.range.end.line) in ((3, 3), (4, 4))
     server.protocol.notify("textDocument/didShowInlineEdit", {"item": {"command": None}})
     await server.workspace_execute_command_async(types.ExecuteCommandParams(
-        command=ACCEPTED_COMMAND, arguments=[uri, version]))
+        command=INLINE_EDIT_ACCEPTED, arguments=[uri, version]))
     stats = await server.workspace_execute_command_async(
         types.ExecuteCommandParams(command=STATS_COMMAND))
     assert (stats["inlineEditsShown"], stats["inlineEditsAccepted"]) == (1, 1)
@@ -483,8 +483,8 @@ async def test_bad_requests_get_an_error_or_an_empty_answer_and_the_server_keeps
     uri, version = open_and_rename(server)
     with pytest.raises(JsonRpcException, match="is at version 6, not 2"):
         await ask(server, uri, 2, 1, 9)
-    with pytest.raises(JsonRpcException, match="needs textDocument.uri and position"):
-        await server.protocol.send_request_async(METHOD, {"position": {"line": 0}})
+    with pytest.raises(JsonRpcException, match="invalid params for textDocument/copilotInlineEdit"):
+        await server.protocol.send_request_async(INLINE_EDIT, {"position": {"line": 0}})
     empty = []
     for params in (("file:///tmp/never-opened.py", None, 0, 0), (uri, version, 4000, 0)):
         result = await ask(server, *params)

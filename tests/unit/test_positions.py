@@ -13,6 +13,7 @@ import pytest
 from lsprotocol import types
 
 from dg_lsp.actions.targets import REWRITE
+from dg_lsp.lsp.actions import rewrite
 from dg_lsp.lsp.server import create_server
 from dg_lsp.positions import UTF8, UTF16, UTF32, line_of, offset_at, position_at
 from tests.support.scripted import Scripted
@@ -119,7 +120,7 @@ def test_a_rewrite_of_lines_after_a_form_feed_edits_those_lines():
     server = create_server(Scripted(*[rewritten] * 4))
     uri = open_in(server, text)
     lines_2_to_3 = types.Range(types.Position(2, 0), types.Position(4, 0))
-    edit = asyncio.run(server.rewrite(uri, 1, lines_2_to_3, REWRITE, strength=1.0))
+    edit = asyncio.run(rewrite(server, uri, 1, lines_2_to_3, REWRITE, strength=1.0))
     (change,) = edit.document_changes
     (text_edit,) = change.edits
     start = lsp_offset(text, text_edit.range.start.line, text_edit.range.start.character)

@@ -14,6 +14,7 @@ from dg_lsp.completion.postprocess import Suggestion, postprocess, unit_end
 from dg_lsp.context import build_context
 from dg_lsp.settings import Settings, parse_settings
 from dg_lsp.syntax.languages import language_for
+from engine.backend import StepsOnWorker
 from engine.units import UnitEnd, unit_ended
 from tests.support.scripted import ScriptedEngine
 
@@ -126,7 +127,7 @@ def test_pipeline_has_the_engine_stop_once_the_line_is_complete():
 
     engine = ScriptedEngine(texts)
     with ThreadPoolExecutor(1) as executor:
-        completion = asyncio.run(Pipeline(engine).complete_async(request, executor))
+        completion = asyncio.run(Pipeline(StepsOnWorker(engine, executor)).complete_async(request))
     assert (completion.text, completion.steps, engine.taken) == ("x + 1", 3, 3)
 
 

@@ -4,11 +4,11 @@ chooses one of them or none, and writes the hole freely only when it chooses non
 
 from __future__ import annotations
 
-from dg_lsp.completion.pipeline import CompletionRequest, Pipeline, _last_draft
+from dg_lsp.completion.pipeline import CompletionRequest, Pipeline
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for
 from engine.backend import EngineInfo
-from engine.types import Draft, Score
+from engine.types import Draft, Score, last_draft
 
 SOURCE = ("def pairs(iterable):\n    it = iter(iterable)\n    return zip(it, it)\n\n"
           "def firsts(iterable):\n    it = \n    return next(it)\n")
@@ -43,7 +43,7 @@ def complete(backend, offset: int = CURSOR, source: str = SOURCE):
     request = CompletionRequest(source, offset, language_for("python"))
     pipeline = Pipeline(backend, Settings(min_confidence=0.0))
     ctx, drafts = pipeline.start(request)
-    last = _last_draft(drafts)
+    last = last_draft(drafts)
     return pipeline.finish(request, ctx, last), last
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from lsprotocol import types
 
+from dg_lsp.lsp.completion import complete
 from dg_lsp.lsp.server import create_server
 from engine.canvas import Canvas
 
@@ -53,7 +54,7 @@ def canvas_seen(engine, suffix_fraction: float | None) -> Canvas:
         uri=URI, language_id="python", version=1, text=TEXT)))
     decoder.canvas = spy
     try:
-        asyncio.run(server.complete(URI, types.Position(LINES_BEFORE + 1, 0)))
+        asyncio.run(complete(server, URI, types.Position(LINES_BEFORE + 1, 0)))
     finally:
         del decoder.canvas
         server.executor.shutdown()

@@ -99,7 +99,7 @@ class Predictor:
         only (the oracle one counts the middle's tokens with the model's tokenizer and forbids
         early stops, which only an engine in this process offers). Each case is the request
         Engine.infill makes of the same arguments, so the numbers compare with a local run."""
-        from engine.types import InfillRequest
+        from engine.types import InfillRequest, last_draft
 
         def fill(case: Case, protocol: str) -> Prediction:
             if protocol != "fixed":
@@ -107,9 +107,7 @@ class Predictor:
             size = hole_tokens[case.kind]
             request = InfillRequest(case.prefix, case.suffix, size, settings,
                                     max(canvas_length, size + MIN_CONTEXT_TOKENS))
-            last = None
-            for draft in backend.infill_stream(request):
-                last = draft
+            last = last_draft(backend.infill_stream(request))
             if last is None:
                 raise ValueError(f"{name} answered no draft")
             tokens = (len(backend.completion_ids(last)) if backend.engine_info.counts_tokens
