@@ -23,25 +23,23 @@ from dg_lsp.next_edit.history import MAX_EDITS, EditHistory
 from dg_lsp.next_edit.suggest import NextEdit, rename_rule, spans, suggest
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for
-from engine.edits.synthetic import (
+from engine.edits.prompt import LineEdit, changed_words, history_comment, new_words, next_words
+from engine.edits.spans import (
     MAX_ALIKE_CHARS,
-    NOOP,
-    RESPELL,
-    LineEdit,
     Signature,
-    SyntheticEdit,
     analogous_lines,
     argument_lists,
-    changed_words,
     code_words,
-    history_comment,
-    model_text,
-    new_words,
-    next_words,
-    noop_edit,
-    parameter_edit,
     signature_change,
     similar_lines,
+)
+from engine.edits.synthetic import (
+    NOOP,
+    RESPELL,
+    SyntheticEdit,
+    model_text,
+    noop_edit,
+    parameter_edit,
     synthetic_edit,
 )
 from engine.types import Score
