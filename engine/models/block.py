@@ -368,7 +368,6 @@ def denoise_block(
     request is cancelled. `allowed` (engine.canvas.Canvas.allowed): the only token ids the
     sampler may pick, besides the stop and pad tokens.
     """
-    tf = _transformers()
     s = block_settings(ckpt, settings)
     prompt = fim_prompt_ids(ckpt, prefix_ids, suffix_ids, template)
     if not prompt:
@@ -376,20 +375,9 @@ def denoise_block(
     if pinned is not None and (start_ids is None or len(pinned) != len(start_ids)):
         raise ValueError("pinned needs start_ids and one flag per start token")
 
-    device = next(model.parameters()).device
-    vocab = int(model.config.text_config.vocab_size)
     stop = block_stop_ids(s)
-    allowed_ids = allowed_mask(None if allowed is None else allowed | stop, vocab, device)
-    run = _Run(
-        model=model, s=s,
-        # The encoder's cache holds the prompt, then each finished canvas in turn.
-        cache=tf.DynamicCache(config=model.config.get_text_config(decoder=True)),
-        generator=torch.Generator(device=device).manual_seed(s.seed),
-        forbidden=None if allowed_ids is None else ~allowed_ids,
-        vocab=vocab, canvas_len=int(model.config.canvas_length), pinning=pinned is not None,
-        device=device, embed_dtype=model.model.decoder.embed_tokens.weight.dtype,
-    )
-    length = run.canvas_len
+    run = _start_run(model, s, None if allowed is None else allowed | stop, pinned is not None)
+    length, device = run.canvas_len, run.device
     start = list(start_ids or [])
     flags = list(pinned) if pinned is not None else None
     to_encode = torch.tensor([prompt], dtype=torch.long, device=device)
@@ -452,6 +440,23 @@ class _Canvas:
     argmax: Tensor  # [1, L]: what it would commit now
     self_cond: Tensor | None = None  # the previous step's logits
     history: list[Tensor] = field(default_factory=list)  # the last `stability` argmaxes
+
+
+def _start_run(model: Any, s: BlockSettings, allowed: frozenset[int] | None, pinning: bool
+               ) -> _Run:
+    """The constants of one request: `allowed`, the only tokens it may write (None: any)."""
+    device = next(model.parameters()).device
+    vocab = int(model.config.text_config.vocab_size)
+    allowed_ids = allowed_mask(allowed, vocab, device)
+    return _Run(
+        model=model, s=s,
+        # The encoder's cache holds the prompt, then each finished canvas in turn.
+        cache=_transformers().DynamicCache(config=model.config.get_text_config(decoder=True)),
+        generator=torch.Generator(device=device).manual_seed(s.seed),
+        forbidden=None if allowed_ids is None else ~allowed_ids,
+        vocab=vocab, canvas_len=int(model.config.canvas_length), pinning=pinning,
+        device=device, embed_dtype=model.model.decoder.embed_tokens.weight.dtype,
+    )
 
 
 def _encode(run: _Run, ids: Tensor, seq_len: int) -> None:
