@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import tree_sitter as ts
 
 from dg_lsp.syntax.languages import LanguageSpec
-from engine.edits.synthetic import MAX_ALIKE_CHARS, MAX_ANALOGIES
+from engine.edits.spans import MAX_ALIKE_CHARS, MAX_ANALOGIES
 from engine.types import SUFFIX_FRACTION
 from engine.units import CLOSERS
 

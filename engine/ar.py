@@ -18,6 +18,7 @@ import torch
 
 from engine.canvas import Canvas, VocabText, completion_text
 from engine.config import ModelConfig
+from engine.constraints import token_constraints
 from engine.kv_cache import joined
 from engine.models.transformer import LayerKV, Transformer
 from engine.samplers import allowed_mask
@@ -58,23 +59,9 @@ def decode_ar(
     device = next(model.parameters()).device
     timings = {} if timings is None else timings
     timings.setdefault("forward", 0.0)
-    banned = torch.zeros(model.cfg.vocab_size, dtype=torch.bool, device=device)
-    banned[[i for i in (config.mask_token_id,) if i is not None]] = True
-    if not stop_early:
-        banned[sorted(stop_ids)] = True
-    heal_banned = None
-    if canvas.heal_text and canvas.choices is None:  # choices hold the healed text
-        if vocab is None:
-            raise ValueError("a healed canvas needs the vocabulary to constrain the hole")
-        heal_banned = torch.ones_like(banned)
-        heal_banned[vocab.ids_starting_with(canvas.heal_text)] = False
-    allowed = allowed_mask(canvas.allowed, model.cfg.vocab_size, device)
-    if allowed is not None:
-        if heal_banned is not None and (allowed & ~heal_banned).any():
-            heal_banned |= ~allowed  # the first token completes the heal with an allowed one
-        banned_after = banned | ~allowed
-    else:
-        banned_after = banned
+    constraints = token_constraints(
+        config, canvas, model.cfg.vocab_size, device, stop_ids, stop_early=stop_early,
+        vocab=vocab, follows_choices=canvas.choices is not None)
 
     prompt = torch.tensor(fim_prompt(tokenizer, canvas), device=device)
     out: list[int] = []
@@ -96,11 +83,7 @@ def decode_ar(
             logits, kv = model(next_input, positions, past, past_positions)
             past = kv if past is None else joined(past, kv)
             last = logits[0, -1].float()
-            if heal_banned is not None and not out:
-                last[banned] = float("-inf")
-                last[heal_banned] = float("-inf")  # the heal wins where no allowed token fits
-            else:
-                last[banned_after] = float("-inf")
+            constraints.apply(last[None], starts_hole=not out)
             if canvas.choices is not None:  # the next token keeps a choice possible
                 live = canvas.choices.live(dict(enumerate(out)))
                 kept = allowed_mask(canvas.choices.allowed_at(live, len(out)),

@@ -3,7 +3,10 @@
 Each step runs the model, proposes a token for every hole position and commits the ones the
 sampler picks (engine.samplers); committed tokens never change. A `MaskedDenoiser` returns a
 `Draft` after every step; the last one has `done=True` and a `finish_reason`. The runner
-(engine.runner) steps it, alone or with other holes' full passes in one batch.
+(engine.runner) steps it, alone or with other holes' full passes in one batch. Which canvas
+rows a pass runs is engine.passes; which tokens the hole may hold, engine.constraints; what a
+step commits besides the sampler's picks (the stop run, early stop, DreamOn's edits, choices),
+engine.hole.
 
 Variable length. A stop token (EOS/pad) committed inside the hole ends the completion there:
 every position after it becomes pad at once, so it costs no further steps. With
@@ -56,110 +59,21 @@ from torch import Tensor
 
 from engine.canvas import Canvas, VocabText, completion_text
 from engine.config import ModelConfig
+from engine.constraints import token_constraints
+from engine.hole import Hole, choose, edit_dreamon, follow_choices, stop_early, stop_run
 from engine.kv_cache import ContextCache, PrefixCache, first_positions, joined
 from engine.models.transformer import LayerKV, Transformer
-from engine.samplers import adjust_logits, allowed_mask, step
+from engine.passes import hole_logits, live_span, logit_rows, rows_to_logits
+from engine.samplers import adjust_logits, step
 from engine.stops import completion_ids
 from engine.tokenizer import Tokenizer
 from engine.types import Draft, SamplerSettings, score_of
-
-# The model's first guess at where a hole ends is often a token or two short: the positions
-# just before the stop run stay masked and are denoised as usual (without the margin the
-# stop run cut completions short; docs/performance.md).
-STOP_RUN_MARGIN = 2
-
-
-def logit_rows(p0: int, p1: int, shifted: bool) -> tuple[int, int]:
-    """Canvas rows [a, b) whose raw outputs give the logits of canvas positions [p0, p1)."""
-    if not shifted:
-        return p0, p1
-    if p0 == 0:
-        return 0, max(p1 - 1, 1)  # position 0 keeps its own logit (shift_logits)
-    return p0 - 1, p1 - 1
-
-
-def rows_to_logits(raw: Tensor, p0: int, p1: int, shifted: bool) -> Tensor:
-    """Logits [p1 - p0, V] of positions [p0, p1) from raw outputs [r, V] of their
-    `logit_rows`."""
-    if shifted and p0 == 0:
-        return torch.cat([raw[:1], raw])[:p1]
-    return raw
-
-
-def live_span(
-    p0: int, p1: int, shifted: bool, window: int = 0, length: int = 0
-) -> tuple[int, int]:
-    """Canvas positions [a, b) a cached pass runs to get the logits of positions [p0, p1),
-    widened by `window` positions on each side within a canvas of `length`."""
-    a = p0 - 1 if shifted and p0 > 0 else p0
-    if window:
-        return max(0, a - window), min(length, p1 + window)
-    return a, p1
-
-
-def hole_logits(
-    model: Transformer, x: Tensor, span: tuple[int, int], cache: ContextCache | None,
-    live: tuple[int, int] | None = None,
-) -> tuple[Tensor, list[LayerKV]]:
-    """Logits [p1 - p0, V] of canvas positions span = [p0, p1) of canvas `x` [S], in the
-    model's own convention, and the keys/values the pass computed.
-
-    Without a cache the whole canvas runs; with one only the positions `live` do (default:
-    the `live_span` of `span`).
-    """
-    shifted = model.cfg.shift_logits
-    p0, p1 = span
-    r0, r1 = logit_rows(p0, p1, shifted)
-    if cache is None:
-        raw, kv = model(x[None], logit_rows=(r0, r1))
-    else:
-        a, b = live if live is not None else live_span(p0, p1, shifted)
-        past, past_positions = cache.outside((a, b))
-        positions = torch.arange(a, b, device=x.device)[None]
-        raw, kv = model(x[None, a:b], positions, past, past_positions,
-                        logit_rows=(r0 - a, r1 - a))
-    return rows_to_logits(raw[0], p0, p1, shifted), kv
 
 
 def _sync(device: torch.device) -> None:
     # Timings of asynchronous devices mean nothing without a sync.
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-class _Hole:
-    """The canvas and which hole positions are committed; the loop's mutable state."""
-
-    def __init__(self, canvas: Canvas, device: torch.device) -> None:
-        self.x = torch.tensor(canvas.ids, device=device)
-        self.start = canvas.hole_start
-        self.n = canvas.hole_len
-        self.committed = torch.zeros(self.n, dtype=torch.bool, device=device)
-        # Each position's confidence when the sampler committed it; NaN where no sampler did
-        # (masked still, or a rewrite's kept token).
-        self.confidence = torch.full((self.n,), math.nan, device=device)
-
-    @property
-    def end(self) -> int:
-        return self.start + self.n
-
-    def tokens(self) -> list[int]:
-        return self.x[self.start : self.end].tolist()
-
-    def masked(self) -> Tensor:
-        return ~self.committed
-
-    def rebuild(self, tokens: list[int], committed: list[bool],
-                confidence: list[float] | None = None) -> None:
-        """Replace the hole (DreamOn edits change its length)."""
-        device = self.x.device
-        hole = torch.tensor(tokens, dtype=self.x.dtype, device=device)
-        self.x = torch.cat([self.x[: self.start], hole, self.x[self.end :]])
-        self.n = len(tokens)
-        self.committed = torch.tensor(committed, dtype=torch.bool, device=device)
-        if confidence is None:
-            confidence = [math.nan] * self.n
-        self.confidence = torch.tensor(confidence, dtype=torch.float32, device=device)
 
 
 # Told of every masked-family step's sampler input, before it commits: (logits of the masked
@@ -213,35 +127,17 @@ class MaskedDenoiser:
         pad = config.pad_token_id
         self.pad_id = pad if pad is not None else config.eos_token_id
         self.expand_id = config.expand_token_id
-        self.banned = [config.mask_token_id] + ([] if stop_early else sorted(self.stop_ids))
-        if self.expand_id is not None and not stop_early:
-            self.banned.append(self.expand_id)
-        self.heal_allowed = None
-        if canvas.heal_text:
-            if vocab is None:
-                raise ValueError("a healed canvas needs the vocabulary to constrain the hole")
-            self.heal_allowed = torch.zeros(model.cfg.vocab_size, dtype=torch.bool, device=device)
-            self.heal_allowed[vocab.ids_starting_with(canvas.heal_text)] = True
         # A hole of fixed length follows its choices position by position (engine.choices);
-        # DreamOn's hole changes length, so it keeps their tokens only. The choices hold the
-        # healed text, so they replace the heal's rule.
+        # DreamOn's hole changes length, so it keeps their tokens only.
         self.choices = canvas.choices if self.expand_id is None else None
-        if self.choices is not None:
-            self.heal_allowed = None
-        allowed = allowed_mask(canvas.allowed, model.cfg.vocab_size, device)
-        # Negated once here, not at every step.
-        self.forbidden = None if allowed is None else ~allowed
-        if allowed is not None and self.heal_allowed is not None:
-            # The first token must also complete the healed text; where no allowed token
-            # does, the heal wins (the text was cut from the prefix).
-            both = self.heal_allowed & allowed
-            if both.any():
-                self.heal_allowed = both
+        self.constraints = token_constraints(
+            config, canvas, model.cfg.vocab_size, device, stop_ids, stop_early=stop_early,
+            vocab=vocab, follows_choices=self.choices is not None)
         self.generator = torch.Generator(device=device).manual_seed(settings.seed)
         self.refresh = max(1, settings.cache_refresh)
         self.prefix_cache = (prefix_cache if self.refresh > 1 and settings.share_prefix
                              else None)
-        self.hole = _Hole(canvas, device)
+        self.hole = Hole(canvas, device)
         if start is not None:
             self.hole.rebuild(*start)
         self.cache: ContextCache | None = None
@@ -432,19 +328,7 @@ class MaskedDenoiser:
         masked = hole.masked()
         max_steps = settings.max_steps
         steps_left = None if max_steps is None else max(1, max_steps - self.steps + 1)
-        no_room = hole.x.shape[0] >= self.canvas.max_length or steps_left == 1
-        expand = self.expand_id is not None and no_room
-        step_banned = self.banned + ([self.expand_id] if expand else [])
-        logits = adjust_logits(logits.float(), self.stop_ids, settings.eos_penalty, step_banned)
-        healed = self.heal_allowed is not None and lo == 0
-        if self.forbidden is not None:
-            logits[int(healed):, self.forbidden] = float("-inf")
-        if healed:
-            logits[0, ~self.heal_allowed] = float("-inf")
-        if self.choices is not None:
-            self._follow_choices(logits, lo)
-        elif settings.min_tokens > lo and self.stop_list:  # choices set their own lengths
-            logits[: settings.min_tokens - lo, self.stop_list] = float("-inf")
+        logits = self._constrained(logits, lo, steps_left)
         min_commit = 1
         if steps_left is not None:
             min_commit = math.ceil(int(masked.sum()) / steps_left)
@@ -462,118 +346,35 @@ class MaskedDenoiser:
         proposed_confidence = hole.confidence.clone()
         proposed_confidence[lo:hi] = confidence.float()
         if self.choices is not None:
-            commit = self._choose(lo, proposed, proposed_confidence)
+            commit = choose(self.choices, hole, self.pad_id, lo, proposed, proposed_confidence)
         elif settings.stop_run and self.expand_id is None:
-            commit |= _stop_run(region, hole.committed, commit, proposed, self.stop_tensor)
+            commit |= stop_run(region, hole.committed, commit, proposed, self.stop_tensor)
         region[commit] = proposed[commit]
         hole.confidence[commit] = proposed_confidence[commit]
         hole.committed |= commit
         self._masked_range = None
+        self._after_commit()
 
+    def _constrained(self, logits: Tensor, lo: int, steps_left: int | None) -> Tensor:
+        """The logits of the masked range from position lo on, in float32, with the tokens
+        the hole may not hold there at -inf (engine.constraints, the choices, min_tokens)."""
+        settings = self.settings
+        no_room = self.hole.x.shape[0] >= self.canvas.max_length or steps_left == 1
+        # With no room left, an expand token could only stay a single mask.
+        no_expand = [self.expand_id] if self.expand_id is not None and no_room else []
+        logits = adjust_logits(logits.float(), self.stop_ids, settings.eos_penalty, no_expand)
+        self.constraints.apply(logits, starts_hole=lo == 0)
+        if self.choices is not None:
+            follow_choices(self.choices, self.hole, logits, lo)
+        elif settings.min_tokens > lo and self.stop_list:  # choices set their own lengths
+            logits[: settings.min_tokens - lo, self.stop_list] = float("-inf")
+        return logits
+
+    def _after_commit(self) -> None:
+        """DreamOn's edits of the hole, or the early stop after a committed stop token."""
         if self.expand_id is not None:
-            resized, deleted = _edit_dreamon(hole, self.expand_id, self.stop_ids,
-                                             self.canvas.max_length, self.config.mask_token_id)
+            resized, deleted = edit_dreamon(self.hole, self.expand_id, self.stop_ids,
+                                            self.canvas.max_length, self.config.mask_token_id)
             self.stale, self.stopped = self.stale or resized, self.stopped or deleted
         else:
-            self.stopped |= _stop_early(hole, self.stop_ids, self.pad_id)
-
-    def _committed(self) -> dict[int, int]:
-        tokens, committed = self.hole.tokens(), self.hole.committed.tolist()
-        return {i: t for i, (t, c) in enumerate(zip(tokens, committed, strict=True)) if c}
-
-    def _follow_choices(self, logits: Tensor, lo: int) -> None:
-        """Forbid at the first masked position lo (the logits' first row) the tokens no choice
-        that agrees with the committed ones holds there."""
-        assert self.choices is not None
-        live = self.choices.live(self._committed())
-        kept = allowed_mask(self.choices.allowed_at(live, lo), logits.shape[1], logits.device)
-        logits[0, ~kept] = float("-inf")  # type: ignore[operator]
-
-    def _choose(self, lo: int, proposed: Tensor, confidence: Tensor) -> Tensor:
-        """What a step commits in a hole of choices: the first masked position lo, as the
-        sampler proposes it, then every position on which the choices still possible agree,
-        as they hold it (with no confidence of the model's: it did not choose them). The
-        model decides where the choices part, left to right; a choice once begun is written
-        to its end at once. Committing the surest positions first instead let a stop token
-        the model guessed at the second position (a one-token word) rule out a longer word
-        it had begun."""
-        assert self.choices is not None
-        committed = self._committed()
-        committed[lo] = int(proposed[lo])
-        live = self.choices.live(committed)
-        commit = torch.zeros_like(self.hole.committed)
-        commit[lo] = True
-        for position in self.hole.masked().nonzero().flatten().tolist():
-            held = {s[position] if position < len(s) else self.pad_id for s in live}
-            if position != lo and len(held) == 1:
-                proposed[position] = held.pop()
-                confidence[position] = math.nan
-                commit[position] = True
-        return commit
-
-def _stop_run(region: Tensor, committed: Tensor, commit: Tensor, proposed: Tensor,
-              stop_ids: Tensor) -> Tensor:
-    """Positions to commit with this step's: the trailing run of stop tokens (committed or
-    proposed) when any of it is committed now or before, but for its first STOP_RUN_MARGIN
-    positions; else none."""
-    tokens = torch.where(committed, region, proposed)
-    is_stop = torch.isin(tokens, stop_ids)
-    run = int(torch.cumprod(is_stop.flip(0).int(), 0).sum())
-    extra = torch.zeros_like(commit)
-    if run and bool((commit | committed)[-run:].any()):
-        settled = run - STOP_RUN_MARGIN
-        if settled > 0:
-            extra[-settled:] = ~committed[-settled:]
-    return extra
-
-
-def _stop_early(hole: _Hole, stop_ids: set[int], pad_id: int | None) -> bool:
-    """Pad everything after the first committed stop token; whether there is one."""
-    region = hole.x[hole.start : hole.end]
-    is_stop = torch.zeros_like(hole.committed)
-    for t in stop_ids:
-        is_stop |= region == t
-    is_stop &= hole.committed
-    if not bool(is_stop.any()):
-        return False
-    first = int(is_stop.nonzero()[0])
-    if pad_id is not None:
-        region[first + 1 :] = pad_id
-    hole.committed[first + 1 :] = True
-    return True
-
-
-def _edit_dreamon(
-    hole: _Hole, expand_id: int, stop_ids: set[int], max_length: int, mask_id: int
-) -> tuple[bool, bool]:
-    """DreamOn: committed expand → two masks (while there is room), committed stop → deleted.
-
-    Returns (whether the hole changed length, whether a slot was deleted).
-    """
-    tokens, committed = hole.tokens(), hole.committed.tolist()
-    confidence = hole.confidence.tolist()
-    room = max_length - hole.x.shape[0]
-    new_tokens: list[int] = []
-    new_committed: list[bool] = []
-    new_confidence: list[float] = []
-    deleted = False
-    for tok, done, conf in zip(tokens, committed, confidence, strict=True):
-        if done and tok == expand_id and room > 0:
-            new_tokens += [mask_id, mask_id]
-            new_committed += [False, False]
-            new_confidence += [math.nan, math.nan]
-            room -= 1
-        elif done and tok == expand_id:
-            new_tokens.append(mask_id)  # no room left: the slot stays a single mask
-            new_committed.append(False)
-            new_confidence.append(math.nan)
-        elif done and tok in stop_ids:
-            deleted = True
-        else:
-            new_tokens.append(tok)
-            new_committed.append(done)
-            new_confidence.append(conf)
-    if new_tokens == tokens and new_committed == committed:
-        return False, deleted
-    hole.rebuild(new_tokens, new_committed, new_confidence)
-    return len(new_tokens) != len(tokens), deleted
+            self.stopped |= stop_early(self.hole, self.stop_ids, self.pad_id)

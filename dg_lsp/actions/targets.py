@@ -25,6 +25,7 @@ from itertools import accumulate
 import tree_sitter as ts
 
 from dg_lsp.context import detect_indent_unit
+from dg_lsp.syntax.errors import count_errors
 from dg_lsp.syntax.languages import LanguageSpec
 
 REWRITE, COMPLETE_BODY = "rewrite", "complete-body"
@@ -130,16 +131,7 @@ class ParsedText:
 
 def error_count(doc: ParsedText) -> int:
     """ERROR and MISSING nodes in the document's tree (0 without a grammar)."""
-    if doc.tree is None:
-        return 0
-    count, stack = 0, [doc.tree.root_node]
-    while stack:
-        node = stack.pop()
-        if node.is_error or node.is_missing:
-            count += 1
-        if node.has_error:
-            stack.extend(node.children)
-    return count
+    return count_errors(doc.tree)
 
 
 # -- the targets ------------------------------------------------------------------------------

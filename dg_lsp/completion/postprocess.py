@@ -13,10 +13,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import tree_sitter as ts
-
 from dg_lsp.context import BLOCK, BRACKETS, COMMENT, Context
 from dg_lsp.syntax import names
+from dg_lsp.syntax.errors import count_errors
 from engine import units
 from engine.stops import cut_at_special
 from engine.units import (
@@ -206,17 +205,6 @@ def _check_names(suggestion: Suggestion | None, ctx: Context) -> Suggestion | No
     unknown = names.unknown_names(ctx.language, tree, len(before), len(before) + len(inserted),
                                   ctx.document)
     return None if unknown else suggestion
-
-
-def count_errors(tree: ts.Tree) -> int:
-    """ERROR and MISSING nodes, visiting only subtrees that contain one."""
-    count, stack = 0, [tree.root_node]
-    while stack:
-        node = stack.pop()
-        if node.is_error or node.is_missing:
-            count += 1
-        stack.extend(child for child in node.children if child.has_error or child.is_missing)
-    return count
 
 
 def _indent(width: int, unit: str) -> str:

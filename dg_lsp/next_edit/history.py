@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.edits.synthetic import LineEdit, smallest_change
+from engine.edits.prompt import LineEdit, smallest_change
 
 MAX_EDITS = 8
 # Characters kept of an edit's removed and inserted text: a paste of a whole file is one edit

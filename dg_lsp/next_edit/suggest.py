@@ -6,27 +6,27 @@ follows. The suggestion is found in three steps:
 1. **Where**: tree-sitter and the history choose, the model does not. The region is the
    definition enclosing the last edit, cut to REGION_LINES lines on each side (the whole
    window when no definition encloses it). The spans to look at (`spans`) are the region's
-   other occurrences of the words the last edit removed (engine.edits.synthetic.changed_words), or,
+   other occurrences of the words the last edit removed (engine.edits.prompt.changed_words), or,
    when it removed none but changed a line inside, the lines alike that line as it was, or,
    when it added a parameter to a function's header or removed one, the argument lists of
    the calls of it; nearest the cursor first. The region and the spans are computed in
-   engine.edits.synthetic
-   (region_around, implied_spans), where the real edits cut for training and evaluation
+   engine.edits.spans
+   (definition_region, implied_spans), where the real edits cut for training and evaluation
    (engine.edits.real) find them the same way. An edit that removed no word and only
    added text at a line's end or a new line (a statement being written) implies nothing,
    and a span at the cursor is the inline completion's.
 2. **What**: the model writes what each span becomes (an infill of a few tokens ending a
    comment above the span's line, `# count ->`, under the recent edits shown as comments:
-   engine.edits.synthetic.infill_text), through the same Backend and resident engine as every
+   engine.edits.prompt.infill_text), through the same Backend and resident engine as every
    completion, cancelled like them. A word is written as one of the new words the edits put
-   in, or not at all (InfillRequest.choices, engine.edits.synthetic.next_words): the bundled model,
+   in, or not at all (InfillRequest.choices, engine.edits.prompt.next_words): the bundled model,
    asked to copy a rare word (`iterator`), otherwise writes a frequent one (`logger`), the old
    word back, or the first piece of the new one (` field` of `fieldNames`). Likewise a
    line alike the edited one becomes that line changed the same way where their pieces
-   line up (engine.edits.synthetic.analogous_lines), and a call's arguments, after its function
+   line up (engine.edits.spans.analogous_lines), and a call's arguments, after its function
    gained
    or lost a parameter, one of the lists the header's change implies
-   (engine.edits.synthetic.argument_lists), or each stays: written freely, the model garbles the
+   (engine.edits.spans.argument_lists), or each stays: written freely, the model garbles the
    text
    it copies.
 3. **Whether**: a suggestion is offered only if the model changed the span (a word: into
@@ -48,19 +48,16 @@ from dg_lsp.next_edit.history import RecordedEdit
 from dg_lsp.settings import Settings
 from dg_lsp.syntax import names
 from engine.backend import Backend
-from engine.edits.synthetic import (
+from engine.edits.prompt import WORD, LineEdit, changed_words, infill_text, next_words
+from engine.edits.spans import (
     MAX_SPANS,
-    WORD,
-    LineEdit,
+    Definition,
     Span,
     analogous_lines,
     argument_lists,
-    changed_words,
+    definition_region,
     implied_spans,
-    infill_text,
     is_identifier,
-    next_words,
-    region_around,
     signature_change,
 )
 from engine.serve.protocol import MAX_CHOICES
@@ -71,7 +68,7 @@ WORD_TOKENS = 16
 LINE_TOKENS = 48
 MAX_DOCUMENT_CHARS = 1_000_000
 # A longer word (a long string literal) does not fit WORD_TOKENS; the bound (and
-# engine.edits.synthetic.MAX_ALIKE_CHARS for lines and argument lists) keeps a request's choices
+# engine.edits.spans.MAX_ALIKE_CHARS for lines and argument lists) keeps a request's choices
 # inside
 # the engine's (engine.serve.protocol.MAX_CHOICES_TEXT).
 MAX_WORD_CHARS = 200
@@ -88,22 +85,18 @@ class NextEdit:
 
 def region(doc: ParsedText, edit: RecordedEdit) -> tuple[int, int]:
     """[start, end) of the lines a suggestion may change after `edit`: around the innermost
-    definition that holds it, or, when it added or removed a parameter in a function's header,
-    around that function (its callers are outside it)."""
+    definition that holds it, as tree-sitter finds them in the document's language, or, when
+    it added or removed a parameter in a function's header, around that function (its callers
+    are outside it): engine.edits.spans.definition_region."""
+    definitions = [Definition(*doc.span(node), None if body is None else doc.span(body)[0])
+                   for _, node, body, _ in doc.definitions()]
     header = signature_change(edit.line_edit()) is not None
-    enclosing = [node for _, node, body, _ in doc.definitions()
-                 if doc.span(node)[0] <= edit.start and edit.end <= doc.span(node)[1]
-                 and not (header and body is not None and edit.end <= doc.span(body)[0])]
-    definition = None
-    if enclosing:
-        node = min(enclosing, key=lambda n: n.end_byte - n.start_byte)
-        definition = node.start_point[0], node.end_point[0]
-    return region_around(doc.text, edit.start, edit.end, definition)
+    return definition_region(doc.text, edit.start, edit.end, definitions, header)
 
 
 def spans(doc: ParsedText, edit: RecordedEdit, cursor: int) -> list[Span]:
     """Where `edit` may imply a change, nearest the cursor first
-    (engine.edits.synthetic.implied_spans:
+    (engine.edits.spans.implied_spans:
     the occurrences of the words it removed, or the lines alike the line it changed inside)."""
     return implied_spans(doc.text, edit.line_edit(), edit.start, edit.end, cursor,
                          region(doc, edit))

@@ -1,2 +1,3 @@
-"""Edits as a model reads them: the next-edit prompt format, spans and synthetic edits
-(synthetic), and real edits between released versions (real)."""
+"""Edits as a model reads them: the next-edit prompt format (prompt), where an edit implies a
+change and the region around it (spans), synthetic edits (synthetic), and real edits between
+released versions (real)."""

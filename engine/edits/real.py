@@ -9,11 +9,10 @@ sees it (dg_lsp.next_edit.suggest):
   is the first, as the editor's history records it (its smallest change: change_at, removed,
   inserted; its whole lines as a LineEdit);
 - the next hunk changes nothing but one span the server's span finder
-  (engine.edits.synthetic.implied_spans, over the region engine.edits.synthetic.definition_region
-  finds) asks
-  the model about after that edit, among the first MAX_SPANS it tries: an occurrence of a
-  word the edit removed (a rename followed, a literal changed again) or a line alike the
-  edited one (a pattern repeated);
+  (engine.edits.spans.implied_spans, over the region engine.edits.spans.definition_region
+  finds) asks the model about after that edit, among the first MAX_SPANS it tries: an
+  occurrence of a word the edit removed (a rename followed, a literal changed again) or a
+  line alike the edited one (a pattern repeated);
 - the span's new text is an answer the server can take: one word of the same kind (a name
   for a name, a literal for a literal) or one line, short enough to write.
 
@@ -31,27 +30,25 @@ import ast
 import difflib
 from dataclasses import dataclass
 
-from engine.edits.synthetic import (
+from engine.edits.prompt import WORD, LineEdit, smallest_change
+from engine.edits.spans import (
     MAX_SPANS,
-    WINDOW_LINES,
-    WORD,
-    LineEdit,
     Span,
-    SyntheticEdit,
     code_words,
     definition_region,
     implied_spans,
     is_identifier,
+    python_definitions,
     signature_change,
-    smallest_change,
 )
+from engine.edits.synthetic import WINDOW_LINES, SyntheticEdit
 
 REAL = "real"
 # Files larger than the corpus takes (engine.train.corpus.MAX_FILE_BYTES) are generated or
 # data; difflib on them is slow and teaches nothing about a user's next edit.
 MAX_FILE_CHARS = 400_000
 # The user's edit: larger hunks are rewrites, shown to the model cut to a comment line each
-# side (engine.edits.synthetic.SHOWN_CHARS), and they imply no one span.
+# side (engine.edits.prompt.SHOWN_CHARS), and they imply no one span.
 MAX_EDIT_LINES = 8
 # The answer's length in characters, a cheap bound before tokenizing: the server writes a
 # word in 16 tokens and a line in 48 (training keeps answers of MAX_MIDDLE tokens at most).
@@ -130,7 +127,8 @@ def _case(original: str, text: str, after: str) -> SyntheticEdit | None:
     edit = LineEdit(head + removed + tail, head + inserted + tail)
     # The cursor ends the edit, as after typing it.
     header = signature_change(edit) is not None
-    asked = implied_spans(text, edit, at, end, end, definition_region(text, at, end, header))
+    region = definition_region(text, at, end, python_definitions(text), header)
+    asked = implied_spans(text, edit, at, end, end, region)
     next_at, next_removed, next_inserted = smallest_change(text, after)
     next_end = next_at + len(next_removed)
     for span in asked[:MAX_SPANS]:

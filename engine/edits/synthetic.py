@@ -1,438 +1,41 @@
-"""Edits as a model reads them, and the synthetic edits it learns from and is judged on.
+"""Synthetic next edits: a user's edit cut from real code, and the edit it implies.
 
-A next-edit suggestion (dg_lsp.next_edit.suggest) asks the model what one span becomes (an
-occurrence of a word the user's last edit removed, or a line alike the edited one), with the
-user's recent edits written as comments just above the span's line and the question as the
-last comment, which the model ends:
-
-    # was: count = 0
-    # now: total = 0
-    # count -> total                          (a word: the model writes " total")
-    count += item.price                       (the span's line, as it is)
-
-    # was: width = raw.width + 1
-    # now: width = int(raw.width + 1)
-    # was: height = raw.height + 1
-    # now: height = int(raw.height + 1)       (a line: the model writes the new line)
-    height = raw.height + 1
-
-The model sees the span it rewrites, the edits that imply the change, and the code around
-it. A form every code model has read (comments; no prompt template, as the rewrite's
-instruction comment), so real checkpoints read it zero-shot; the bundled model is also trained on it
-(engine.train.edit_examples). The same rendering builds the training examples and the
-held-out evaluation (`dg-lsp eval --suite next-edit`), so the model learns what it is shown.
+Each kind is an edit people make and what follows it: a rename followed at the next
+occurrence, a literal changed again, a word the edit left alone kept (`keep`), a line changed
+by a pattern repeated on a line alike it, a parameter added to or removed from a function
+and its call changed to match, and an edit that implies nothing (`noop`, judged on only).
+They are rendered for the model as the server asks (model_text: engine.edits.prompt) and
+trained on (engine.train.edit_examples) and judged on (`dg-lsp eval --suite next-edit`).
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
-import difflib
 import functools
-import io
-import itertools
-import keyword
-import os
 import re
-import tokenize
-from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from engine.data.stats import edit_similarity
-from engine.units import OPENERS, bracket_depths
+from engine.edits.prompt import NOT_CHANGED, WORD, LineEdit, infill_text, line_span, smallest_change
+from engine.edits.spans import (
+    DEF,
+    Signature,
+    call_arguments,
+    call_at,
+    closing_bracket,
+    code_words,
+    header_parameters,
+    is_keyword,
+    positional_count,
+    python_definitions,
+    similar_lines,
+    split_commas,
+)
 
-# What an edit can rename or change consistently: identifiers, numbers, one-line strings.
-WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+(?:\.\d+)?|\"[^\"\n]*\"|'[^'\n]*'")
-# Edits shown to the model (most recent last) and the characters of each side.
-SHOWN_EDITS = 3
-SHOWN_WORDS = 2  # word changes shown per edit: a rename, a literal, a pair of them
-SHOWN_CHARS = 120
-# Words too common to be what an edit changed (`self`, keywords, single letters are kept:
-# `i` -> `j` is a real rename).
-NOT_CHANGED = frozenset(keyword.kwlist) | {"self", "cls", "None", "True", "False"}
 # Names a synthetic rename leaves alone: nobody renames `list` or `__init__` in one place.
 BUILTIN_NAMES = frozenset(dir(builtins))
-
-
-@dataclass(frozen=True)
-class LineEdit:
-    """One edit as the model is shown it: the changed lines before and after, whole lines."""
-
-    before: str
-    after: str
-
-
-def shown(text: str) -> str:
-    """One side of an edit on one comment line: lines joined by ' | ', cut to SHOWN_CHARS."""
-    joined = " | ".join(line.strip() for line in text.split("\n") if line.strip())
-    return joined if len(joined) <= SHOWN_CHARS else joined[: SHOWN_CHARS - 3] + "..."
-
-
-def history_comment(edits: Sequence[LineEdit], comment: str, indent: str) -> str:
-    """The comment lines (each ending in a newline) that show the model `edits`: each line as
-    it was and as it is now, then, where the edit replaced words one for one, each word's
-    change (`# count -> total`): the same arrow the question ends in (infill_text), so that
-    answering it is copying what follows the same word above."""
-    lines = []
-    for edit in list(edits)[-SHOWN_EDITS:]:
-        lines.append(f"{indent}{comment} was: {shown(edit.before)}\n")
-        lines.append(f"{indent}{comment} now: {shown(edit.after)}\n")
-        lines += [f"{indent}{comment} {old} -> {new}\n" for old, new in replacements(edit)]
-    return "".join(lines)
-
-
-def replacements(edit: LineEdit) -> list[tuple[str, str]]:
-    """(old, new) for the words `edit` replaced one for one, as many as history_comment shows
-    (its `old -> new` lines); none when it took out more or fewer words than it put in."""
-    removed, inserted = changed_words(edit)
-    if len(removed) != len(inserted):
-        return []
-    return list(zip(removed, inserted, strict=True))[:SHOWN_WORDS]
-
-
-def new_words(edits: Sequence[LineEdit]) -> list[str]:
-    """The new words of the `old -> new` lines history_comment shows for `edits`."""
-    return list(dict.fromkeys(new for edit in list(edits)[-SHOWN_EDITS:]
-                              for _, new in replacements(edit)))
-
-
-def next_words(edits: Sequence[LineEdit]) -> list[str]:
-    """The words a word the edits imply may become: the edits' new_words, when they replaced
-    words one for one; otherwise every word they put in. Never a word they removed."""
-    return new_words(edits) or list(dict.fromkeys(
-        word for edit in list(edits)[-SHOWN_EDITS:] for word in changed_words(edit)[1]))
-
-
-def words(text: str) -> list[str]:
-    """The words of `text` an edit can change (WORD, less keywords and NOT_CHANGED)."""
-    return [w for w in WORD.findall(text) if w not in NOT_CHANGED]
-
-
-def changed_words(edit: LineEdit) -> tuple[list[str], list[str]]:
-    """(removed, inserted): the words the edit took out and put in, in order of appearance."""
-    before, after = Counter(words(edit.before)), Counter(words(edit.after))
-    removed = list(dict.fromkeys(w for w in words(edit.before) if before[w] > after[w]))
-    inserted = list(dict.fromkeys(w for w in words(edit.after) if after[w] > before[w]))
-    return removed, inserted
-
-
-def occurrences(text: str, word: str, start: int = 0, end: int | None = None
-                ) -> list[tuple[int, int]]:
-    """[start, end) of each whole-word occurrence of `word` in text[start:end]."""
-    end = len(text) if end is None else end
-    if word[:1].isalnum() or word[:1] == "_":
-        pattern = re.compile(r"(?<![A-Za-z0-9_])" + re.escape(word) + r"(?![A-Za-z0-9_])")
-    else:
-        pattern = re.compile(re.escape(word))
-    return [(m.start(), m.end()) for m in pattern.finditer(text, start, end)]
-
-
-def smallest_change(before: str, after: str) -> tuple[int, str, str]:
-    """(at, removed, inserted): before[at:at + len(removed)] became `inserted`, with the text
-    both share at either end left out (as the editor's history records a change)."""
-    head = len(os.path.commonprefix([before, after]))
-    rest_before, rest_after = before[head:], after[head:]
-    tail = len(os.path.commonprefix([rest_before[::-1], rest_after[::-1]]))
-    return head, rest_before[:len(rest_before) - tail], rest_after[:len(rest_after) - tail]
-
-
-def line_span(text: str, offset: int) -> tuple[int, int]:
-    """[start, end) of the line holding `offset`, its newline excluded."""
-    start = text.rfind("\n", 0, offset) + 1
-    end = text.find("\n", offset)
-    return start, len(text) if end < 0 else end
-
-
-# -- where an edit implies a change -----------------------------------------------------------
-# The server's span finder (dg_lsp.next_edit.suggest.spans) and the real edits cut from released
-# versions (engine.edits.real) both use these, so that a training or evaluation case is
-# one the server would ask about.
-
-# A suggestion may change the definition around the edit, cut to this many lines either side.
-REGION_LINES = 10
-# Spans the server asks the model about after an edit before giving up: each is a request.
-MAX_SPANS = 2
-
-
-def line_offset(text: str, line: int) -> int:
-    """The offset where `line` starts (len(text) past the end)."""
-    offset = 0
-    for _ in range(line):
-        offset = text.find("\n", offset) + 1
-        if offset == 0:
-            return len(text)
-    return offset
-
-
-def region_around(text: str, start: int, end: int, definition: tuple[int, int] | None
-                  ) -> tuple[int, int]:
-    """[start, end) of the lines a suggestion may change after the edit that wrote
-    text[start:end]: REGION_LINES lines either side of it, cut to `definition` (the first and
-    last lines of the smallest function or class around it; None: none is)."""
-    line = text.count("\n", 0, start)
-    first, last = line - REGION_LINES, line + text.count("\n", start, end) + REGION_LINES
-    if definition is not None:
-        first, last = max(first, definition[0]), min(last, definition[1])
-    return line_offset(text, max(0, first)), line_offset(text, last + 1)
-
-
-@dataclass(frozen=True)
-class Span:
-    """Where the model writes: a word (an occurrence of what the edit removed), a line's
-    text after its indentation (a line alike the edited one), or a call's arguments (a call
-    of a function whose parameters changed)."""
-
-    start: int
-    end: int
-    kind: str  # "word", "line" or "arguments"
-
-
-def implied_spans(text: str, edit: LineEdit, start: int, end: int, cursor: int,
-                  region: tuple[int, int]) -> list[Span]:
-    """Where the edit that wrote text[start:end] (`edit`: its lines before and after) may
-    imply a change inside `region`, nearest the cursor first (below it before above it on a
-    tie); none touches the edit itself or the cursor:
-
-    - the region's occurrences of the words the edit removed (a rename, a changed literal);
-    - when it removed none but changed a line inside (not typing at its end: that is a
-      statement being written), the region's lines alike the edited line as it was (a
-      repeated pattern: a value wrapped in a call, an argument added);
-    - when it added a parameter to a function or removed one (signature_change), only the
-      argument lists of the region's calls of it."""
-    removed, _ = changed_words(edit)
-    lo, hi = region
-    found: set[Span] = set()
-
-    def add(span_start: int, span_end: int, kind: str) -> None:
-        if ((span_end < start or span_start > end)
-                and not span_start <= cursor <= span_end):
-            found.add(Span(span_start, span_end, kind))
-
-    called = signature_change(edit)
-    if called is not None:
-        removed = []  # a parameter's name elsewhere is another variable: only the calls follow
-        for s, e in call_arguments(text, called, lo, hi):
-            add(s, e, "arguments")
-    for word in removed:
-        for s, e in occurrences(text, word, lo, hi):
-            add(s, e, "word")
-    if (called is None and not removed and "\n" not in edit.before
-            and changed_inside(edit)):
-        offset = lo
-        for candidate in text[lo:hi].split("\n"):
-            indent = len(candidate) - len(candidate.lstrip())
-            if similar_lines(edit.before, candidate):
-                add(offset + indent, offset + len(candidate.rstrip()), "line")
-            offset += len(candidate) + 1
-    cursor_line = text.count("\n", 0, cursor)
-
-    def distance(span: Span) -> tuple[int, int, int]:
-        at = text.count("\n", 0, span.start)
-        return abs(at - cursor_line), at < cursor_line, span.start
-
-    return sorted(found, key=distance)
-
-
-def _closing(line: str, opening: int) -> int | None:
-    """The index of the bracket closing line[opening] (None: not on this line), brackets in
-    strings skipped."""
-    return next((opening + i for i, ch, depth in bracket_depths(line[opening:])
-                 if depth == 0 and ch in OPENERS), None)
-
-
-def _split_commas(text: str) -> list[str]:
-    """`text` (a parameter or an argument list) split at the commas outside brackets and
-    strings, each part stripped; [] for an empty list."""
-    cuts = [i for i, ch, depth in bracket_depths(text) if ch == "," and depth == 0]
-    parts = [text[a + 1 : b].strip() for a, b in zip([-1, *cuts], [*cuts, len(text)],
-                                                      strict=True)]
-    return [p for p in parts if p]  # a trailing comma leaves no parameter
-
-
-DEF = re.compile(r"^\s*(?:async\s+)?def\s+(\w+)\s*\(")
-
-
-def _bracketed(line: str, at: re.Match[str]) -> tuple[int, int] | None:
-    """(open, close) of the brackets whose opening `at` ends with, when they close on the
-    line."""
-    opening = at.end() - 1
-    closing = _closing(line, opening)
-    return None if closing is None else (opening, closing)
-
-
-def header_parameters(line: str) -> tuple[str, list[str]] | None:
-    """(name, parameters) of a Python function's header written on one line; None for any
-    other line."""
-    found = DEF.match(line)
-    if found is None:
-        return None
-    brackets = _bracketed(line, found)
-    if brackets is None or not line[brackets[1] + 1:].rstrip().endswith(":"):
-        return None
-    return found.group(1), _split_commas(line[brackets[0] + 1 : brackets[1]])
-
-
-@dataclass(frozen=True)
-class Signature:
-    name: str
-    method: bool  # its first parameter is self or cls: it is called as self.name(...)
-
-
-def signature_change(edit: LineEdit) -> Signature | None:
-    """The function `edit` added a parameter to or removed one from (its one-line header,
-    same name, more or fewer parameters), or None."""
-    before, after = edit.before.rstrip("\n"), edit.after.rstrip("\n")
-    if "\n" in before or "\n" in after:
-        return None
-    old, new = header_parameters(before), header_parameters(after)
-    if old is None or new is None or old[0] != new[0] or len(old[1]) == len(new[1]):
-        return None
-    return Signature(new[0], new[1][:1] in (["self"], ["cls"]))
-
-
-def call_at(line: str, called: Signature) -> tuple[int, int] | None:
-    """(open, close) of the brackets of the first call of `called` on `line` (`f(`, or a
-    method's `self.f(` / `cls.f(`) when they close on the line."""
-    if DEF.match(line):
-        return None
-    receiver = r"\b(?:self|cls)\." if called.method else r"(?<![\w.])"
-    found = re.search(rf"{receiver}{re.escape(called.name)}\s*\(", line)
-    return None if found is None else _bracketed(line, found)
-
-
-def call_arguments(text: str, called: Signature, lo: int, hi: int) -> list[tuple[int, int]]:
-    """[start, end) of the argument list (the text between the brackets) of the call of
-    `called` on each line of text[lo:hi] that calls it in code (not in a comment or a
-    docstring, where Python's tokenizer tells)."""
-    code = code_words(text)
-    found, offset = [], lo
-    for line in text[lo:hi].split("\n"):
-        at = call_at(line, called)
-        if at is not None:
-            name_at = offset + line.rfind(called.name, 0, at[0])
-            if code is None or (name_at, name_at + len(called.name)) in code:
-                found.append((offset + at[0] + 1, offset + at[1]))
-        offset += len(line) + 1
-    return found
-
-
-# Lines are compared (similar_lines) and aligned (analogous_lines), and argument lists
-# offered (argument_lists), only up to this length: comparing and aligning take time quadratic
-# in it (docs/usage.md), a line that long is data, not a pattern a user
-# repeats, and a longer list does not fit a line's tokens.
-MAX_ALIKE_CHARS = 200
-PIECE = re.compile(r"\w+|\s+|.")  # what lines are aligned by: names, spaces, a character
-MAX_ANALOGIES = 8
-
-
-def _keyword(part: str) -> bool:
-    """Whether an argument (`key=value`) or a parameter (`name=default`, `name: T = d`) is
-    written with `=`."""
-    return re.match(r"^\w+\s*(?::[^=]*)?=(?!=)", part) is not None
-
-
-def _positional(arguments: list[str]) -> int:
-    """How many of a call's arguments come first and are passed by position."""
-    return next((k for k, a in enumerate(arguments) if _keyword(a) or a.startswith("*")),
-                len(arguments))
-
-
-def argument_lists(edit: LineEdit, arguments: str) -> list[str]:
-    """The argument lists a call passing `arguments` may become after `edit` added a
-    parameter to its function's header or removed one (signature_change): without the
-    argument the removed parameter took (by its name, else by its place), or with the added
-    parameter's name passed in its place and, last, by name (`y=y`). The model chooses
-    among them and the list as it is; none when the call cannot follow (a `*args`) or the
-    list is longer than MAX_ALIKE_CHARS."""
-    old = header_parameters(edit.before.rstrip("\n"))
-    new = header_parameters(edit.after.rstrip("\n"))
-    if old is None or new is None or len(arguments) > MAX_ALIKE_CHARS:
-        return []
-    before, after = old[1], new[1]
-    skip = 1 if after[:1] in (["self"], ["cls"]) or before[:1] in (["self"], ["cls"]) else 0
-    k = next((i for i, (a, b) in enumerate(zip(before, after, strict=False)) if a != b),
-             min(len(before), len(after)))
-    args = _split_commas(arguments)
-    positional = _positional(args)
-    by_place = not any(p.startswith("*") for p in (after if len(after) > len(before)
-                                                    else before)[:k])
-    lists = []
-    if len(after) < len(before):
-        gone = re.match(r"\w*", before[k].lstrip("*")).group()  # type: ignore[union-attr]
-        named = [i for i, a in enumerate(args) if re.match(rf"{re.escape(gone)}\s*=(?!=)", a)]
-        if named:
-            lists.append(args[: named[0]] + args[named[0] + 1 :])
-        elif by_place and not before[k].startswith("*") and 0 <= k - skip < positional:
-            lists.append(args[: k - skip] + args[k - skip + 1 :])
-    elif not after[k].startswith("*"):
-        added = re.match(r"\w*", after[k]).group()  # type: ignore[union-attr]
-        if by_place and 0 <= k - skip <= positional:
-            lists.append(args[: k - skip] + [added] + args[k - skip :])
-        lists.append(args + [f"{added}={added}"])
-    return [t for t in dict.fromkeys(", ".join(a) for a in lists) if t != arguments.strip()]
-
-
-def analogous_lines(edit: LineEdit, line: str) -> list[str]:
-    """`line` (a line's text after its indentation) changed the way `edit` changed its one
-    line: each piece of text the edit put in, at the place of `line` that lines up with where
-    it went in the line as it was (difflib's alignment of the two lines' pieces); where a
-    place lines up two ways, each. [] when a place has no counterpart, the edit replaced
-    text that `line` does not hold there, or a line is longer than MAX_ALIKE_CHARS."""
-    before, after = edit.before.strip(), edit.after.strip()
-    if "\n" in before or "\n" in after or max(map(len, (before, after, line))) > MAX_ALIKE_CHARS:
-        return []
-    was, now, target = PIECE.findall(before), PIECE.findall(after), PIECE.findall(line)
-    # A boundary of `was` -> those of `target` it lines up with, aligned from the start and
-    # from the end (`f(a, b)` against `g(c, d(e))`: its last `)` is either).
-    places: dict[int, list[int]] = {0: [0], len(was): [len(target)]}  # the ends, and:
-    for backwards in (False, True):
-        a, b = (was[::-1], target[::-1]) if backwards else (was, target)
-        for block in difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks():
-            for k in range(block.size + 1) if block.size else ():
-                i, j = block.a + k, block.b + k
-                if backwards:
-                    i, j = len(was) - i, len(target) - j
-                if j not in places.setdefault(i, []):
-                    places[i].append(j)
-    changes = []  # per change: the ways to make it, (start, end, text) in `target`
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, was, now,
-                                                        autojunk=False).get_opcodes():
-        if tag == "equal":
-            continue
-        ways = [(s, e, "".join(now[j1:j2])) for s in places.get(i1, [])
-                for e in places.get(i2, []) if e - s == i2 - i1 and target[s:e] == was[i1:i2]]
-        if not ways:
-            return []
-        changes.append(ways)
-    found = []
-    for ways in itertools.islice(itertools.product(*changes), MAX_ANALOGIES):
-        pieces, at = [], 0
-        for s, e, text in sorted(ways):
-            if s < at:
-                break  # two changes over one place
-            pieces += ["".join(target[at:s]), text]
-            at = e
-        else:
-            found.append("".join(pieces) + "".join(target[at:]))
-    return [t for t in dict.fromkeys(found) if t != line]
-
-
-def changed_inside(edit: LineEdit) -> bool:
-    """Whether `edit` changed a line that had text, other than by typing at its end."""
-    before, after = edit.before.rstrip(), edit.after.rstrip()
-    return bool(before.strip()) and before != after and not after.startswith(before)
-
-
-def is_identifier(word: str) -> bool:
-    """Whether a WORD is a name (not a number or a string)."""
-    return word[:1].isalpha() or word[:1] == "_"
-
-
-# -- synthetic edits -------------------------------------------------------------------------
-
 
 @dataclass(frozen=True)
 class SyntheticEdit:
@@ -465,59 +68,19 @@ NOOP = "noop"  # edits that imply nothing: judged on, never trained on
 WINDOW_LINES = 24  # the edit and the span it implies are this close (the region's size)
 
 
-@functools.lru_cache(maxsize=4096)
-def code_words(text: str) -> frozenset[tuple[int, int]] | None:
-    """[start, end) of the names, numbers and one-line strings of Python `text` that are code
-    (not in a comment or a docstring); None when it does not tokenize. Synthetic edits
-    rename code: "renaming" a word of prose teaches and judges nothing an editor sees."""
-    starts = [0]
-    for line in text.split("\n"):
-        starts.append(starts[-1] + len(line) + 1)
-    found = set()
-    try:
-        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
-            if tok.type == tokenize.STRING and (tok.start[0] != tok.end[0]
-                                                or tok.string[:1] not in "\"'"):
-                continue  # docstrings, prefixed and triple-quoted strings
-            if tok.type in (tokenize.NAME, tokenize.NUMBER, tokenize.STRING):
-                start = starts[tok.start[0] - 1] + tok.start[1]
-                found.add((start, start + len(tok.string)))
-    except (tokenize.TokenError, SyntaxError, IndentationError):
-        return None
-    return frozenset(found)
-
-
 @functools.lru_cache(maxsize=4096)  # a corpus's files: cutting edits parses each once
-def _definitions(text: str) -> tuple[tuple[int, int], ...] | None:
-    """(first, last) 0-based lines of each function and class of Python `text`, None when
-    it does not parse."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
-        return None
-    return tuple((node.lineno - 1, (node.end_lineno or node.lineno) - 1) for node in ast.walk(tree)
-                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)))
+def _definition_lines(text: str) -> tuple[tuple[int, int], ...]:
+    """(first, last) 0-based lines of each function and class of Python `text` (none when it
+    does not parse)."""
+    return tuple((text.count("\n", 0, d.start), text.count("\n", 0, d.end))
+                 for d in python_definitions(text))
 
 
 def innermost_definition(text: str, line: int) -> tuple[int, int] | None:
     """The lines of the smallest function or class around `line` (None: module level, or
     `text` does not parse)."""
-    around = [d for d in _definitions(text) or () if d[0] <= line <= d[1]]
+    around = [d for d in _definition_lines(text) if d[0] <= line <= d[1]]
     return min(around, key=lambda d: d[1] - d[0]) if around else None
-
-
-def definition_region(text: str, start: int, end: int, header: bool = False
-                      ) -> tuple[int, int]:
-    """region_around for the edit that wrote text[start:end] of Python `text`, with the
-    definition around it as Python's parser finds it (the server's tree-sitter finds the same
-    functions and classes, from their `def` or `class` line to their last statement's).
-    `header`: the edit changed the parameters of the function whose header it is on
-    (signature_change), so the region is around that function, where its callers are."""
-    first, last = text.count("\n", 0, start), text.count("\n", 0, end)
-    around = [d for d in _definitions(text) or () if d[0] <= first and last <= d[1]
-              and not (header and d[0] == first)]
-    smallest = min(around, key=lambda d: d[1] - d[0]) if around else None
-    return region_around(text, start, end, smallest)
 
 
 def _candidates(text: str, lo: int, hi: int, literal: bool) -> dict[str, list[tuple[int, int]]]:
@@ -670,7 +233,6 @@ KEYWORDS = ("strict=True", "default=None", "timeout=10", "key=None", "force=Fals
             "encoding=\"utf-8\"", "check=True")
 ASSIGNMENT = re.compile(r"^(\s*[\w.\[\]'\"]+ = )(?!=)(.+?)\s*$")
 RETURN = re.compile(r"^(\s*return )(.+?)\s*$")
-SIMILAR = 0.5  # edit similarity of two lines for one to repeat the other's pattern
 
 
 def pattern_change(line: str, how: str, extra: str) -> str | None:
@@ -685,19 +247,6 @@ def pattern_change(line: str, how: str, extra: str) -> str | None:
     if not stripped.endswith(")") or stripped.endswith("()") or stripped.endswith(":"):
         return None
     return stripped[:-1] + ", " + extra + ")"
-
-
-def similar_lines(a: str, b: str) -> bool:
-    """Whether line `b` repeats line `a`'s shape (same indentation, alike text)."""
-    indent_a, indent_b = len(a) - len(a.lstrip()), len(b) - len(b.lstrip())
-    a, b = a.strip(), b.strip()
-    if max(len(a), len(b)) > MAX_ALIKE_CHARS:
-        return False
-    # The similarity is at most the shorter length over the longer: that bound skips the
-    # quadratic distance for most pairs of lines.
-    return (indent_a == indent_b and a != b
-            and min(len(a), len(b)) >= SIMILAR * max(len(a), len(b))
-            and edit_similarity(a, b) >= SIMILAR)
 
 
 @functools.lru_cache(maxsize=4096)  # a corpus's files, once per pattern kind
@@ -817,10 +366,10 @@ def parameter_edit(text: str, rng: np.random.Generator) -> SyntheticEdit | None:
     brackets = call_at(call, called)
     assert found is not None and brackets is not None
     params = found[1]
-    args = _split_commas(call[brackets[0] + 1 : brackets[1]])
+    args = split_commas(call[brackets[0] + 1 : brackets[1]])
     skip = 1 if called.method else 0  # self or cls: not passed by a method's call
     # The arguments passed by position, each to the parameter in its place.
-    positional = _positional(args)
+    positional = positional_count(args)
     by_position = next((k for k, p in enumerate(params) if p.startswith("*")), len(params))
     if positional > by_position - skip:
         return None  # more passed by position than there are such parameters: *args
@@ -834,13 +383,13 @@ def parameter_edit(text: str, rng: np.random.Generator) -> SyntheticEdit | None:
                 a.startswith("*") for a in args):
             return None
         added = names[int(rng.integers(0, len(names)))]
-        if len(args) == positional == len(params) - skip and not any(map(_keyword, params)):
+        if len(args) == positional == len(params) - skip and not any(map(is_keyword, params)):
             new_params, new_args = params + [added], args + [added]  # passed by position
         else:  # after parameters with defaults: a keyword with a default, passed by name
             new_params = params + [f"{added}=None"]
             new_args = args + [f"{added}={added}"]
     opening = DEF.match(header).end() - 1  # type: ignore[union-attr]
-    closing = _closing(header, opening)
+    closing = closing_bracket(header, opening)
     assert closing is not None
     new_header = header[: opening + 1] + ", ".join(new_params) + header[closing:]
     offsets = [0]
@@ -879,21 +428,6 @@ def noop_edit(text: str, rng: np.random.Generator) -> SyntheticEdit | None:
     lo, hi = line_span(original, at)
     edit = LineEdit(original[lo:hi], after[lo:hi + len(inserted) - len(removed)])
     return SyntheticEdit(NOOP, original, at, removed, inserted, after, edit, -1, -1, "")
-
-
-def infill_text(text: str, start: int, end: int, edits: Sequence[LineEdit], comment: str,
-                line: bool = False) -> tuple[str, str]:
-    """(prefix, suffix) around the hole where the model writes the new text of text[start:end]:
-    the edits shown as comments above the span's line, then the question, a comment the
-    model ends (`# count ->` for a word; `# was: <the line>` / `# now:` for a line), then the
-    span's line and the rest of the document as they are."""
-    line_lo, _ = line_span(text, start)
-    indent = re.match(r"[ \t]*", text[line_lo:start]).group()  # type: ignore[union-attr]
-    note = history_comment(edits, comment, indent)
-    span = text[start:end]
-    ask = (f"{indent}{comment} was: {span}\n{indent}{comment} now:" if line
-           else f"{indent}{comment} {span} ->")
-    return text[:line_lo] + note + ask, "\n" + text[line_lo:]
 
 
 def model_text(example: SyntheticEdit, comment: str = "#") -> tuple[str, str, str]:

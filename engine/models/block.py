@@ -35,7 +35,7 @@ import math
 import mmap
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -369,7 +369,6 @@ def denoise_block(
     request is cancelled. `allowed` (engine.canvas.Canvas.allowed): the only token ids the
     sampler may pick, besides the stop and pad tokens.
     """
-    tf = _transformers()
     s = block_settings(ckpt, settings)
     prompt = fim_prompt_ids(ckpt, prefix_ids, suffix_ids, template)
     if not prompt:
@@ -377,19 +376,11 @@ def denoise_block(
     if pinned is not None and (start_ids is None or len(pinned) != len(start_ids)):
         raise ValueError("pinned needs start_ids and one flag per start token")
 
-    device = next(model.parameters()).device
-    canvas_len = int(model.config.canvas_length)
-    vocab = int(model.config.text_config.vocab_size)
-    embed_dtype = model.model.decoder.embed_tokens.weight.dtype
-    generator = torch.Generator(device=device).manual_seed(s.seed)
     stop = block_stop_ids(s)
-    allowed_ids = allowed_mask(None if allowed is None else allowed | stop, vocab, device)
-    forbidden = None if allowed_ids is None else ~allowed_ids
+    run = _start_run(model, s, None if allowed is None else allowed | stop, pinned is not None)
+    length, device = run.canvas_len, run.device
     start = list(start_ids or [])
     flags = list(pinned) if pinned is not None else None
-
-    # The encoder's cache holds the prompt, then each finished canvas in turn.
-    cache = tf.DynamicCache(config=model.config.get_text_config(decoder=True))
     to_encode = torch.tensor([prompt], dtype=torch.long, device=device)
     seq_len = len(prompt)  # tokens in the cache once `to_encode` is in
     done_ids: list[int] = []
@@ -402,99 +393,166 @@ def denoise_block(
                      finish_reason=reason)
 
     with torch.inference_mode():
-        for c in range(math.ceil(max_tokens / canvas_len)):
-            # Encode what the cache lacks: the prompt first, then the canvas just finished.
-            enc_pos = torch.arange(seq_len - to_encode.shape[1], seq_len, dtype=torch.int32,
-                                   device=device)[None]
-            seen = torch.ones((1, seq_len), dtype=torch.bool, device=device)
-            enc_masks = model.model.encoder.create_masks_for_generate(
-                config=model.config, inputs_embeds=torch.empty((1, to_encode.shape[1], 0),
-                                                               dtype=model.dtype, device=device),
-                attention_mask=seen, past_key_values=cache, position_ids=enc_pos)
-            model.model.encoder(input_ids=to_encode, attention_mask=enc_masks,
-                                past_key_values=cache, position_ids=enc_pos)
-
-            # generate() draws the noise canvas even when a start canvas is given: keep the
-            # random stream in step with it.
-            canvas = torch.randint(0, vocab, (1, canvas_len), generator=generator, device=device)
-            keep = torch.zeros((1, canvas_len), dtype=torch.bool, device=device)
-            piece = start[c * canvas_len:(c + 1) * canvas_len]
-            if piece:
-                piece_t = torch.tensor(piece, dtype=torch.long, device=device)
-                if flags is None:
-                    canvas[0, :len(piece)] = piece_t
-                else:
-                    keep[0, :len(piece)] = torch.tensor(
-                        flags[c * canvas_len:c * canvas_len + len(piece)], device=device)
-                    canvas[0, :len(piece)] = torch.where(keep[0, :len(piece)], piece_t,
-                                                         canvas[0, :len(piece)])
-            pinned_canvas = canvas.clone()
-            free = ~keep
-
-            dec_pos = torch.arange(seq_len, seq_len + canvas_len, dtype=torch.int32,
-                                   device=device)[None]
-            dec_masks = model.model.decoder.create_diffusion_decoder_attention_mask(
-                config=model.config, inputs_embeds=canvas[..., None], past_key_values=cache,
-                decoder_attention_mask=torch.ones((1, seq_len + canvas_len), dtype=torch.bool,
-                                                  device=device))
-            self_cond: Tensor | None = None  # the previous step's logits
-            argmax = canvas
-            history: list[Tensor] = []  # the last `stability` argmax canvases
-
-            for remaining in range(s.max_steps, 0, -1):
+        for c in range(math.ceil(max_tokens / length)):
+            _encode(run, to_encode, seq_len)
+            canvas = _start_canvas(run, start[c * length:(c + 1) * length],
+                                   None if flags is None else flags[c * length:(c + 1) * length])
+            pinned_count = int((~canvas.free).sum())
+            for accepted in _canvas_steps(run, canvas, seq_len):
                 forwards += 1
-                logits = model(decoder_input_ids=canvas, self_conditioning_logits=self_cond,
-                               decoder_attention_mask=dec_masks, past_key_values=cache,
-                               decoder_position_ids=dec_pos).logits
-                if s.eos_penalty and s.eos_ids:
-                    logits[..., s.eos_ids] -= s.eos_penalty
-                logits = logits / temperature(remaining, s, device)
-                # The next step conditions on what the model said, not on the restriction.
-                raw_logits = logits
-                if forbidden is not None:
-                    logits = logits.masked_fill(forbidden, float("-inf"))
-
-                # Propose a token everywhere, accept the confident ones, renoise the rest.
-                probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
-                proposal = torch.multinomial(probs.view(-1, vocab), 1, generator=generator)
-                proposal = proposal.view(1, canvas_len)
-                new_argmax = logits.argmax(dim=-1)
-                entropy = torch.distributions.Categorical(logits=logits).entropy()
-                if pinned is not None:
-                    # Pinned tokens are fixed: they cost none of the entropy budget.
-                    entropy = torch.where(free, entropy, torch.zeros_like(entropy))
-                accepted = entropy_bound_accept(entropy, s.entropy_bound)
-                canvas = torch.where(accepted, proposal, canvas)
-                noise = torch.randint(0, vocab, (1, canvas_len), generator=generator,
-                                      device=device)
-                canvas = torch.where(accepted, canvas, noise)
-                canvas = torch.where(free, canvas, pinned_canvas)
-                new_argmax = torch.where(free, new_argmax, pinned_canvas)
-
-                # Adaptive stop: argmax unchanged for `stability` steps and confident overall.
-                stable = len(history) == s.stability and all(
-                    torch.equal(h, new_argmax) for h in history)
-                history = (history + [new_argmax])[-s.stability:] if s.stability else []
-                if pinned is None:
-                    mean_entropy = entropy.mean(dim=-1)
-                else:
-                    mean_entropy = entropy.sum(dim=-1) / free.sum(dim=-1).clamp_min(1)
-                confident = bool(mean_entropy < s.confidence)
-                argmax = new_argmax
-                self_cond = raw_logits.to(embed_dtype)
-
-                committed = len(done_ids) + int((accepted & free).sum()) + int(keep.sum())
-                yield draft(done_ids + argmax[0].tolist(), committed)
-                if stable and confident:
-                    break
-
-            ids, ended = _eos_to_pad(argmax[0].tolist(), s)
+                committed = len(done_ids) + int((accepted & canvas.free).sum()) + pinned_count
+                yield draft(done_ids + canvas.argmax[0].tolist(), committed)
+            ids, ended = _eos_to_pad(canvas.argmax[0].tolist(), s)
             done_ids += ids
             if ended:
                 break
             to_encode = torch.tensor([ids], dtype=torch.long, device=device)
-            seq_len += canvas_len
+            seq_len += length
 
     final = done_ids[:max_tokens]
     non_pad = sum(1 for t in final if t != s.pad_id)
     yield draft(final, non_pad, True, "stop" if any(t in stop for t in final) else "length")
+
+
+@dataclass
+class _Run:
+    """What every step of one request reads."""
+
+    model: Any
+    s: BlockSettings
+    cache: Any  # transformers' DynamicCache
+    generator: torch.Generator
+    forbidden: Tensor | None  # [V] bool: tokens outside `allowed`; None: all are allowed
+    vocab: int
+    canvas_len: int
+    pinning: bool  # whether some positions are pinned to their start token
+    device: torch.device
+    embed_dtype: torch.dtype  # what the decoder reads the last step's logits in
+
+
+@dataclass
+class _Canvas:
+    """One canvas being denoised: its tokens, the positions pinned to their start token, and
+    what the next step reads of the last one."""
+
+    tokens: Tensor  # [1, L]
+    start: Tensor  # [1, L]: the pinned positions keep these tokens at every step
+    free: Tensor  # [1, L] bool: the positions not pinned
+    argmax: Tensor  # [1, L]: what it would commit now
+    self_cond: Tensor | None = None  # the previous step's logits
+    history: list[Tensor] = field(default_factory=list)  # the last `stability` argmaxes
+
+
+def _start_run(model: Any, s: BlockSettings, allowed: frozenset[int] | None, pinning: bool
+               ) -> _Run:
+    """The constants of one request: `allowed`, the only tokens it may write (None: any)."""
+    device = next(model.parameters()).device
+    vocab = int(model.config.text_config.vocab_size)
+    allowed_ids = allowed_mask(allowed, vocab, device)
+    return _Run(
+        model=model, s=s,
+        # The encoder's cache holds the prompt, then each finished canvas in turn.
+        cache=_transformers().DynamicCache(config=model.config.get_text_config(decoder=True)),
+        generator=torch.Generator(device=device).manual_seed(s.seed),
+        forbidden=None if allowed_ids is None else ~allowed_ids,
+        vocab=vocab, canvas_len=int(model.config.canvas_length), pinning=pinning,
+        device=device, embed_dtype=model.model.decoder.embed_tokens.weight.dtype,
+    )
+
+
+def _encode(run: _Run, ids: Tensor, seq_len: int) -> None:
+    """Encode what the cache lacks (the prompt first, then the canvas just finished): `ids`
+    [1, n], the last n of the `seq_len` tokens the cache holds once they are in."""
+    model, device = run.model, run.device
+    positions = torch.arange(seq_len - ids.shape[1], seq_len, dtype=torch.int32,
+                             device=device)[None]
+    seen = torch.ones((1, seq_len), dtype=torch.bool, device=device)
+    masks = model.model.encoder.create_masks_for_generate(
+        config=model.config, inputs_embeds=torch.empty((1, ids.shape[1], 0),
+                                                       dtype=model.dtype, device=device),
+        attention_mask=seen, past_key_values=run.cache, position_ids=positions)
+    model.model.encoder(input_ids=ids, attention_mask=masks, past_key_values=run.cache,
+                        position_ids=positions)
+
+
+def _start_canvas(run: _Run, piece: list[int], flags: list[bool] | None) -> _Canvas:
+    """A canvas of noise, its first positions `piece` (a rewrite's start tokens): all of
+    them, or, with `flags`, the pinned ones."""
+    device = run.device
+    # generate() draws the noise canvas even when a start canvas is given: keep the
+    # random stream in step with it.
+    canvas = torch.randint(0, run.vocab, (1, run.canvas_len), generator=run.generator,
+                           device=device)
+    keep = torch.zeros((1, run.canvas_len), dtype=torch.bool, device=device)
+    if piece:
+        piece_t = torch.tensor(piece, dtype=torch.long, device=device)
+        if flags is None:
+            canvas[0, :len(piece)] = piece_t
+        else:
+            keep[0, :len(piece)] = torch.tensor(flags[:len(piece)], device=device)
+            canvas[0, :len(piece)] = torch.where(keep[0, :len(piece)], piece_t,
+                                                 canvas[0, :len(piece)])
+    return _Canvas(tokens=canvas, start=canvas.clone(), free=~keep, argmax=canvas)
+
+
+def _canvas_steps(run: _Run, canvas: _Canvas, seq_len: int) -> Iterator[Tensor]:
+    """Denoise `canvas` after the `seq_len` tokens the cache holds, a step at a time; after
+    each, the positions it accepted. Ends after max_steps, or once the argmax canvas has
+    stayed the same for `stability` steps with a low mean entropy (an adaptive stop)."""
+    model, device, length = run.model, run.device, run.canvas_len
+    positions = torch.arange(seq_len, seq_len + length, dtype=torch.int32, device=device)[None]
+    masks = model.model.decoder.create_diffusion_decoder_attention_mask(
+        config=model.config, inputs_embeds=canvas.tokens[..., None], past_key_values=run.cache,
+        decoder_attention_mask=torch.ones((1, seq_len + length), dtype=torch.bool,
+                                          device=device))
+    for remaining in range(run.s.max_steps, 0, -1):
+        logits = model(decoder_input_ids=canvas.tokens, self_conditioning_logits=canvas.self_cond,
+                       decoder_attention_mask=masks, past_key_values=run.cache,
+                       decoder_position_ids=positions).logits
+        accepted, done = _step(run, canvas, logits, remaining)
+        yield accepted
+        if done:
+            return
+
+
+def _step(run: _Run, canvas: _Canvas, logits: Tensor, remaining: int) -> tuple[Tensor, bool]:
+    """One step of `canvas` from the decoder's `logits`: propose a token everywhere, accept
+    the confident ones, renoise the rest. The positions accepted, and whether the argmax
+    canvas is stable and confident (the canvas is done)."""
+    s, free, device = run.s, canvas.free, run.device
+    if s.eos_penalty and s.eos_ids:
+        logits[..., s.eos_ids] -= s.eos_penalty
+    logits = logits / temperature(remaining, s, device)
+    # The next step conditions on what the model said, not on the restriction.
+    raw_logits = logits
+    if run.forbidden is not None:
+        logits = logits.masked_fill(run.forbidden, float("-inf"))
+
+    probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+    proposal = torch.multinomial(probs.view(-1, run.vocab), 1, generator=run.generator)
+    proposal = proposal.view(1, run.canvas_len)
+    new_argmax = logits.argmax(dim=-1)
+    entropy = torch.distributions.Categorical(logits=logits).entropy()
+    if run.pinning:
+        # Pinned tokens are fixed: they cost none of the entropy budget.
+        entropy = torch.where(free, entropy, torch.zeros_like(entropy))
+    accepted = entropy_bound_accept(entropy, s.entropy_bound)
+    tokens = torch.where(accepted, proposal, canvas.tokens)
+    noise = torch.randint(0, run.vocab, (1, run.canvas_len), generator=run.generator,
+                          device=device)
+    tokens = torch.where(accepted, tokens, noise)
+    canvas.tokens = torch.where(free, tokens, canvas.start)
+    new_argmax = torch.where(free, new_argmax, canvas.start)
+
+    # Adaptive stop: argmax unchanged for `stability` steps and confident overall.
+    stable = len(canvas.history) == s.stability and all(
+        torch.equal(h, new_argmax) for h in canvas.history)
+    canvas.history = (canvas.history + [new_argmax])[-s.stability:] if s.stability else []
+    if run.pinning:
+        mean_entropy = entropy.sum(dim=-1) / free.sum(dim=-1).clamp_min(1)
+    else:
+        mean_entropy = entropy.mean(dim=-1)
+    confident = bool(mean_entropy < s.confidence)
+    canvas.argmax = new_argmax
+    canvas.self_cond = raw_logits.to(run.embed_dtype)
+    return accepted, stable and confident

@@ -22,8 +22,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from engine.data.releases import consecutive, release_pairs, release_versions
+from engine.edits.prompt import LineEdit
 from engine.edits.real import change_kind, real_edits
-from engine.edits.synthetic import LineEdit, SyntheticEdit
+from engine.edits.synthetic import SyntheticEdit
 from engine.train.corpus import BENCHMARK_PACKAGES, FORBIDDEN, SKIP_PARTS
 
 DEFAULT_RELEASES = 4  # three pairs of consecutive releases per package

@@ -44,9 +44,9 @@ from dg_lsp.measure.eval.heldout import heldout_sources
 from dg_lsp.measure.eval.scoring import edit_similarity, single_line
 from engine import Engine
 from engine.data.cases import cut_cases
-from engine.denoise import live_span, logit_rows
 from engine.kv_cache import ContextCache, PrefixCache
 from engine.models.transformer import LayerKV
+from engine.passes import live_span, logit_rows
 from engine.samplers import propose
 from engine.types import InfillRequest, SamplerSettings
 

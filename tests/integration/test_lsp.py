@@ -18,8 +18,8 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcRequestCancelled
 from pytest_lsp import LanguageClient
 
-from dg_lsp.completion.postprocess import count_errors
 from dg_lsp.positions import offset_at
+from dg_lsp.syntax.errors import count_errors
 from dg_lsp.syntax.languages import language_for
 from tests.support.lsp_client import ROOT, start, stats
 

@@ -54,7 +54,8 @@ def test_the_score_of_a_hand_made_step_sequence(dream):
     vocab = dream.decoder.model.cfg.vocab_size
     # Two tokens the first position may take (the cursor's token is healed: the first token
     # must start with its text).
-    allowed = denoiser.heal_allowed if denoiser.heal_allowed is not None else torch.ones(vocab)
+    first = denoiser.constraints.first
+    allowed = first if first is not None else torch.ones(vocab)
     a, b = (int(i) for i in allowed.nonzero()[:2, 0])
     (stop,) = sorted(denoiser.stop_ids)[:1]
     first = denoiser.advance(sure_of(vocab, 3, [{a: 0.8, b: 0.2}, {b: 0.6, a: 0.4},

@@ -22,9 +22,10 @@ from engine import Engine
 from engine.ar import fim_prompt
 from engine.canvas import layout
 from engine.config import ModelConfig
-from engine.denoise import MaskedDenoiser, hole_logits
+from engine.denoise import MaskedDenoiser
 from engine.kv_cache import ContextCache, PrefixCache
 from engine.models.transformer import Transformer
+from engine.passes import hole_logits
 from engine.tokenizer import EOS, MASK, PAD, Tokenizer
 from engine.types import InfillRequest, RewriteRequest, SamplerSettings
 from tests.support.tiny_checkpoints import EXPAND, tiny_tokenizer

@@ -20,28 +20,29 @@ from dg_lsp.lsp.messages import INLINE_EDIT, INLINE_EDIT_ACCEPTED
 from dg_lsp.lsp.server import STATS_COMMAND
 from dg_lsp.measure.eval.next_edit import Outcome, Rows, format_table, judge, right_spans, summary
 from dg_lsp.next_edit.history import MAX_EDITS, EditHistory
-from dg_lsp.next_edit.suggest import NextEdit, rename_rule, spans, suggest
+from dg_lsp.next_edit.suggest import NextEdit, region, rename_rule, spans, suggest
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for
-from engine.edits.synthetic import (
+from engine.edits.prompt import LineEdit, changed_words, history_comment, new_words, next_words
+from engine.edits.spans import (
     MAX_ALIKE_CHARS,
-    NOOP,
-    RESPELL,
-    LineEdit,
+    Definition,
     Signature,
-    SyntheticEdit,
     analogous_lines,
     argument_lists,
-    changed_words,
     code_words,
-    history_comment,
-    model_text,
-    new_words,
-    next_words,
-    noop_edit,
-    parameter_edit,
+    definition_region,
+    python_definitions,
     signature_change,
     similar_lines,
+)
+from engine.edits.synthetic import (
+    NOOP,
+    RESPELL,
+    SyntheticEdit,
+    model_text,
+    noop_edit,
+    parameter_edit,
     synthetic_edit,
 )
 from engine.types import Score
@@ -307,6 +308,22 @@ def test_a_parameter_removed_points_at_the_calls_around_its_function_and_they_fo
     # The model chooses between the list without the removed parameter's argument and the
     # list as it is.
     assert model.requests[0].choices == (" item\n", " item, 1\n")
+
+
+def test_training_finds_the_definitions_the_server_finds():
+    """The server's region reads tree-sitter's definitions, the real edits cut for training
+    Python's parser's (python_definitions): the same spans, so the same regions."""
+    text = ("class A:\n    x = 1\n\n    @staticmethod\n    def f(a, b):\n        c = a\n"
+            "        return 'é' + c\n\n\nasync def g():\n    # first\n    return 1\n")
+    doc = ParsedText(text, PYTHON)
+    found = {Definition(*doc.span(node), None if body is None else doc.span(body)[0])
+             for _, node, body, _ in doc.definitions()}
+    assert found == set(python_definitions(text)) and len(found) == 3
+    at = text.index("c = a")
+    history = EditHistory()
+    history.record(text.replace("c = a", "d = a"), at, at + 1, "c")
+    assert region(doc, history.last) == definition_region(text, at, at + 1, found) == (
+        text.index("    def f"), text.index("\n\n\nasync") + 1)
 
 
 def test_a_call_keeps_its_arguments_when_the_model_writes_another_list():

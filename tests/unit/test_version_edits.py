@@ -18,8 +18,9 @@ from dg_lsp.measure.eval import next_edit as eval_next_edit
 from dg_lsp.next_edit.suggest import NextEdit
 from engine.cli import main as engine_main
 from engine.data import releases
+from engine.edits.prompt import LineEdit
 from engine.edits.real import MAX_EDIT_LINES, REAL, change_kind, hunks, real_edits
-from engine.edits.synthetic import LineEdit, SyntheticEdit, model_text
+from engine.edits.synthetic import SyntheticEdit, model_text
 from engine.train import real_edits as real_edits_command
 from engine.train.real_edits import case_row, load_cases, refuse_heldout, save_rows
 

@@ -46,15 +46,10 @@ from dg_lsp.next_edit.suggest import NextEdit, region, rename_rule, spans
 from dg_lsp.positions import UTF16, offset_at
 from dg_lsp.syntax.languages import language_for
 from engine.data.stats import wilson_interval
+from engine.edits.prompt import occurrences
 from engine.edits.real import REAL, real_edits
-from engine.edits.synthetic import (
-    MAX_SPANS,
-    NOOP,
-    SyntheticEdit,
-    noop_edit,
-    occurrences,
-    synthetic_edit,
-)
+from engine.edits.spans import MAX_SPANS
+from engine.edits.synthetic import NOOP, SyntheticEdit, noop_edit, synthetic_edit
 
 # Cut in this order from one seed: a class added last leaves the others' cases as they were.
 SYNTHETIC_CLASSES = ("rename", "literal", "pattern", NOOP, "parameter")
