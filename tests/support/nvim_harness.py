@@ -5,7 +5,7 @@ Also a Neovim driven over its socket (keys in as typed, state out as JSON), in t
 be, and the tmux screen rendered as a PNG for the READMEs.
 
 Used by tests/e2e/test_neovim.py, tests/e2e/test_neovim_ghost.py,
-tests/e2e/test_neovim_next_edit.py and
+tests/e2e/test_neovim_next_edit.py, tests/e2e/test_neovim_suggestion.py and
 (the expected completion, the process tree) tests/e2e/test_vscode_window.py.
 """
 

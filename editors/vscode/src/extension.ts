@@ -1,7 +1,7 @@
 /**
  * The VS Code extension: starts `dg-lsp serve` through vscode-languageclient (inline
  * completions come from the server's `textDocument/inlineCompletion`), shows the engine's
- * state in the status bar, maps `dg-lsp.*` settings to the server's settings, and asks for
+ * state in the status bar (or why a suggestion was not shown: src/status.ts), maps `dg-lsp.*` settings to the server's settings, and asks for
  * the instruction of "Rewrite selection with instruction…" before the command reaches the
  * server, and shows the server's next-edit suggestions (src/nextEditView.ts).
  */
@@ -19,7 +19,15 @@ import {
 import { ExtensionConfig, SECTION, needsRestart, readConfig, serverCommand, serverSettings } from './config';
 import { NextEditView } from './nextEditView';
 import { REWRITE_COMMAND, checkInstruction, missingInstruction, rewriteArgs, withInstruction } from './rewrite';
-import { ENGINE_STATE_NOTIFICATION, parseEngineState, statusView } from './status';
+import {
+  ENGINE_STATE_NOTIFICATION,
+  SUGGESTION_NOTIFICATION,
+  StatusView,
+  parseEngineState,
+  parseSuggestion,
+  statusView,
+  suggestionView,
+} from './status';
 
 let controller: Controller | undefined;
 
@@ -69,10 +77,13 @@ class Controller implements vscode.Disposable {
   private client: LanguageClient | undefined;
   private config: ExtensionConfig = currentConfig();
   private state = 'starting';
+  private message = '';
+  // What the server said of another file's suggestion does not belong to this one.
+  private readonly editorChanged = vscode.window.onDidChangeActiveTextEditor(
+    () => this.render(statusView(this.state, this.message)));
   private readonly nextEdit = new NextEditView(() => this.client, () => this.config.nextEdit, this.output);
 
   constructor() {
-    this.status.command = 'dg-lsp.showOutput';
     this.show('starting');
     this.status.show();
   }
@@ -112,6 +123,14 @@ class Controller implements vscode.Disposable {
         this.output.appendLine(`engine ${state.state}: ${state.message}`);
         this.show(state.state, state.message);
       }
+    });
+    client.onNotification(SUGGESTION_NOTIFICATION, (params: unknown) => {
+      const suggestion = parseSuggestion(params);
+      const active = vscode.window.activeTextEditor?.document.uri.toString();
+      if (suggestion === undefined || active !== client.protocol2CodeConverter.asUri(suggestion.uri).toString()) {
+        return;
+      }
+      this.render(suggestionView(suggestion) ?? statusView(this.state, this.message));
     });
     client.onDidChangeState((event) => {
       if (event.newState === State.Stopped) {
@@ -194,9 +213,14 @@ class Controller implements vscode.Disposable {
 
   private show(state: string, message = ''): void {
     this.state = state;
-    const view = statusView(state, message);
+    this.message = message;
+    this.render(statusView(state, message));
+  }
+
+  private render(view: StatusView): void {
     this.status.text = view.text;
     this.status.tooltip = view.tooltip;
+    this.status.command = view.command ?? 'dg-lsp.showOutput';
     this.status.backgroundColor = view.warning
       ? new vscode.ThemeColor('statusBarItem.warningBackground')
       : undefined;
@@ -204,6 +228,7 @@ class Controller implements vscode.Disposable {
 
   dispose(): void {
     this.nextEdit.dispose();
+    this.editorChanged.dispose();
     void this.stop();
     this.status.dispose();
     this.output.dispose();

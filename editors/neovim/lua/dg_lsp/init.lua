@@ -3,15 +3,20 @@
 --     drawn here with extmarks from textDocument/inlineCompletion while typing, accepted whole,
 --     by word or by line,
 --   * require("dg_lsp").complete() / :DgComplete: insert the model's completion at the cursor
---     (every version; map it in insert mode on Neovim < 0.12),
+--     (every version; asked for explicitly, so shown even below the confidence gate),
+--   * accept_key without a suggestion shown: ask for one explicitly (ghost text on 0.10 and
+--     0.11, marked with its confidence when below the gate; inserted elsewhere),
 --   * :DgRewrite [instruction]: rewrite the selected lines with an instruction (asked for when
 --     not given), also used by the server's "Rewrite selection with instruction…" code action,
 --   * next-edit suggestions (textDocument/copilotInlineEdit): after a change, the edit it implies
 --     elsewhere (the next `count` of a rename), drawn where it applies; <Tab> goes there, then
 --     applies it; :DgNextEdit, :DgNextEditAccept, :DgNextEditDismiss,
---   * require("dg_lsp").status(): the engine's state for a statusline.
+--   * require("dg_lsp").status(): the engine's state for a statusline, or why the last
+--     suggestion was not shown (the server's dg-lsp/suggestion notification).
 -- Neovim >= 0.11 registers the server with vim.lsp.config / vim.lsp.enable; 0.8-0.10 use
 -- vim.lsp.start on each FileType; 0.7 uses vim.lsp.start_client and buf_attach_client.
+
+local suggestion = require("dg_lsp.suggestion")
 
 local M = {}
 
@@ -29,8 +34,10 @@ M.defaults = {
   settings = {},
   -- Neovim >= 0.10: show completions as ghost text while typing.
   inline_completion = true,
-  -- An insert-mode key that accepts the ghost text (Neovim >= 0.10) and otherwise inserts the
-  -- completion at the cursor (require("dg_lsp").complete(); the only way on 0.7-0.9). nil: no key.
+  -- An insert-mode key that accepts the ghost text, and otherwise asks for a suggestion now
+  -- (triggerKind Invoked: the server answers even below the confidence gate): drawn as ghost
+  -- text on Neovim 0.10 and 0.11, inserted at the cursor elsewhere (require("dg_lsp").complete(),
+  -- the only way on 0.7-0.9). nil: no key.
   accept_key = "<M-l>",
   -- The ghost text drawn by this plugin on Neovim 0.10 and 0.11 (0.12 uses its own).
   ghost_text = {
@@ -221,7 +228,8 @@ function M.rewrite(opts)
   M.rewrite_with_prompt(client, bufnr, args)
 end
 
--- Inserts the server's completion at the cursor (textDocument/completion's item).
+-- Inserts the model's suggestion at the cursor: textDocument/inlineCompletion asked for
+-- explicitly (triggerKind Invoked), which the server answers even below the confidence gate.
 function M.complete(bufnr)
   bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
   local client = client_for(bufnr)
@@ -232,25 +240,31 @@ function M.complete(bufnr)
   local encoding = encoding_of(client)
   local win = vim.api.nvim_get_current_win()
   local row, col = unpack(vim.api.nvim_win_get_cursor(win))
+  local character = to_lsp_col(buf_line(bufnr, row - 1), col, encoding)
+  local position = { line = row - 1, character = character }
   local params = {
     textDocument = { uri = vim.uri_from_bufnr(bufnr) },
-    position = { line = row - 1, character = to_lsp_col(buf_line(bufnr, row - 1), col, encoding) },
+    position = position,
+    context = { triggerKind = 1 }, -- Invoked: the user asked
   }
   local tick = vim.api.nvim_buf_get_changedtick(bufnr)
-  request(client, "textDocument/completion", params, function(err, result)
+  request(client, "textDocument/inlineCompletion", params, function(err, result)
     if err then
       notify("completion failed: " .. (err.message or vim.inspect(err)), vim.log.levels.ERROR)
       return done("DgCompleteDone")
     end
-    local items = result and (result.items or result) or {}
+    local items = type(result) == "table" and (result.items or result) or {}
     local item = items[1]
-    if item == nil or item.textEdit == nil then
+    -- nothing to insert: the server says why in its dg-lsp/suggestion notification
+    if item == nil or type(item.insertText) ~= "string" or item.insertText == "" then
       return done("DgCompleteDone")
     end
     if vim.api.nvim_buf_get_changedtick(bufnr) ~= tick then
       return done("DgCompleteDone") -- the buffer changed while the model worked: stale
     end
-    local edit = item.textEdit
+    -- the range, when given, covers closers after the cursor that the text types again
+    local edit = { range = item.range or { start = position, ["end"] = position },
+                   newText = item.insertText }
     vim.lsp.util.apply_text_edits({ edit }, bufnr, encoding)
     -- Cursor after the inserted text.
     local lines = vim.split(edit.newText, "\n", { plain = true })
@@ -268,8 +282,10 @@ function M.complete(bufnr)
 end
 
 -- -- Ghost text on Neovim 0.10 and 0.11 ----------------------------------------------------
--- A suggestion is { row, col, text, replace }: `text` goes at (row, col) (0-based, bytes) and
--- replaces the `replace` bytes after it, closers like ")" that the text types again at its end.
+-- A suggestion is { row, col, text, replace, position, marker }: `text` goes at (row, col)
+-- (0-based, bytes) and replaces the `replace` bytes after it, closers like ")" that the text
+-- types again at its end; `position` is the LSP position it was asked at, `marker` its
+-- confidence (" 0.12") when it is shown below the confidence gate because it was asked for.
 
 local ghost_ns = vim.api.nvim_create_namespace("dg_lsp_ghost")
 M.ghost_namespace = ghost_ns
@@ -336,13 +352,30 @@ local function ghost_draw(bufnr, g)
     end
   end
   vim.api.nvim_buf_set_extmark(bufnr, ghost_ns, g.row, g.col, opts)
+  if g.marker then -- at the line's end: the text after the cursor stays readable
+    vim.api.nvim_buf_set_extmark(bufnr, ghost_ns, g.row, g.col,
+      { virt_text = { { g.marker, "DgLspConfidence" } }, virt_text_pos = "eol" })
+  end
+end
+
+-- The marker of a suggestion shown below the gate, from the server's notification for the
+-- position the ghost was asked at (the answer comes first, then the notification).
+local function ghost_mark(g, s)
+  local marker = suggestion.marker(s)
+  local at = g.position
+  if marker and at and s.line == at.line and s.character == at.character then
+    g.marker = marker
+    return true
+  end
+  return false
 end
 
 local function in_insert_mode()
   return vim.api.nvim_get_mode().mode:sub(1, 1) == "i"
 end
 
-local function ghost_request(bufnr)
+-- `invoked`: the user asked (the accept key with nothing shown); else asked while typing.
+local function ghost_request(bufnr, invoked)
   local client = client_for(bufnr)
   if client == nil or vim.api.nvim_get_current_buf() ~= bufnr or not in_insert_mode() then
     return
@@ -353,7 +386,8 @@ local function ghost_request(bufnr)
   local params = {
     textDocument = { uri = vim.uri_from_bufnr(bufnr) },
     position = { line = state.row, character = to_lsp_col(line, state.col, encoding) },
-    context = { triggerKind = 2 }, -- Automatic: asked while typing, not by the user
+    -- Invoked (1) is answered even below the confidence gate; Automatic (2) is gated
+    context = { triggerKind = invoked and 1 or 2 },
   }
   local sent, id
   sent, id = request(client, "textDocument/inlineCompletion", params, function(err, result)
@@ -379,8 +413,11 @@ local function ghost_request(bufnr)
       end
       replace = to_byte_col(line, stop.character, encoding) - state.col
     end
-    ghosts[bufnr] = { row = state.row, col = state.col, text = item.insertText, replace = replace }
-    ghost_draw(bufnr, ghosts[bufnr])
+    local g = { row = state.row, col = state.col, text = item.insertText, replace = replace,
+                position = params.position }
+    ghost_mark(g, suggestion.current(bufnr, state.tick))
+    ghosts[bufnr] = g
+    ghost_draw(bufnr, g)
     done("DgGhostText")
   end, bufnr)
   pending[bufnr] = sent and { client = client, id = id } or nil
@@ -438,7 +475,8 @@ function M.ghost_accept(bufnr, pick)
   ghost_dismiss(bufnr)
   anchors[bufnr] = cursor_state(bufnr) -- our own edit: no new request for it
   if rest ~= "" then
-    ghosts[bufnr] = { row = row, col = col, text = rest, replace = g.replace - replace }
+    ghosts[bufnr] = { row = row, col = col, text = rest, replace = g.replace - replace,
+                      marker = g.marker }
     ghost_draw(bufnr, ghosts[bufnr])
   end
   done("DgGhostAccepted")
@@ -453,7 +491,15 @@ function M.ghost_accept_line(bufnr)
   return M.ghost_accept(bufnr, next_line)
 end
 
--- The suggestion shown in a buffer ({ row, col, text, replace }), or nil.
+-- Asks for a suggestion at the cursor now, as the user's explicit request (triggerKind
+-- Invoked: the server answers even below the confidence gate), and draws it as ghost text.
+function M.ghost_ask(bufnr)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  cancel_pending(bufnr)
+  ghost_request(bufnr, true)
+end
+
+-- The suggestion shown in a buffer ({ row, col, text, replace, position, marker }), or nil.
 function M.ghost(bufnr)
   return ghosts[(bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr]
 end
@@ -496,8 +542,8 @@ local function ghost_attach(bufnr)
   end)
   local keys = M.options.ghost_text
   map_ghost_key(bufnr, keys.accept, M.ghost_accept, nil, "accept the suggestion")
-  map_ghost_key(bufnr, M.options.accept_key, M.ghost_accept, M.complete,
-    "accept the suggestion, or insert the completion")
+  map_ghost_key(bufnr, M.options.accept_key, M.ghost_accept, M.ghost_ask,
+    "accept the suggestion, or ask for one")
   map_ghost_key(bufnr, keys.accept_word, M.ghost_accept_word, nil, "accept a word")
   map_ghost_key(bufnr, keys.accept_line, M.ghost_accept_line, nil, "accept a line")
   map_ghost_key(bufnr, keys.dismiss, ghost_dismiss, nil, "dismiss the suggestion")
@@ -810,13 +856,18 @@ end
 
 local function define_highlights()
   vim.api.nvim_set_hl(0, "DgLspGhost", { link = "Comment", default = true })
+  vim.api.nvim_set_hl(0, "DgLspConfidence", { link = "NonText", default = true })
   vim.api.nvim_set_hl(0, "DgLspNextEditDelete", { link = "DiffDelete", default = true })
   vim.api.nvim_set_hl(0, "DgLspNextEditInsert", { link = "DiffAdd", default = true })
 end
 
--- The engine's state for a statusline: "dg-lsp: ready".
+-- For a statusline: the engine's state ("dg-lsp: ready"), or, while it is ready and the
+-- current buffer unchanged since, why the last suggestion was not shown ("dg-lsp: unsure
+-- (0.12)") or that it was shown below the gate because asked for ("dg-lsp: 0.12 (asked)").
 function M.status()
-  return "dg-lsp: " .. M.engine.state
+  local bufnr = vim.api.nvim_get_current_buf()
+  local last = suggestion.current(bufnr, vim.api.nvim_buf_get_changedtick(bufnr))
+  return suggestion.status(M.engine.state, last)
 end
 
 -- The settings as a JSON object: an empty Lua table would be sent as [], which the server
@@ -848,17 +899,38 @@ local function on_engine_state(_, result)
   done("DgLspEngineState")
 end
 
+-- dg-lsp/suggestion, after each inline completion the server answered.
+local function on_suggestion_notification(_, result)
+  local s = suggestion.parse(result)
+  local bufnr = s and vim.uri_to_bufnr(s.uri)
+  if s == nil or not vim.api.nvim_buf_is_loaded(bufnr) then
+    return
+  end
+  suggestion.record(bufnr, s, vim.api.nvim_buf_get_changedtick(bufnr))
+  local g = ghosts[bufnr]
+  if g and ghost_mark(g, s) then
+    ghost_draw(bufnr, g)
+  end
+  if s.asked and not s.shown and s.reason ~= "" then
+    notify(s.reason) -- asked for and nothing came: say why
+  end
+  done("DgLspSuggestion")
+end
+
 local function on_attach(client, bufnr)
   local native = vim.lsp.inline_completion ~= nil -- Neovim >= 0.12
   local key = M.options.accept_key
   if M.options.inline_completion and native then
     vim.lsp.inline_completion.enable(true, { bufnr = bufnr })
     if key then
+      -- Neovim's own inline completion asks only while typing (Automatic): with nothing shown
+      -- the key asks explicitly and inserts the answer.
       vim.keymap.set("i", key, function()
         if not vim.lsp.inline_completion.get() then
-          return key
+          vim.schedule(function() M.complete(bufnr) end) -- no text changes in an expr mapping
         end
-      end, { buffer = bufnr, expr = true, desc = "dg-lsp: accept the completion" })
+        return ""
+      end, { buffer = bufnr, expr = true, desc = "dg-lsp: accept the suggestion, or ask for one" })
     end
   elseif M.options.inline_completion and has("0.10") then
     ghost_attach(bufnr) -- maps accept_key too
@@ -898,7 +970,10 @@ local function client_config()
     name = M.name,
     cmd = M.options.cmd,
     init_options = { ["dg-lsp"] = settings_object() },
-    handlers = { ["dg-lsp/engineState"] = on_engine_state },
+    handlers = {
+      ["dg-lsp/engineState"] = on_engine_state,
+      ["dg-lsp/suggestion"] = on_suggestion_notification,
+    },
     on_attach = on_attach,
   }
 end
