@@ -18,7 +18,8 @@ from pathlib import Path
 
 from lsprotocol import types
 
-from dg_lsp.completion.pipeline import Completion, CompletionRequest, Pipeline
+from dg_lsp.completion.pipeline import Completion, CompletionRequest, Hidden, Pipeline
+from dg_lsp.context import Context
 from dg_lsp.lsp.engine_host import NoEngine, check_engine_arguments, open_for_command
 from dg_lsp.positions import UTF32, line_end, line_of, line_start, offset_at, position_at
 from dg_lsp.settings import (
@@ -31,12 +32,18 @@ from dg_lsp.settings import (
 )
 from dg_lsp.syntax.languages import language_for
 from engine.bounds import MIN_CONFIDENCE_RANGE
+from engine.types import Draft, last_draft
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("complete", help="print the completion at FILE:LINE:COL")
     parser.add_argument("location", metavar="FILE:LINE:COL", help="1-based line and column")
     parser.add_argument("--json", action="store_true", help="print text, range and stats")
+    parser.add_argument("--explain", action="store_true",
+                        help="also print, on standard error, how the suggestion was decided: "
+                        "the context the model read, the hole kind, the file's texts offered, "
+                        "what the model wrote, its passes, score and confidence, and the "
+                        "gate's decision")
     parser.add_argument("--min-confidence", type=bounded_argument(MIN_CONFIDENCE_RANGE),
                         default=DEFAULT_MIN_CONFIDENCE, metavar="P",
                         help="the confidence gate, as the minConfidence setting: hide a "
@@ -91,18 +98,52 @@ def run(args: argparse.Namespace) -> int:
                                 path.resolve().as_uri())
     try:
         pipeline = Pipeline(open_for_command(settings), settings)
-        completion = pipeline.complete(request)
+        ctx, drafts = pipeline.start(request)
+        last = last_draft(drafts)
     except (NoEngine, EngineUnavailable) as exc:
         print(f"dg-lsp complete: {exc}", file=sys.stderr)
         return 2
+    decided = pipeline.decide(request, ctx, last)
+    if args.explain:
+        print(explanation(ctx, last, decided, settings.min_confidence), file=sys.stderr)
+    completion = decided if isinstance(decided, Completion) else None
     if args.json:
         print(json.dumps(_as_json(text, completion), ensure_ascii=False))
     elif completion is not None:
         print(completion.text)
-    if completion is None:
-        print("dg-lsp complete: no suggestion at this position", file=sys.stderr)
+    if isinstance(decided, Hidden):
+        print(f"dg-lsp complete: no suggestion at this position: {decided.reason}",
+              file=sys.stderr)
         return 1
     return 0
+
+
+def explanation(ctx: Context, last: Draft | None, decided: Completion | Hidden,
+                min_confidence: float) -> str:
+    """How a suggestion was decided, part by part, for a person reading a terminal."""
+    others = ctx.prefix[: len(ctx.prefix) - len(ctx.prefix_window)]
+    lines = [
+        f"context: {len(ctx.prefix_window)} characters before the cursor, "
+        f"{len(ctx.suffix)} after it, {len(others)} from other files",
+        f"hole: {ctx.kind}",
+        "offered first: " + (", ".join(repr(text) for text in ctx.repeats)
+                             if ctx.repeats else "none (no other line of the file fits here)"),
+    ]
+    if last is None:
+        lines.append("the engine wrote nothing")
+    else:
+        lines.append(f"model wrote: {last.text!r} ({last.step} passes, {last.finish_reason})")
+        if last.score is not None:
+            lines.append(f"score: least confident token {last.score.lowest:.2f}, mean "
+                         f"{last.score.mean:.2f} over {last.score.tokens} tokens")
+    if isinstance(decided, Hidden):
+        lines.append(f"gate: hidden, {decided.reason}"
+                     + (f" < {min_confidence:.2f}" if decided.reason.startswith("unsure") else ""))
+    elif decided.confidence is None:
+        lines.append("gate: shown (no score to gate on)")
+    else:
+        lines.append(f"gate: shown, confidence {decided.confidence:.2f} >= {min_confidence:.2f}")
+    return "\n".join(lines)
 
 
 def _as_json(text: str, completion: Completion | None) -> dict:

@@ -4,6 +4,11 @@ inlineCompletion, completion and `dg-lsp complete` all call `Pipeline`; they dif
 how they wait for the engine (`complete` blocks; `complete_async` is awaited, so a cancelled
 request stops at the next denoising pass).
 
+The confidence gate hides what the model is unsure of (dg_lsp.completion.gate) from requests
+nobody made by hand; a request the user made (`asked`: an editor's explicit key or command)
+gets what the model wrote all the same, marked `below_gate` with its confidence. What is not
+shown says why (`Hidden`): the editors tell the user ("unsure (0.12)") rather than stay silent.
+
 Each request names the hole kind's unit (the line of a rest-of-line hole, the dedent that ends
 a block: `postprocess.unit_end`) and the engine stops once the committed text holds its end
 (engine.units): what the editor would show can no longer change, and the hole's remaining
@@ -21,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from dg_lsp.completion import gate
 from dg_lsp.completion.cache import CompletionCache
-from dg_lsp.completion.postprocess import Suggestion, postprocess, unit_end
+from dg_lsp.completion.postprocess import postprocess, unit_end
 from dg_lsp.context import Context, OtherDocument, build_context, char_budget
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import LanguageSpec
@@ -45,6 +50,20 @@ class Completion:
     end: int
     kind: str  # the hole kind, or "cached"
     steps: int = 0  # denoising forward passes (0 when served from the cache)
+    confidence: float | None = None  # the gate's probability it is close to right; None: unscored
+    below_gate: bool = False  # shown only because it was asked for: the gate would hide it
+
+
+@dataclass(frozen=True)
+class Hidden:
+    """No completion to show, and why: the user reads `reason` in the editor's status."""
+
+    reason: str  # "unsure (0.12)", "nothing usable", "cancelled"
+    confidence: float | None = None
+
+
+def unsure(confidence: float) -> str:
+    return f"unsure ({confidence:.2f})"
 
 
 class Pipeline:
@@ -104,18 +123,31 @@ class Pipeline:
             for draft in drafts:
                 yield replace(draft, step=passes + draft.step) if passes else draft
 
+    def decide(self, request: CompletionRequest, ctx: Context, last: Draft | None,
+               asked: bool = False) -> Completion | Hidden:
+        """The completion to show for the engine's `last` draft, or why there is none."""
+        if last is None or last.finish_reason == "cancelled":
+            return Hidden("cancelled")
+        suggestion = postprocess(last.text, ctx)
+        if suggestion is None:
+            return Hidden("nothing usable")
+        repeated = suggestion.text in ctx.repeats
+        confidence = None if last.score is None else gate.confidence(
+            last.score, ctx.kind, suggestion.text, repeated)
+        below_gate = gate.hides(last.score, ctx.kind, suggestion.text, repeated,
+                                self.settings.min_confidence)
+        if below_gate and not asked:
+            return Hidden(unsure(confidence), confidence)
+        self.cache.put(request.uri, request.text, request.offset, suggestion)
+        return Completion(suggestion.text, request.offset, request.offset + suggestion.replace,
+                          ctx.kind, last.step, confidence, below_gate)
+
     def finish(
         self, request: CompletionRequest, ctx: Context, last: Draft | None
     ) -> Completion | None:
-        if last is None or last.finish_reason == "cancelled":
-            return None
-        suggestion = postprocess(last.text, ctx)
-        if suggestion is None or gate.hides(
-                last.score, ctx.kind, suggestion.text, suggestion.text in ctx.repeats,
-                self.settings.min_confidence):
-            return None
-        self.cache.put(request.uri, request.text, request.offset, suggestion)
-        return _completion(request, suggestion, ctx.kind, last.step)
+        """The completion an editor shows unasked for the engine's `last` draft, or None."""
+        decided = self.decide(request, ctx, last)
+        return decided if isinstance(decided, Completion) else None
 
     def complete(
         self, request: CompletionRequest, cancel: Callable[[], bool] | None = None
@@ -127,7 +159,8 @@ class Pipeline:
         ctx, drafts = self.start(request, cancel)
         return self.finish(request, ctx, last_draft(drafts))
 
-    async def complete_async(self, request: CompletionRequest) -> Completion | None:
+    async def complete_async(self, request: CompletionRequest, asked: bool = False
+                             ) -> Completion | Hidden:
         """The engine's completion, awaited while its drafts are read on a thread of their
         own: the backend says where each pass runs (the server's run on the engine's one
         worker: engine.backend.StepsOnWorker). The cache is the caller's to look up first
@@ -143,7 +176,7 @@ class Pipeline:
                 None, last_draft, drafts, stop.is_set)
         finally:
             stop.set()
-        return self.finish(request, ctx, last)
+        return self.decide(request, ctx, last, asked)
 
 
 def cached_completion(cache: CompletionCache, request: CompletionRequest) -> Completion | None:
@@ -152,7 +185,3 @@ def cached_completion(cache: CompletionCache, request: CompletionRequest) -> Com
     if hit is None:
         return None
     return Completion(hit.text, request.offset, request.offset + hit.replace, "cached")
-
-
-def _completion(request: CompletionRequest, s: Suggestion, kind: str, steps: int) -> Completion:
-    return Completion(s.text, request.offset, request.offset + s.replace, kind, steps)

@@ -4,13 +4,26 @@ the range the completion replaces, as inline items or a completion list.
 
 Each request lives as dg_lsp.lsp.lifecycle says (a newer one cancels it, failures are empty
 answers); a document changed or reopened while the completion was computed gets none.
+
+An inline request the user made by hand (triggerKind Invoked: an editor's explicit key or
+command) gets what the model wrote even where the confidence gate would hide it; those made
+while typing stay gated. After each inline answer the client is told what was decided
+(`dg-lsp/suggestion`: shown or not, asked or not, the confidence, why nothing is shown), so
+the editor can say "unsure (0.12)" instead of staying silent. List completions stay gated
+whatever their trigger: clients send Invoked for every word typed.
 """
 
 from __future__ import annotations
 
 from lsprotocol import types
 
-from dg_lsp.completion.pipeline import Completion, CompletionRequest, Pipeline, cached_completion
+from dg_lsp.completion.pipeline import (
+    Completion,
+    CompletionRequest,
+    Hidden,
+    Pipeline,
+    cached_completion,
+)
 from dg_lsp.context import OtherDocument
 from dg_lsp.lsp.documents import short_path
 from dg_lsp.lsp.lifecycle import Run, run_request
@@ -19,6 +32,7 @@ from dg_lsp.positions import line_end, offset_at, units
 from dg_lsp.syntax.languages import language_for
 
 MAX_OTHER_DOCUMENTS = 20
+SUGGESTION_NOTIFICATION = "dg-lsp/suggestion"
 # Typing these asks for a completion even in clients that only complete identifiers.
 TRIGGER_CHARACTERS = [".", "(", "[", "{", ",", " ", ":", "=", ">"]
 
@@ -28,7 +42,9 @@ def register(server: DgLanguageServer) -> None:
     async def inline_completion(
         ls: DgLanguageServer, params: types.InlineCompletionParams
     ) -> types.InlineCompletionList:
-        return inline_list(await complete(ls, params.text_document.uri, params.position))
+        asked = (params.context is not None and params.context.trigger_kind
+                 == types.InlineCompletionTriggerKind.Invoked)
+        return inline_list(await complete(ls, params.text_document.uri, params.position, asked))
 
     @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(
         trigger_characters=TRIGGER_CHARACTERS, resolve_provider=False))
@@ -39,10 +55,13 @@ def register(server: DgLanguageServer) -> None:
 
 
 async def complete(
-    server: DgLanguageServer, uri: str, position: types.Position
+    server: DgLanguageServer, uri: str, position: types.Position, asked: bool | None = None
 ) -> tuple[Completion, types.Range] | None:
     """The pipeline's completion at an LSP position and the range it replaces; None when
-    there is nothing to show (also when the engine failed: ghost text has no error UI)."""
+    there is nothing to show (also when the engine failed: ghost text has no error UI).
+
+    `asked`: an inline request, made by hand (True) or while typing (False); the client is
+    told the decision (`dg-lsp/suggestion`). None: a list completion, gated, not told."""
     request = completion_request(server, uri, position)
     if request is None:
         return None
@@ -60,13 +79,28 @@ async def complete(
             if backend is None:
                 return None
             pipeline = Pipeline(backend, server.settings, doc.completions)
-            completion = await pipeline.complete_async(request)
-        if completion is None or server.documents.at(uri, revision) is None:
+            completion = await pipeline.complete_async(request, asked=bool(asked))
+        if server.documents.at(uri, revision) is None:
+            return None  # stale: the user has moved on, nothing to tell
+        if asked is not None and not (isinstance(completion, Hidden)
+                                      and completion.reason == "cancelled"):
+            tell_decision(server, uri, position, asked, completion)
+        if isinstance(completion, Hidden):
             return None
         return completion, replaced_range(request, position, completion,
                                           server.position_encoding)
 
     return await run_request(server, "completion", uri, None, work)
+
+
+def tell_decision(server: DgLanguageServer, uri: str, position: types.Position, asked: bool,
+                  decided: Completion | Hidden) -> None:
+    """`dg-lsp/suggestion`: what the client was answered at `position`, and why."""
+    shown = isinstance(decided, Completion)
+    server.protocol.notify(SUGGESTION_NOTIFICATION, {
+        "uri": uri, "position": {"line": position.line, "character": position.character},
+        "asked": asked, "shown": shown, "belowGate": shown and decided.below_gate,
+        "confidence": decided.confidence, "reason": "" if shown else decided.reason})
 
 
 def completion_request(server: DgLanguageServer, uri: str, position: types.Position

@@ -349,7 +349,7 @@ async def start_lsp(model: Path, engine_mode: str = "resident") -> LanguageClien
 async def inline(client: LanguageClient, uri: str, text: str) -> str | None:
     lines = text.split("\n")
     result = await client.text_document_inline_completion_async(types.InlineCompletionParams(
-        context=types.InlineCompletionContext(types.InlineCompletionTriggerKind.Invoked),
+        context=types.InlineCompletionContext(types.InlineCompletionTriggerKind.Automatic),
         text_document=types.TextDocumentIdentifier(uri),
         position=types.Position(len(lines) - 1, len(lines[-1]))))
     return result.items[0].insert_text if result.items else None

@@ -115,10 +115,13 @@ class WireServer:
         self.notify("textDocument/didOpen", {"textDocument": {
             "uri": uri, "languageId": language, "version": 1, "text": text}})
 
-    def inline(self, uri: str, line: int, character: int, timeout: float = 60) -> dict:
+    def inline(self, uri: str, line: int, character: int, timeout: float = 60,
+               asked: bool = False) -> dict:
+        """An inline completion request, sent while typing (Automatic) unless `asked` (Invoked:
+        the user's explicit key or command, answered below the confidence gate too)."""
         return self.call("textDocument/inlineCompletion", {
             "textDocument": {"uri": uri}, "position": {"line": line, "character": character},
-            "context": {"triggerKind": 1}}, timeout)
+            "context": {"triggerKind": 1 if asked else 2}}, timeout)
 
     def rss_mb(self) -> float:
         status = Path(f"/proc/{self.proc.pid}/status").read_text()

@@ -32,7 +32,9 @@ def _module_name(path: Path) -> str:
 
 
 def _modules() -> dict[str, Path]:
-    return {_module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    # dg_lsp/examples holds files to complete, half-typed on purpose: no module imports them.
+    return {_module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")
+            if "examples" not in p.relative_to(ROOT).parts}
 
 
 def _imports(tree: ast.AST, module: str, is_package: bool, known: set[str]) -> set[str]:
