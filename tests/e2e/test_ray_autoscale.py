@@ -24,9 +24,9 @@ from tests.support.ray_cluster import (  # noqa: E402
     kill_group,
     serve_ray,
     tmp_path,  # noqa: F401 - the short temp dir Ray's socket paths need
-    wait_for,
     wait_serving,
 )
+from tests.support.wait import wait_for  # noqa: E402
 
 BOUND = 90.0  # seconds each way
 CLIENTS = 8  # requests kept in flight: four times the target of 2 per replica (--max-batch)

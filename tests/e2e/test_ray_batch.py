@@ -31,9 +31,9 @@ from tests.support.ray_cluster import (  # noqa: E402
     kill_group,
     serve_ray,
     tmp_path,  # noqa: F401 - the short temp dir Ray's socket paths need
-    wait_for,
     wait_serving,
 )
+from tests.support.wait import wait_for  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "engine" / "bundled" / "default"

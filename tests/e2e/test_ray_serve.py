@@ -29,6 +29,7 @@ from engine.serve.remote import RemoteEngine, read_token  # noqa: E402
 from engine.serve.routing import rank, routing_key  # noqa: E402
 from engine.types import InfillRequest, RewriteRequest, SamplerSettings  # noqa: E402
 from tests.support.ray_cluster import free_port  # noqa: E402
+from tests.support.wait import wait_for  # noqa: E402
 
 TOKEN = "team-s3cret"
 REPORT = 0.25  # seconds between the replicas' reports to the status board
@@ -86,13 +87,6 @@ def client(url: str, **kwargs) -> RemoteEngine:
     return RemoteEngine(url, TOKEN, ca_file=CA_FILE[-1], **kwargs)
 
 
-def wait_for(condition, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.2)
-
-
 def replica_totals(url: str) -> dict[str, int]:
     replicas = client(url).status()["replicas"]
     return {key: sum(r[key] for r in replicas) for key in ("submitted", "completed",
@@ -101,11 +95,17 @@ def replica_totals(url: str) -> dict[str, int]:
 
 
 def settled(url: str) -> dict[str, int]:
-    """Replica totals once every request has left its replica and the board has heard."""
-    time.sleep(2 * REPORT)
-    wait_for(lambda: replica_totals(url)["live"] == 0, 30)
-    time.sleep(2 * REPORT)
-    return replica_totals(url)
+    """Replica totals once every request has left its replica and the board has heard: none
+    live, and the same totals over two report periods (a request's last report is in)."""
+    last: list[dict[str, int]] = []
+
+    def steady() -> dict[str, int] | None:
+        totals = replica_totals(url)
+        same = last[-1:] == [totals] and totals["live"] == 0
+        last.append(totals)
+        return totals if same else None
+
+    return wait_for(steady, 30, "the replicas' totals to settle", interval=2 * REPORT)
 
 
 def test_a_remote_completion_equals_the_local_engine_for_the_same_seed(team, dream_ckpt,
@@ -305,7 +305,8 @@ def test_a_language_server_pointed_at_the_url_completes_and_never_logs_the_token
         uri = (tmp_path / "a.py").as_uri()
         server.open(uri, "def add(a, b):\n    return \n")
         reply = server.inline(uri, 1, 11)
-        assert "error" not in reply and reply["result"] is not None
+        stats = server.call("workspace/executeCommand", {"command": "dg-lsp.stats"})["result"]
+        assert "error" not in reply and stats["engineRequests"] >= 1  # the team's engine was asked
         said = server.stderr() + json.dumps(server.notifications)  # its logs: logMessage
     finally:
         server.close()
