@@ -21,7 +21,7 @@ from dg_lsp.syntax.languages import language_for
 from engine.serve import protocol
 from engine.types import Draft, InfillRequest, SamplerSettings, Score, score_of
 from tests.support.lsp_wire import WireServer
-from tests.support.scripted import Scored
+from tests.support.scripted import Scripted
 from tests.support.targets import doc, target_of
 
 
@@ -114,7 +114,7 @@ SOURCE = "def f(x):\n    return \n"
 
 def complete(lowest: float | None, min_confidence: float, text: str = "x + 1") -> str | None:
     request = CompletionRequest(SOURCE, SOURCE.index("\n", 10), language_for("python"))
-    pipeline = Pipeline(Scored((text, lowest)), Settings(min_confidence=min_confidence))
+    pipeline = Pipeline(Scripted((text, lowest)), Settings(min_confidence=min_confidence))
     completion = pipeline.complete(request)
     return None if completion is None else completion.text
 
@@ -203,10 +203,10 @@ def test_an_edit_the_model_is_unsure_of_is_refused_with_the_scores():
     d = doc(WORDS)
     target = target_of(d, 0, len(WORDS))
     with pytest.raises(RewriteError) as refused:
-        compute_edit(Scored((NEW, 0.31)), d, target, Settings(min_edit_confidence=0.45), None,
+        compute_edit(Scripted((NEW, 0.31)), d, target, Settings(min_edit_confidence=0.45), None,
                      1.0)
     assert str(refused.value) == "the model is not confident in this edit (0.31 < 0.45)"
-    edit = compute_edit(Scored((NEW, 0.31)), d, target, Settings(min_edit_confidence=0.0),
+    edit = compute_edit(Scripted((NEW, 0.31)), d, target, Settings(min_edit_confidence=0.0),
                         None, 1.0)
     assert edit.text == NEW
     assert gate.refusal(Score(0.31, 0.5, 1, 1), 0.45) == str(refused.value)
@@ -218,8 +218,8 @@ def test_an_edit_the_model_is_unsure_of_is_refused_with_the_scores():
 SCORED_SERVER = """
 import json, sys
 from dg_lsp.lsp.server import create_server
-from tests.support.scripted import Scored
-create_server(Scored(*[tuple(w) for w in json.loads(sys.argv[1])])).start_io()
+from tests.support.scripted import Scripted
+create_server(Scripted(*[tuple(w) for w in json.loads(sys.argv[1])])).start_io()
 """
 
 

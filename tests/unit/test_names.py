@@ -15,7 +15,7 @@ from dg_lsp.context import build_context
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for
 from tests.support.lsp_wire import WireServer
-from tests.support.scripted import Scripted, ScriptedEngine
+from tests.support.scripted import Scripted
 from tests.support.targets import doc, target_of
 
 MEAN = 'def mean(xs):\n    """The mean of xs."""\n    return |\n'
@@ -58,11 +58,11 @@ def test_a_completion_using_a_name_the_file_does_not_know_is_not_shown(marked, k
 def test_the_mean_example_of_the_issue_through_the_pipeline():
     source = MEAN.replace("|", "")
     request = CompletionRequest(source, MEAN.index("|"), language_for("python"))
-    assert Pipeline(ScriptedEngine(["jnp.sum(xs)"])).complete(request) is None
+    assert Pipeline(Scripted(["jnp.sum(xs)"])).complete(request) is None
     numpy = "import numpy as np\n\n\n"
     request = CompletionRequest(numpy + source, len(numpy) + MEAN.index("|"),
                                 language_for("python"))
-    assert Pipeline(ScriptedEngine(["np.sum(xs)"])).complete(request).text == "np.sum(xs)"
+    assert Pipeline(Scripted(["np.sum(xs)"])).complete(request).text == "np.sum(xs)"
 
 
 def test_builtins_dunders_and_wildcard_imports_are_known_and_other_languages_unchecked():

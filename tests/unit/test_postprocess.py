@@ -15,7 +15,7 @@ from dg_lsp.context import build_context
 from dg_lsp.settings import Settings, parse_settings
 from dg_lsp.syntax.languages import language_for
 from engine.units import UnitEnd, unit_ended
-from tests.support.scripted import ScriptedEngine
+from tests.support.scripted import Scripted
 
 
 def run(language_id: str | None, marked: str, raw: str) -> Suggestion | None:
@@ -119,12 +119,12 @@ def test_pipeline_has_the_engine_stop_once_the_line_is_complete():
     source = "def f(x):\n    y = |\n"
     request = CompletionRequest(source.replace("|", ""), source.index("|"),
                                 language_for("python"))
-    engine = ScriptedEngine(texts)
+    engine = Scripted(texts)
     completion = Pipeline(engine).complete(request)
     assert (completion.text, completion.steps, engine.taken) == ("x + 1", 3, 3)
     assert engine.until == UnitEnd("line")
 
-    engine = ScriptedEngine(texts)
+    engine = Scripted(texts)
     with ThreadPoolExecutor(1) as executor:
         completion = asyncio.run(Pipeline(engine).complete_async(request, executor))
     assert (completion.text, completion.steps, engine.taken) == ("x + 1", 3, 3)
