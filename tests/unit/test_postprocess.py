@@ -89,7 +89,8 @@ def test_rejected(language_id, source, raw):
 
 
 def test_a_row_of_values_is_not_a_loop():
-    assert run("python", "def f():\n    return |\n", "[0, 0, 0, 0, 0]") is not None
+    assert run("python", "def f():\n    return |\n", "[0, 0, 0, 0, 0]") == Suggestion(
+        "[0, 0, 0, 0, 0]", 0)
 
 
 @pytest.mark.parametrize(
