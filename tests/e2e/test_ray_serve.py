@@ -73,7 +73,7 @@ def team(dream_ckpt: Path, certificate: tuple[Path, Path]) -> str:
         serve.run(build_app(options), name=APP_NAME, route_prefix="/")
         url = f"https://127.0.0.1:{port}"
         CA_FILE.append(str(certificate[0]))
-        wait_for(lambda: len(client(url).status()["replicas"]) == 2, 60)
+        wait_for(lambda: len(client(url).status()["replicas"]) == 2, 60, interval=0.2)
         yield url
     finally:
         serve.shutdown()
@@ -243,7 +243,7 @@ def test_a_wrong_or_missing_token_is_refused_and_reaches_no_model(team, header):
         RemoteEngine(team, "wrong", ca_file=CA_FILE[-1]).hello()
     assert caught.value.code == "unauthorized"
     # Counted on the status board, which the ingress tells without waiting for it.
-    wait_for(lambda: client(team).status()["refused"] == refused + 4, 10)
+    wait_for(lambda: client(team).status()["refused"] == refused + 4, 10, interval=0.2)
     time.sleep(2 * REPORT)
     assert replica_totals(team)["submitted"] == before["submitted"]
 
@@ -336,9 +336,9 @@ def test_killing_a_replica_mid_request_fails_that_request_alone_and_the_app_heal
         states = app.deployments["EngineReplica"].replica_states
         return states.get("RUNNING", 0) == 2 and sum(states.values()) == 2
 
-    wait_for(restored, 60)
+    wait_for(restored, 60, interval=0.2)
     wait_for(lambda: victim not in {r["replica"] for r in engine.status()["replicas"]}
-             and len(engine.status()["replicas"]) == 2, 30)
+             and len(engine.status()["replicas"]) == 2, 30, interval=0.2)
 
 
 def test_serve_ray_options_are_checked_before_anything_is_deployed(token_file, capsys):
