@@ -24,9 +24,9 @@ from tests.support.ray_cluster import (  # noqa: E402
     kill_group,
     serve_ray,
     tmp_path,  # noqa: F401 - the short temp dir Ray's socket paths need
-    wait_for,
     wait_serving,
 )
+from tests.support.wait import wait_for  # noqa: E402
 
 BOUND = 90.0  # seconds each way
 CLIENTS = 8  # requests kept in flight: four times the target of 2 per replica (--max-batch)
@@ -59,18 +59,18 @@ def test_one_replica_becomes_two_under_load_and_one_again_when_idle(tmp_path, dr
         wait_serving(process, tmp_path)
         engine = RemoteEngine(f"http://127.0.0.1:{listen}", TEAM_TOKEN)
         replicas = lambda: len(engine.status()["replicas"])  # noqa: E731
-        wait_for(lambda: replicas() == 1, STARTUP, "the first replica")
+        wait_for(lambda: replicas() == 1, STARTUP, "the first replica", interval=0.5)
         started = time.monotonic()
         for t in threads:
             t.start()
-        wait_for(lambda: replicas() == 2 or bool(errors), BOUND, "a second replica")
+        wait_for(lambda: replicas() == 2 or bool(errors), BOUND, "a second replica", interval=0.5)
         up = time.monotonic() - started
         assert not errors, errors
         stop.set()
         for t in threads:
             t.join(60)
         idle = time.monotonic()
-        wait_for(lambda: replicas() == 1, BOUND, "back to one replica")
+        wait_for(lambda: replicas() == 1, BOUND, "back to one replica", interval=0.5)
         down = time.monotonic() - idle
     finally:
         stop.set()

@@ -31,9 +31,9 @@ from tests.support.ray_cluster import (  # noqa: E402
     kill_group,
     serve_ray,
     tmp_path,  # noqa: F401 - the short temp dir Ray's socket paths need
-    wait_for,
     wait_serving,
 )
+from tests.support.wait import wait_for  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "engine" / "bundled" / "default"
@@ -65,7 +65,8 @@ def test_a_batch_through_two_replicas_survives_one_killed_mid_run(tmp_path):  # 
         wait_serving(process, tmp_path)
         url = f"http://127.0.0.1:{listen}"
         engine = RemoteEngine(url, TEAM_TOKEN)
-        wait_for(lambda: len(engine.status()["replicas"]) == 2, STARTUP, "two replicas")
+        wait_for(lambda: len(engine.status()["replicas"]) == 2, STARTUP, "two replicas",
+                 interval=0.5)
         started = time.monotonic()
         log = (tmp_path / "batch.err").open("w")
         run = subprocess.Popen(
@@ -86,7 +87,7 @@ def test_a_batch_through_two_replicas_survives_one_killed_mid_run(tmp_path):  # 
             return (sum(r.get("completed", 0) for r in replicas) >= 12
                     and any(r.get("live", 0) for r in replicas))
 
-        wait_for(under_way, 120, "a third of the targets, one in flight")
+        wait_for(under_way, 120, "a third of the targets, one in flight", interval=0.5)
         victim = max(engine.status()["replicas"], key=lambda r: (r.get("live", 0), r["replica"]))
         os.kill(victim["pid"], signal.SIGKILL)
         killed_at = time.monotonic() - started

@@ -29,6 +29,7 @@ from engine.serve.remote import RemoteEngine, read_token  # noqa: E402
 from engine.serve.routing import rank, routing_key  # noqa: E402
 from engine.types import InfillRequest, RewriteRequest, SamplerSettings  # noqa: E402
 from tests.support.ray_cluster import free_port  # noqa: E402
+from tests.support.wait import wait_for  # noqa: E402
 
 TOKEN = "team-s3cret"
 REPORT = 0.25  # seconds between the replicas' reports to the status board
@@ -72,7 +73,7 @@ def team(dream_ckpt: Path, certificate: tuple[Path, Path]) -> str:
         serve.run(build_app(options), name=APP_NAME, route_prefix="/")
         url = f"https://127.0.0.1:{port}"
         CA_FILE.append(str(certificate[0]))
-        wait_for(lambda: len(client(url).status()["replicas"]) == 2, 60)
+        wait_for(lambda: len(client(url).status()["replicas"]) == 2, 60, interval=0.2)
         yield url
     finally:
         serve.shutdown()
@@ -86,13 +87,6 @@ def client(url: str, **kwargs) -> RemoteEngine:
     return RemoteEngine(url, TOKEN, ca_file=CA_FILE[-1], **kwargs)
 
 
-def wait_for(condition, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.2)
-
-
 def replica_totals(url: str) -> dict[str, int]:
     replicas = client(url).status()["replicas"]
     return {key: sum(r[key] for r in replicas) for key in ("submitted", "completed",
@@ -101,11 +95,17 @@ def replica_totals(url: str) -> dict[str, int]:
 
 
 def settled(url: str) -> dict[str, int]:
-    """Replica totals once every request has left its replica and the board has heard."""
-    time.sleep(2 * REPORT)
-    wait_for(lambda: replica_totals(url)["live"] == 0, 30)
-    time.sleep(2 * REPORT)
-    return replica_totals(url)
+    """Replica totals once every request has left its replica and the board has heard: none
+    live, and the same totals over two report periods (a request's last report is in)."""
+    last: list[dict[str, int]] = []
+
+    def steady() -> dict[str, int] | None:
+        totals = replica_totals(url)
+        same = last[-1:] == [totals] and totals["live"] == 0
+        last.append(totals)
+        return totals if same else None
+
+    return wait_for(steady, 30, "the replicas' totals to settle", interval=2 * REPORT)
 
 
 def test_a_remote_completion_equals_the_local_engine_for_the_same_seed(team, dream_ckpt,
@@ -243,7 +243,7 @@ def test_a_wrong_or_missing_token_is_refused_and_reaches_no_model(team, header):
         RemoteEngine(team, "wrong", ca_file=CA_FILE[-1]).hello()
     assert caught.value.code == "unauthorized"
     # Counted on the status board, which the ingress tells without waiting for it.
-    wait_for(lambda: client(team).status()["refused"] == refused + 4, 10)
+    wait_for(lambda: client(team).status()["refused"] == refused + 4, 10, interval=0.2)
     time.sleep(2 * REPORT)
     assert replica_totals(team)["submitted"] == before["submitted"]
 
@@ -305,7 +305,8 @@ def test_a_language_server_pointed_at_the_url_completes_and_never_logs_the_token
         uri = (tmp_path / "a.py").as_uri()
         server.open(uri, "def add(a, b):\n    return \n")
         reply = server.inline(uri, 1, 11)
-        assert "error" not in reply and reply["result"] is not None
+        stats = server.call("workspace/executeCommand", {"command": "dg-lsp.stats"})["result"]
+        assert "error" not in reply and stats["engineRequests"] >= 1  # the team's engine was asked
         said = server.stderr() + json.dumps(server.notifications)  # its logs: logMessage
     finally:
         server.close()
@@ -335,9 +336,9 @@ def test_killing_a_replica_mid_request_fails_that_request_alone_and_the_app_heal
         states = app.deployments["EngineReplica"].replica_states
         return states.get("RUNNING", 0) == 2 and sum(states.values()) == 2
 
-    wait_for(restored, 60)
+    wait_for(restored, 60, interval=0.2)
     wait_for(lambda: victim not in {r["replica"] for r in engine.status()["replicas"]}
-             and len(engine.status()["replicas"]) == 2, 30)
+             and len(engine.status()["replicas"]) == 2, 30, interval=0.2)
 
 
 def test_serve_ray_options_are_checked_before_anything_is_deployed(token_file, capsys):

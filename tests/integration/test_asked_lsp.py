@@ -18,8 +18,8 @@ SOURCE = "def f(x):\n    return \n"
 SCORED_SERVER = """
 import json, sys
 from dg_lsp.lsp.server import create_server
-from tests.support.scripted import Scored
-create_server(Scored(*[tuple(w) for w in json.loads(sys.argv[1])])).start_io()
+from tests.support.scripted import Scripted
+create_server(Scripted(*[tuple(w) for w in json.loads(sys.argv[1])])).start_io()
 """
 
 

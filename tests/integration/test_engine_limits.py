@@ -23,6 +23,7 @@ from engine.serve.scheduler import BATCH, INTERACTIVE, Job, Scheduler
 from engine.types import Draft, InfillRequest, SamplerSettings
 from tests.support.engine_procs import rss_mb, serving
 from tests.support.tiny_checkpoints import write_dream_checkpoint
+from tests.support.wait import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -200,21 +201,14 @@ class Timeline:
         return names[first:last + 1].count(name)
 
 
-def wait_for(predicate, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
 def run_beside(engine, long: Job, short: Job, timeline: Timeline, **kwargs) -> None:
     scheduler = Scheduler(engine, **kwargs)
     scheduler.start()
     try:
         assert scheduler.submit(long)
-        wait_for(lambda: len(timeline.events) >= 2)  # the long one is denoising
+        wait_for(lambda: len(timeline.events) >= 2, 120)  # the long one is denoising
         assert scheduler.submit(short)
-        wait_for(lambda: timeline.done("short"))
+        wait_for(lambda: timeline.done("short"), 120)
         assert not timeline.done("long")  # the short one did not wait for it
     finally:
         long.cancel()
@@ -304,7 +298,7 @@ def test_a_request_whose_deadline_passes_in_the_queue_never_runs(long_engine):
     assert scheduler.submit(late)
     scheduler.start()
     try:
-        wait_for(lambda: timeline.done("late"))
+        wait_for(lambda: timeline.done("late"), 120)
     finally:
         scheduler.stop()
     assert timeline.events == [("late", Draft(step=0, token_ids=[], committed=0, text="",
@@ -326,7 +320,7 @@ def test_the_model_is_loaded_on_the_thread_that_runs_its_passes(long_engine):
         job.on_draft = lambda draft, record=job.on_draft: (
             threads.setdefault("pass", threading.current_thread()), record(draft))
         assert scheduler.submit(job)
-        wait_for(lambda: timeline.done("one"))
+        wait_for(lambda: timeline.done("one"), 120)
     finally:
         scheduler.stop()
     assert threads["pass"] is threads["load"] is not threading.main_thread()
@@ -360,10 +354,10 @@ def test_an_error_outside_a_requests_step_fails_the_live_requests_and_the_engine
     scheduler.start()
     try:
         assert scheduler.submit(broken)
-        wait_for(lambda: errors)
+        wait_for(lambda: errors, 120)
         assert errors == [("failed", "engine error: RuntimeError: boom")]
         assert scheduler.submit(timeline.job("after", 256, 4))
-        wait_for(lambda: timeline.done("after"))
+        wait_for(lambda: timeline.done("after"), 120)
     finally:
         scheduler.stop()
     assert [d.committed for n, d in timeline.events if n == "after"][-1] == 4

@@ -14,7 +14,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from engine.serve.client import EngineBusy, EngineClient, EngineUnavailable
 from engine.serve.endpoint import Endpoint, UnsafeRuntimeDir, endpoint_for, runtime_dir
 from engine.types import InfillRequest
 from tests.support.engine_procs import NOBODY, Attacker, as_attacker, needs_root, serving
+from tests.support.wait import wait_for
 
 pytestmark = needs_root
 UID = os.getuid()
@@ -270,13 +270,6 @@ def test_an_unauthenticated_peer_cannot_send_a_large_frame(guarded):
         assert protocol.receive(sock) == {"type": "ok", "id": 2}
 
 
-def wait_until(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def test_connections_are_capped(guarded):
     endpoint, _ = guarded
 
@@ -309,7 +302,7 @@ def test_connections_are_capped(guarded):
             with endpoint.connect(timeout=30) as sock:
                 return pinged(sock)
 
-        wait_until(one_more)  # the freed slot is taken again
+        wait_for(one_more, 10)  # the freed slot is taken again
     finally:
         for sock in held:
             sock.close()

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 import pytest
 
 from engine.serve.front import Front, FrontLimits
+from tests.support.wait import wait_for
 
 TOKEN = "front-s3cret"
 AUTH = f"Authorization: Bearer {TOKEN}\r\n"
@@ -120,13 +121,6 @@ def request(port: int, head: str, body: bytes = b"", source: str = "127.0.0.1") 
         return read_all(sock)
 
 
-def wait_until(condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
 def status(reply: bytes) -> int:
     return int(reply.split(b" ", 2)[1])
 
@@ -164,7 +158,7 @@ def test_an_oversized_header_is_refused_after_reading_a_bounded_part_of_it(front
         reply = sock.recv(65536)
     assert status(reply) == 431 and upstream.heads == []
     assert sent < 16 * 1024 * 1024  # the socket buffers' worth, not 100 MB
-    wait_until(lambda: the_front.open == 0)
+    wait_for(lambda: the_front.open == 0)
 
 
 def test_a_slow_head_and_a_slow_body_are_cut_at_their_deadlines(front):
@@ -192,26 +186,26 @@ def test_a_slow_head_and_a_slow_body_are_cut_at_their_deadlines(front):
         reply += read_all(sock)
     assert status(reply) == 408 and b"body" in reply
     assert upstream.heads == []
-    wait_until(lambda: the_front.open == 0)
+    wait_for(lambda: the_front.open == 0)
 
 
 def test_connections_are_capped_per_client_and_in_all_and_a_real_request_still_passes(front):
     the_front, upstream, port = front
     # One client holds its share of idle connections; the next is refused at once.
     held = [connect(port, "127.0.0.2") for _ in range(LIMITS.max_per_client)]
-    wait_until(lambda: the_front.open == LIMITS.max_per_client)
+    wait_for(lambda: the_front.open == LIMITS.max_per_client)
     assert status(request(port, "GET /v1/hello HTTP/1.1\r\n", source="127.0.0.2")) == 503
     # Many clients (2,000 idle sockets from 250 addresses): the front holds at most its cap,
     # making room by closing the oldest connections that have shown no token.
     flood = [connect(port, f"127.0.1.{1 + n % 250}") for n in range(2000)]
-    wait_until(lambda: the_front.open == LIMITS.max_connections)
+    wait_for(lambda: the_front.open == LIMITS.max_connections)
     # A real request is served while the flood is held open, long before the head deadline.
     reply = request(port, f"GET /v1/hello HTTP/1.1\r\n{AUTH}")
     assert status(reply) == 200 and reply.endswith(b"echo:\n")
-    wait_until(lambda: the_front.open <= LIMITS.max_connections)
+    wait_for(lambda: the_front.open <= LIMITS.max_connections)
     for sock in held + flood:
         sock.close()
-    wait_until(lambda: the_front.open == 0)
+    wait_for(lambda: the_front.open == 0)
 
 
 def test_a_client_that_goes_away_mid_answer_closes_the_upstream_connection(front):
@@ -220,7 +214,7 @@ def test_a_client_that_goes_away_mid_answer_closes_the_upstream_connection(front
     with connect(port) as sock:
         sock.sendall(f"GET /v1/stream HTTP/1.1\r\n{AUTH}\r\n".encode())
         assert b"first" in sock.recv(65536)
-    wait_until(lambda: upstream.closed == 1)  # the upstream saw it close, not 30 s later
+    wait_for(lambda: upstream.closed == 1)  # the upstream saw it close, not 30 s later
 
 
 def test_with_a_certificate_the_front_speaks_tls_after_its_caps(tmp_path):
@@ -243,4 +237,4 @@ def test_with_a_certificate_the_front_speaks_tls_after_its_caps(tmp_path):
         with connect(port) as sock:
             assert read_all(sock) == b""
         assert len(upstream.heads) == 1
-        wait_until(lambda: the_front.open == 0)
+        wait_for(lambda: the_front.open == 0)

@@ -22,6 +22,7 @@ from dg_lsp.positions import offset_at
 from dg_lsp.syntax.errors import count_errors
 from dg_lsp.syntax.languages import language_for
 from tests.support.lsp_client import ROOT, start, stats
+from tests.support.wait import wait_for_async
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -54,6 +55,11 @@ async def inline(client: LanguageClient, uri: str, line: int, character: int):
         position=types.Position(line, character)))
 
 
+def failures(client: LanguageClient) -> list[str]:
+    """What the server logged of requests that failed (each is answered with nothing)."""
+    return [m.message for m in client.log_messages if "failed" in m.message]
+
+
 def items(result) -> list:
     """A result's items (None when it is not a completion list)."""
     ok = isinstance(result, types.InlineCompletionList | types.CompletionList)
@@ -78,7 +84,7 @@ async def test_utf8_chosen_when_offered_and_settings_from_initialization_options
                                  options={"canvasLength": "huge"})
     try:
         assert result.capabilities.position_encoding == UTF8
-        await asyncio.sleep(0.2)
+        await wait_for_async(lambda: client.messages, 10, "the settings message")
         assert [m.message for m in client.messages] == [
             "dg-lsp: invalid settings ignored, previous values kept: canvasLength: expected an "
             "integer in 64..8192, got 'huge'"]
@@ -91,7 +97,10 @@ async def test_invalid_configuration_is_one_message_and_server_stays_up(tiny):
     tiny.workspace_did_change_configuration(types.DidChangeConfigurationParams(
         settings={"dg-lsp": {"sampler": {"name": "magic"}, "holeSize": "big"}}))
     uri = open_doc(tiny, "x = 1\n")
-    assert (await inline(tiny, uri, 0, 0)) is not None
+    asked = (await stats(tiny))["engineRequests"]
+    assert items(await inline(tiny, uri, 0, 0)) is not None
+    # the previous (valid) settings hold: the request reaches the model
+    assert (await stats(tiny))["engineRequests"] == asked + 1
     assert [m.message for m in tiny.messages[before:]] == [
         "dg-lsp: invalid settings ignored, previous values kept: sampler.name: expected one "
         "of topk, threshold, entropy, learned, got 'magic'; holeSize: expected an object with "
@@ -110,12 +119,11 @@ async def slow_settings(client: LanguageClient) -> None:
 
 
 async def wait_for_steps(client: LanguageClient, more_than: int) -> int:
-    for _ in range(6000):
+    async def steps() -> int | None:
         steps = (await stats(client))["denoiseSteps"]
-        if steps > more_than:
-            return steps
-        await asyncio.sleep(0.01)
-    raise AssertionError("the engine never started denoising")
+        return steps if steps > more_than else None
+
+    return await wait_for_async(steps, 60, "the engine to start denoising")
 
 
 async def test_cancel_request_mid_denoise_then_next_request_is_served(tiny):
@@ -133,7 +141,7 @@ async def test_cancel_request_mid_denoise_then_next_request_is_served(tiny):
     with pytest.raises(JsonRpcRequestCancelled):
         await pending
     stopped = (await stats(tiny))["denoiseSteps"]
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # room for steps that should not come
     after = await stats(tiny)
     assert after["denoiseSteps"] - before < 1000  # stopped well before the hole was full
     assert after["denoiseSteps"] <= stopped + 1  # at most the step in flight finished
@@ -143,7 +151,11 @@ async def test_cancel_request_mid_denoise_then_next_request_is_served(tiny):
         settings={"holeSize": {"restOfLine": 4, "comment": 4, "brackets": 4, "block": 4},
                   "canvasLength": 256, "sampler": {"name": "threshold"}}))
     result = await inline(tiny, uri, 1, 11)
-    assert isinstance(result, types.InlineCompletionList)
+    served = await stats(tiny)
+    # served by the model (the tiny one writes junk that post-processing may drop), no failure
+    assert served["engineRequests"] == after["engineRequests"] + 1
+    assert served["denoiseSteps"] > after["denoiseSteps"]
+    assert items(result) is not None and not failures(tiny)
 
 
 async def test_newer_request_for_same_document_cancels_the_older(tiny):
@@ -156,7 +168,7 @@ async def test_newer_request_for_same_document_cancels_the_older(tiny):
         settings={"holeSize": {"restOfLine": 4, "comment": 4, "brackets": 4, "block": 4},
                   "canvasLength": 256, "sampler": {"name": "threshold"}}))
     second = await inline(tiny, uri, 1, 11)
-    assert isinstance(second, types.InlineCompletionList)
+    assert items(second) is not None and not failures(tiny)
     with pytest.raises(JsonRpcRequestCancelled):
         await first
 
@@ -178,7 +190,8 @@ async def test_unknown_uri_binary_and_unknown_language_get_empty_results(tiny):
     binary = open_doc(tiny, "\x7fELF\x00\x01\x02\x00\x00abc", "plaintext")
     assert items(await inline(tiny, binary, 0, 3)) == []
     unknown = open_doc(tiny, "some words here", "cobol-ish")
-    assert isinstance(await inline(tiny, unknown, 0, 5), types.InlineCompletionList)
+    # served as plain text: a list (the tiny model's junk may or may not survive), no failure
+    assert items(await inline(tiny, unknown, 0, 5)) is not None and not failures(tiny)
 
 
 async def test_ten_megabyte_file_is_served(tiny):
@@ -187,8 +200,12 @@ async def test_ten_megabyte_file_is_served(tiny):
     text = "def f(x):\n    return x\n\n" * (10 * 1024 * 1024 // 24) + "y = "
     uri = open_doc(tiny, text)
     lines = text.count("\n")
+    before = await stats(tiny)
     result = await asyncio.wait_for(inline(tiny, uri, lines, 4), timeout=60)
-    assert isinstance(result, types.InlineCompletionList)
+    # the model was asked (a window of the file, not refused for its size), and nothing failed
+    assert (await stats(tiny))["engineRequests"] == before["engineRequests"] + 1
+    assert not failures(tiny)
+    assert all(item.range.start == types.Position(lines, 4) for item in items(result))
     assert items(await inline(tiny, uri, lines + 1, 0)) == []
 
 

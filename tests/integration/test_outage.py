@@ -27,10 +27,9 @@ from pytest_lsp import ClientServerConfig
 from dg_lsp.lsp import engine_host
 from dg_lsp.lsp.completion import complete
 from dg_lsp.lsp.server import REWRITE_COMMAND, STATS_COMMAND, create_server
-from engine.backend import EngineInfo
 from engine.serve.client import EngineUnavailable
-from engine.types import Draft
 from tests.support.lsp_client import capabilities
+from tests.support.scripted import Scripted
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "engine" / "bundled" / "default"
@@ -111,26 +110,13 @@ def test_a_repeated_failure_is_logged_once_a_minute_with_the_count_left_out():
 
 # -- a local engine that dies -----------------------------------------------------------------
 
-INFO = EngineInfo(model="scripted", family="masked", device="cpu", resident=True,
-                  counts_tokens=False)
-
-
-class Dying:
+def dying() -> Scripted:
     """An engine that answers one step, then is gone (as a killed resident engine is)."""
-
-    engine_info = INFO
-
-    def infill_stream(self, prefix, suffix, max_tokens=32, **kwargs):
-        yield Draft(step=1, token_ids=[], committed=0, text="", done=False)
-        raise EngineUnavailable("the engine closed the connection")
+    return Scripted(EngineUnavailable("the engine closed the connection"), resident=True)
 
 
-class Healthy:
-    engine_info = INFO
-
-    def infill_stream(self, prefix, suffix, max_tokens=32, **kwargs):
-        yield Draft(step=1, token_ids=[], committed=3, text="a + b", done=True,
-                    finish_reason="stop")
+def healthy() -> Scripted:
+    return Scripted("a + b", resident=True)
 
 
 def cannot_start():
@@ -139,7 +125,7 @@ def cannot_start():
 
 def test_a_dying_local_engine_is_told_once_per_outage_and_again_after_it_came_back():
     server = create_server()
-    opened = iter([Dying, cannot_start, cannot_start, Dying, Healthy])
+    opened = iter([dying, cannot_start, cannot_start, dying, healthy])
     server.engine.open = lambda: next(opened)()
     shown: list[str] = []
     server.window_show_message = lambda params: shown.append(params.message)

@@ -17,7 +17,6 @@ import struct
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -35,6 +34,7 @@ from engine.serve.client import EngineClient, EngineRefused
 from engine.serve.endpoint import endpoint_for, resolved_device
 from engine.types import InfillRequest, RewriteRequest, SamplerSettings
 from engine.units import UnitEnd
+from tests.support.wait import wait_for
 
 PREFIXES = [f"def f{i}(x):\n    y = x + {i}\n    return " for i in range(8)]
 
@@ -177,13 +177,6 @@ def slow_request() -> dict:
     return {"op": "infill", "id": "slow", "prefix": "x = ", "suffix": "", "max_tokens": 500,
             "canvas_length": 512, "stream": True,
             "settings": protocol.settings_to_wire(SamplerSettings(sampler="topk", k=1))}
-
-
-def wait_for(predicate, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def test_cancel_mid_denoise_frees_the_slot_and_others_finish(engine, inproc):

@@ -236,6 +236,7 @@ def test_a_client_that_adds_stdio_to_the_command_is_served(tmp_path):
         uri = (tmp_path / "a.py").as_uri()
         server.open(uri, "def add(a, b):\n    return \n")
         reply = server.inline(uri, 1, 11)
-        assert "error" not in reply and reply["result"] is not None
+        stats = server.call("workspace/executeCommand", {"command": "dg-lsp.stats"})["result"]
+        assert "error" not in reply and stats["engineRequests"] >= 1  # the model was asked
     finally:
         server.close()

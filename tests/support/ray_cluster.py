@@ -14,11 +14,12 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -80,13 +81,6 @@ def kill_group(process: subprocess.Popen, grace: float = 10.0) -> None:
     process.wait(10)
 
 
-def wait_for(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
-
-
 @contextlib.contextmanager
 def head_node(tmp: Path, command: list[str], env: dict[str, str]) -> Iterator[tuple[str, int]]:
     """`command` (a `ray start --head` line) run blocking in its own session, with every port
@@ -108,7 +102,7 @@ def head_node(tmp: Path, command: list[str], env: dict[str, str]) -> Iterator[tu
                 return fetch("GET", dashboard, "/api/gcs_healthz")[0] == 200
             return False
 
-        wait_for(up, STARTUP, "the head node")
+        wait_for(up, STARTUP, "the head node", interval=0.5)
         yield f"127.0.0.1:{gcs}", dashboard
     finally:
         kill_group(process)
@@ -155,4 +149,4 @@ def wait_serving(process: subprocess.Popen, tmp: Path) -> None:
         assert process.poll() is None, said[-3000:]
         return "dg-engine: serving" in said
 
-    wait_for(serving, STARTUP, "the deployment")
+    wait_for(serving, STARTUP, "the deployment", interval=0.5)

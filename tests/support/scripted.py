@@ -1,81 +1,110 @@
-"""A backend that writes given texts, for tests of what the server does with a model's text
-(the checks, the shaping, the prompt it sent), independent of what a model would write."""
+"""The tests' one fake engine: a backend that writes given answers, for tests of what the server
+does with a model's text (the checks, the shaping, the prompt it sent, an engine lost), independent
+of what a model would write. A test that needs another behaviour subclasses it (`_drafts`)."""
 
 from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterator
 
 from engine.backend import EngineInfo
 from engine.types import Draft, Score
 from engine.units import until_unit_ends
 
+# One request's answer; see Scripted.
+Answer = str | tuple[str, float | None] | list[str] | list[Draft] | BaseException
+
+
+def steps_of(text: str, steps: int) -> list[Draft]:
+    """`text` committed over `steps` denoising steps, the last one done."""
+    return [Draft(step=step, token_ids=[], committed=step, text=text, done=step == steps,
+                  finish_reason="stop" if step == steps else "") for step in range(1, steps + 1)]
+
 
 class Scripted:
+    """Each request (infill or rewrite) takes the next answer:
+
+    - a text: one finished draft, scored `score`;
+    - (text, lowest): one finished draft whose every confidence is `lowest` (None: no score,
+      as an engine that predates scores sends);
+    - a list of texts: the committed text after each step, up to the end of the unit the
+      request names, as engines cut them (engine.units.until_unit_ends);
+    - a list of Drafts: yielded as they are;
+    - an exception: raised after a first empty draft, as by an engine lost mid-request; it
+      stays the answer to every later request (a lost engine stays lost).
+
+    Drafts of a list come `step_seconds` apart. What it was asked is kept: `requests` (as
+    sent), `documents` (the document each named), `closed` (the requests whose stream was
+    closed), `taken` (the drafts taken).
+    """
+
     engine_info = EngineInfo(model="scripted", family="masked", device="cpu", resident=False,
                              counts_tokens=False)
 
-    def __init__(self, *texts: str, score: Score | None = None) -> None:
-        self.texts = list(texts)
+    def __init__(self, *texts: Answer, score: Score | None = None, resident: bool = False,
+                 step_seconds: float = 0.0) -> None:
+        self.texts = list(texts)  # the answers still to give
         self.score = score
-        self.documents: list[str | None] = []  # the document each request named
-        self.requests: list = []  # every request, as sent
+        self.step_seconds = step_seconds
+        if resident:
+            self.engine_info = dataclasses.replace(Scripted.engine_info, resident=True)
+        self.documents: list[str | None] = []
+        self.requests: list = []
+        self.closed: list = []
+        self.taken = 0
 
     @property
     def calls(self) -> list[tuple[str, str]]:
         """(prefix, suffix) of every request."""
         return [(r.prefix, r.suffix) for r in self.requests]
 
-    def _drafts(self):
-        yield Draft(step=3, token_ids=[], committed=0, text=self.texts.pop(0), done=True,
-                    finish_reason="stop", score=self.score)
+    @property
+    def until(self):
+        """The unit the last request names (None: the whole hole)."""
+        return getattr(self.requests[-1], "until", None)
 
-    def infill_stream(self, request, cancel=None, document=None):
+    def infill_stream(self, request, cancel=None, document=None) -> Iterator[Draft]:
         self.documents.append(document)
         self.requests.append(request)
-        return self._drafts()
+        return self._closing(request, self._drafts())
 
-    def rewrite_stream(self, request, cancel=None, document=None):
-        self.documents.append(document)
-        self.requests.append(request)
-        return self._drafts()
+    rewrite_stream = infill_stream
 
+    def _closing(self, request, drafts: Iterator[Draft]) -> Iterator[Draft]:
+        try:
+            yield from drafts
+        finally:
+            self.closed.append(request)
 
-class Scored:
-    """A backend that writes given texts with given scores (None: no score, an old engine)."""
-
-    engine_info = EngineInfo(model="scripted", family="masked", device="cpu", resident=False,
-                             counts_tokens=False)
-
-    def __init__(self, *written: tuple[str, float | None]) -> None:
-        self.written = list(written)
-
-    def _drafts(self):
-        text, lowest = self.written.pop(0)
-        score = None if lowest is None else Score(lowest, lowest, 3, 3)
-        yield Draft(step=3, token_ids=[], committed=3, text=text, done=True,
+    def _drafts(self) -> Iterator[Draft]:
+        answer = self.texts[0]
+        if not isinstance(answer, BaseException):
+            self.texts.pop(0)
+        else:
+            yield Draft(step=1, token_ids=[], committed=0, text="", done=False)
+            raise answer
+        if isinstance(answer, list):
+            drafts = self._steps(answer)
+            if not any(isinstance(draft, Draft) for draft in answer):
+                drafts = until_unit_ends(drafts, self.until)
+            yield from drafts
+            return
+        text, score = answer, self.score
+        if isinstance(answer, tuple):
+            text, lowest = answer
+            score = None if lowest is None else Score(lowest, lowest, 3, 3)
+        self.taken += 1
+        yield Draft(step=3, token_ids=[], committed=0, text=text, done=True,
                     finish_reason="stop", score=score)
 
-    def infill_stream(self, request, cancel=None, document=None):
-        return self._drafts()
-
-    def rewrite_stream(self, request, cancel=None, document=None):
-        return self._drafts()
-
-
-class ScriptedEngine:
-    """Yields the given committed texts as successive drafts, up to the end of the unit the
-    request names, as engines do (engine.units.until_unit_ends); counts the drafts taken."""
-
-    engine_info = EngineInfo(model="scripted", family="masked", device="cpu", resident=False,
-                             counts_tokens=False)
-
-    def __init__(self, texts: list[str]) -> None:
-        self.texts, self.taken = texts, 0
-
-    def infill_stream(self, request, cancel=None, document=None):
-        self.until = request.until
-        return until_unit_ends(self._drafts(), self.until)
-
-    def _drafts(self):
-        for step, text in enumerate(self.texts, 1):
+    def _steps(self, answer: list) -> Iterator[Draft]:
+        for step, draft in enumerate(answer, 1):
+            if self.step_seconds:
+                time.sleep(self.step_seconds)
             self.taken += 1
-            yield Draft(step=step, token_ids=[], committed=step, text=text,
-                        done=step == len(self.texts), finish_reason="stop")
+            if isinstance(draft, Draft):
+                yield draft
+            else:
+                yield Draft(step=step, token_ids=[], committed=step, text=draft,
+                            done=step == len(answer), finish_reason="stop")

@@ -1,4 +1,5 @@
-"""Code actions' targets in a parsed text, without a model."""
+"""Code actions' targets in a parsed text, without a model, and two small files with a target
+of each kind (a stub, a definition with no docstring, a syntax error, a selection)."""
 
 from __future__ import annotations
 
@@ -17,3 +18,45 @@ def doc(text: str, language: str = "python") -> ParsedText:
 def target_of(d: ParsedText, start: int, end: int, action: str = REWRITE):
     (target,) = [t for t in targets_at(d, start, end) if t.action == action]
     return target
+
+
+PY = '''import json
+
+
+def load_config(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+class Point:
+    def __init__(self, x, y):
+        self.x = x
+        self.y = y
+
+    def norm(self):
+        """Return the length of the vector."""
+        ...
+
+
+x = (1 + 2
+print(x)
+'''
+
+JS = '''function add(a, b) {
+  return a + b;
+}
+
+function square(x) {
+  return x * x;
+}
+
+function half(a) {
+  return a +;
+}
+
+class Counter {
+  increment() {
+    // TODO
+  }
+}
+'''

@@ -16,7 +16,7 @@ from dg_lsp.completion.pipeline import Completion, CompletionRequest, Hidden, Pi
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for
 from engine.types import Draft, Score, last_draft
-from tests.support.scripted import Scored
+from tests.support.scripted import Scripted
 
 SOURCE = "def f(x):\n    return \n"
 HAND_MADE = gate.Calibrator(mean=(0.5, 0, 0, 0, 0, 0, 0), std=(0.25, 1, 1, 1, 1, 1, 1),
@@ -31,7 +31,7 @@ def hand_made(monkeypatch):
 
 
 def decide(text: str, lowest: float | None, asked: bool, min_confidence: float = 0.3):
-    pipeline = Pipeline(Scored((text, lowest)), Settings(min_confidence=min_confidence))
+    pipeline = Pipeline(Scripted((text, lowest)), Settings(min_confidence=min_confidence))
     request = CompletionRequest(SOURCE, SOURCE.index("\n", 10), language_for("python"))
     ctx, drafts = pipeline.start(request)
     return pipeline.decide(request, ctx, last_draft(drafts), asked)
@@ -61,7 +61,7 @@ def test_a_draft_without_a_score_is_shown_unmarked():
 
 
 def test_the_explanation_names_each_part_of_the_decision():
-    pipeline = Pipeline(Scored(("x + 1", 0.5)), Settings(min_confidence=0.3))
+    pipeline = Pipeline(Scripted(("x + 1", 0.5)), Settings(min_confidence=0.3))
     request = CompletionRequest(SOURCE, SOURCE.index("\n", 10), language_for("python"))
     ctx, drafts = pipeline.start(request)
     last = last_draft(drafts)

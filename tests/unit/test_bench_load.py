@@ -1,14 +1,11 @@
-"""`dg-lsp bench --load`: the background load starts what it says and leaves nothing behind."""
+"""`dg-lsp bench --load`: the load specs it takes. The load's processes:
+tests/integration/test_bench_load.py."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import time
-
 import pytest
 
-from dg_lsp.measure.bench_load import BackgroundLoad, describe, parse_load
+from dg_lsp.measure.bench_load import describe, parse_load
 
 
 def test_a_load_spec_is_parsed_or_refused_by_name():
@@ -20,23 +17,3 @@ def test_a_load_spec_is_parsed_or_refused_by_name():
             parse_load(spec)
     assert describe("busy", 1) == "1 busy process"
     assert describe("compile", 2) == "2 compile loops (cc -O2)"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-@pytest.mark.parametrize("kind", ["busy", "compile"])
-def test_the_load_runs_while_measured_and_is_gone_after(kind: str):
-    if kind == "compile" and shutil.which("cc") is None:
-        pytest.skip("no C compiler")
-    with BackgroundLoad(kind, 2) as load:
-        pids = [p.pid for p in load._processes]
-        assert len(pids) == 2 and all(_alive(pid) for pid in pids)
-        time.sleep(0.3)
-        assert all(p.poll() is None for p in load._processes)  # still running
-    assert not any(_alive(pid) for pid in pids)

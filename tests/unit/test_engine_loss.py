@@ -12,34 +12,22 @@ from lsprotocol import types
 
 from dg_lsp.lsp.completion import complete
 from dg_lsp.lsp.server import create_server
-from engine.backend import EngineInfo
 from engine.serve.client import EngineUnavailable
-from engine.types import Draft
+from tests.support.scripted import Scripted
 
 
-class Dying:
+def dying() -> Scripted:
     """An engine that answers one step, then is gone (as a killed resident engine is)."""
-
-    engine_info = EngineInfo(model="scripted", family="masked", device="cpu", resident=True,
-                             counts_tokens=False)
-
-    def infill_stream(self, request, cancel=None, document=None):
-        yield Draft(step=1, token_ids=[], committed=0, text="", done=False)
-        raise EngineUnavailable("the engine closed the connection")
+    return Scripted(EngineUnavailable("the engine closed the connection"), resident=True)
 
 
-class Healthy:
-    engine_info = EngineInfo(model="scripted", family="masked", device="cpu", resident=True,
-                             counts_tokens=False)
-
-    def infill_stream(self, request, cancel=None, document=None):
-        yield Draft(step=1, token_ids=[], committed=3, text="a + b", done=True,
-                    finish_reason="stop")
+def healthy() -> Scripted:
+    return Scripted("a + b", resident=True)
 
 
 def test_requests_queued_on_a_dying_engine_get_empty_answers_then_the_restart_serves():
     server = create_server()
-    engines = iter([Dying(), Healthy()])
+    engines = iter([dying(), healthy()])
     server.engine.open = lambda: next(engines)
     logged: list[str] = []
     server.log = lambda message, kind=None: logged.append(message)

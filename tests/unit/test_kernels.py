@@ -2,17 +2,12 @@
 
 The kernels run where this process can run them: on CPU tensors when TRITON_INTERPRET=1
 (triton's interpreter), else on a CUDA GPU. triton fixes interpreter-or-compiler for the whole
-process when it is first imported, so a plain `pytest` on a CPU machine runs this file again
-in a child process with TRITON_INTERPRET=1 (`test_kernels_under_the_interpreter`) and skips the
-kernel tests here. Without triton installed, only the fallback and dispatch tests run.
+process when it is first imported, so on a CPU machine tests/integration/test_kernels.py runs
+this file again in a child process with TRITON_INTERPRET=1 and the kernel tests here skip.
+Without triton installed, only the fallback and dispatch tests run.
 """
 
 from __future__ import annotations
-
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -25,8 +20,6 @@ from engine.models.transformer import RMSNorm
 from engine.samplers import step
 from engine.types import SamplerSettings
 
-ROOT = Path(__file__).resolve().parents[2]
-
 if not triton_available():
     DEVICE = None
 elif interpreting():
@@ -38,7 +31,7 @@ else:
 
 needs_kernels = pytest.mark.skipif(
     DEVICE is None,
-    reason="triton missing, or no GPU: runs in test_kernels_under_the_interpreter's child",
+    reason="triton missing, or no GPU: runs in tests/integration/test_kernels.py's child",
 )
 
 
@@ -190,22 +183,6 @@ def test_rms_norm_module_uses_the_kernel_only_without_gradients() -> None:
     torch.testing.assert_close(served, trained.detach())
 
 
-@pytest.mark.skipif(
-    not triton_available() or DEVICE is not None,
-    reason="triton missing, or this process runs the kernels itself",
-)
-def test_kernels_under_the_interpreter() -> None:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    only_kernels = "not importing and not under_the_interpreter and not bench"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", only_kernels,
-           __file__]
-    run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    print(run.stdout[-3000:])
-    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
-    assert "skipped" not in run.stdout, run.stdout[-3000:]
-
-
 def test_dispatch_uses_torch_on_cpu_unless_interpreting(monkeypatch: pytest.MonkeyPatch) -> None:
     x = random_logits(5, 300, seed=2)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
@@ -233,15 +210,3 @@ def test_bench_times_the_fallback_on_a_tiny_shape() -> None:
 
     (row,) = bench(shapes=((2, 64),), device="cpu", repeat=1)
     assert row["n"] == 2 and row["torch_ms"] > 0
-
-
-def test_importing_the_engine_does_not_import_triton() -> None:
-    code = (
-        "import sys, torch; import engine.engine, engine.samplers as s;"
-        "s.propose(torch.randn(3, 50), 0.0);"
-        "assert 'triton' not in sys.modules, 'triton imported'"
-    )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("TRITON_INTERPRET", None)
-    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr[-3000:]

@@ -18,25 +18,25 @@ from dg_lsp.lsp.actions import code_actions, rewrite
 from dg_lsp.lsp.completion import complete
 from dg_lsp.lsp.server import create_server
 from dg_lsp.positions import UTF16, position_at
-from engine.backend import EngineInfo
-from engine.types import Draft
+from engine.types import RewriteRequest
+from tests.support.scripted import Scripted, steps_of
+from tests.support.wait import wait_for_async
 
 
-class Scripted:
-    """Answers "1" after `steps` denoising steps of `step_seconds` each."""
-
-    engine_info = EngineInfo(model="scripted", family="masked", device="cpu", resident=True,
-                             counts_tokens=False)
+class Steps(Scripted):
+    """Answers "1" to a completion after 2 denoising steps of `step_seconds` each, 40 where the
+    prefix holds "slow"; "return b" to a rewrite, after 40."""
 
     def __init__(self, step_seconds: float = 0.0) -> None:
-        self.step_seconds = step_seconds
+        super().__init__(resident=True, step_seconds=step_seconds)
 
-    def infill_stream(self, request, cancel=None, document=None):
-        steps = 40 if "slow" in request.prefix else 2
-        for step in range(1, steps + 1):
-            time.sleep(self.step_seconds)
-            yield Draft(step=step, token_ids=[], committed=step, text="1",
-                        done=step == steps, finish_reason="stop" if step == steps else "")
+    def _drafts(self):
+        request = self.requests[-1]
+        if isinstance(request, RewriteRequest):
+            self.texts.append(steps_of("return b", 40))
+        else:
+            self.texts.append(steps_of("1", 40 if "slow" in request.prefix else 2))
+        return super()._drafts()
 
 
 def open_doc(server, uri: str, text: str) -> None:
@@ -64,7 +64,7 @@ def median_cost(server, uri: str) -> float:
 
 
 def test_a_keystroke_in_a_ten_megabyte_file_costs_what_a_small_one_does():
-    server = create_server(Scripted())
+    server = create_server(Steps())
     open_doc(server, "file:///tmp/big.py", "def f(x):\n    return x\n\n" * 440_000 + "y = ")
     open_doc(server, "file:///tmp/small.py", "def f(x):\n    return x\n\ny = ")
     assert median_cost(server, "file:///tmp/big.py") < 0.3
@@ -73,13 +73,13 @@ def test_a_keystroke_in_a_ten_megabyte_file_costs_what_a_small_one_does():
 
 
 def test_a_keystroke_in_a_one_megabyte_line_costs_what_a_short_one_does():
-    server = create_server(Scripted())
+    server = create_server(Steps())
     open_doc(server, "file:///tmp/data.py", "x = [" + "1, " * 350_000)
     assert median_cost(server, "file:///tmp/data.py") < 0.3
 
 
 def test_large_other_documents_are_scanned_once_not_per_keystroke():
-    server = create_server(Scripted())
+    server = create_server(Steps())
     other = "def total(values):\n    return sum(values)\n" * 10_000  # 420 kB
     for i in range(15):
         open_doc(server, f"file:///tmp/other{i}.py", other + f"# {i}\n")
@@ -89,7 +89,8 @@ def test_large_other_documents_are_scanned_once_not_per_keystroke():
 
 
 def test_a_long_request_in_one_document_does_not_hold_up_another():
-    server = create_server(Scripted(step_seconds=0.02))
+    backend = Steps(step_seconds=0.02)
+    server = create_server(backend)
     open_doc(server, "file:///tmp/slow.py", "slow = ")
     open_doc(server, "file:///tmp/quick.py", "quick = ")
     finished: dict[str, float] = {}
@@ -102,7 +103,7 @@ def test_a_long_request_in_one_document_does_not_hold_up_another():
     async def both() -> float:
         started = time.perf_counter()
         slow = asyncio.ensure_future(ask("file:///tmp/slow.py"))
-        await asyncio.sleep(0.1)  # the slow one is denoising
+        await wait_for_async(lambda: backend.taken, 10, "the slow one to be denoising")
         await ask("file:///tmp/quick.py")
         await slow
         return started
@@ -115,7 +116,7 @@ def test_a_long_request_in_one_document_does_not_hold_up_another():
 
 
 def test_code_actions_in_a_file_too_large_to_rewrite_parse_nothing():
-    server = create_server(Scripted())
+    server = create_server(Steps())
     open_doc(server, "file:///tmp/big.py", "def f(x):\n    return x\n\n" * 440_000)
     started = time.perf_counter()
     actions = code_actions(server, types.CodeActionParams(
@@ -130,16 +131,8 @@ def test_code_actions_in_a_file_too_large_to_rewrite_parse_nothing():
 def test_a_long_rewrite_in_one_document_does_not_hold_up_a_completion_in_another():
     from dg_lsp.actions.targets import REWRITE
 
-    class SlowRewrite(Scripted):
-        def rewrite_stream(self, request, cancel=None, document=None):
-            for step in range(1, 41):
-                time.sleep(0.02)
-                yield Draft(step=step, token_ids=[], committed=step, text="return b",
-                            done=step == 40, finish_reason="stop" if step == 40 else "")
-
-        infill_stream = Scripted.infill_stream
-
-    server = create_server(SlowRewrite())
+    backend = Steps(step_seconds=0.02)
+    server = create_server(backend)
     text = "def f(a, b):\n    return a\n"
     open_doc(server, "file:///tmp/rewrite.py", text)
     open_doc(server, "file:///tmp/quick.py", "quick = ")
@@ -153,8 +146,9 @@ def test_a_long_rewrite_in_one_document_does_not_hold_up_a_completion_in_another
     async def both() -> float:
         started = time.perf_counter()
         slow = asyncio.ensure_future(rewriting())
-        await asyncio.sleep(0.1)
-        assert await complete(server, "file:///tmp/quick.py", types.Position(0, 8)) is not None
+        await wait_for_async(lambda: backend.taken, 10, "the rewrite to be denoising")
+        completion, _ = await complete(server, "file:///tmp/quick.py", types.Position(0, 8))
+        assert completion.text == "1"
         finished["completion"] = time.perf_counter()
         await slow
         return started

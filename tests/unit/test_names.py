@@ -1,10 +1,9 @@
 """Suggestions that change what nobody asked for are refused (issue #32 items 4 and 5):
 a completion or an edit that uses a name the file never defines or imports, and a rewrite
-that renames the definition it rewrites or drops or renames its parameters."""
+that renames the definition it rewrites or drops or renames its parameters. Over LSP:
+tests/integration/test_names.py."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 
@@ -14,8 +13,7 @@ from dg_lsp.completion.postprocess import postprocess
 from dg_lsp.context import build_context
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for
-from tests.support.lsp_wire import WireServer
-from tests.support.scripted import Scripted, ScriptedEngine
+from tests.support.scripted import Scripted
 from tests.support.targets import doc, target_of
 
 MEAN = 'def mean(xs):\n    """The mean of xs."""\n    return |\n'
@@ -58,11 +56,11 @@ def test_a_completion_using_a_name_the_file_does_not_know_is_not_shown(marked, k
 def test_the_mean_example_of_the_issue_through_the_pipeline():
     source = MEAN.replace("|", "")
     request = CompletionRequest(source, MEAN.index("|"), language_for("python"))
-    assert Pipeline(ScriptedEngine(["jnp.sum(xs)"])).complete(request) is None
+    assert Pipeline(Scripted(["jnp.sum(xs)"])).complete(request) is None
     numpy = "import numpy as np\n\n\n"
     request = CompletionRequest(numpy + source, len(numpy) + MEAN.index("|"),
                                 language_for("python"))
-    assert Pipeline(ScriptedEngine(["np.sum(xs)"])).complete(request).text == "np.sum(xs)"
+    assert Pipeline(Scripted(["np.sum(xs)"])).complete(request).text == "np.sum(xs)"
 
 
 def test_builtins_dunders_and_wildcard_imports_are_known_and_other_languages_unchecked():
@@ -123,60 +121,3 @@ def test_an_edit_using_a_name_the_file_does_not_know_is_refused_unless_the_instr
 ])
 def test_a_rewrite_keeps_the_signature_unless_the_instruction_asks(new, instruction, result):
     assert rewrite(new, instruction) == (new if result is None else result)
-
-
-# -- over LSP ---------------------------------------------------------------------------------
-
-# `dg-lsp serve` whose engine writes the given text for every hole (argv[1], JSON).
-SCRIPTED_SERVER = """
-import json, sys
-from dg_lsp.lsp.server import create_server
-from tests.support.scripted import Scripted
-texts = json.loads(sys.argv[1])
-create_server(Scripted(*texts * 8)).start_io()
-"""
-
-
-def test_a_rename_is_refused_over_lsp_with_its_reason_unless_the_instruction_asks():
-    renamed = COUNTER.replace("word_count", "read_lines")
-    resolves = {"textDocument": {"codeAction": {"resolveSupport": {"properties": ["edit"]}}}}
-    wire = WireServer(None, capabilities=resolves,
-                      python_args=("-c", SCRIPTED_SERVER, json.dumps([renamed])))
-    try:
-        uri = "file:///tmp/words.py"
-        wire.open(uri, WORD_COUNT)
-        whole = {"start": {"line": 0, "character": 0}, "end": {"line": 5, "character": 0}}
-        listed = wire.call("textDocument/codeAction", {
-            "textDocument": {"uri": uri}, "range": whole, "context": {"diagnostics": []}})
-        (action,) = [a for a in listed["result"] if a["title"] == "Rewrite selection"]
-        refused = wire.call("codeAction/resolve", action)
-        assert refused["error"]["message"] == (
-            "dg-lsp: the model's version renames `word_count` to `read_lines`")
-
-        def instructed(instruction: str) -> dict:
-            """The command's answer; the edit it asks the client to apply is applied."""
-            msg_id = wire.request("workspace/executeCommand", {
-                "command": "dg-lsp.rewriteWithInstruction", "arguments": [{
-                    "textDocument": {"uri": uri, "version": 1}, "range": whole,
-                    "instruction": instruction, "strength": 1.0}]})
-            for _ in range(100):  # a refused edit: no applyEdit comes, the answer does
-                message = wire.messages.get(timeout=60)
-                if message.get("id") == msg_id and "method" not in message:
-                    return message
-                if message.get("method") == "workspace/applyEdit":
-                    wire.send({"jsonrpc": "2.0", "id": message["id"],
-                               "result": {"applied": True}})
-                elif "method" in message:
-                    wire.notifications.append(message)
-            raise AssertionError("no answer to the command")
-
-        assert instructed("use collections.Counter")["result"] is None
-        shown_messages = [m["params"]["message"] for m in wire.notifications
-                          if m["method"] == "window/showMessage"]
-        assert shown_messages[-1] == ("dg-lsp: the model's version renames `word_count` to "
-                                      "`read_lines`")
-        edit = instructed("rename it to read_lines")["result"]
-        (change,) = edit["documentChanges"]
-        assert [e["newText"] for e in change["edits"]] == [renamed]
-    finally:
-        wire.close()

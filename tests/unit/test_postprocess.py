@@ -16,7 +16,7 @@ from dg_lsp.settings import Settings, parse_settings
 from dg_lsp.syntax.languages import language_for
 from engine.backend import StepsOnWorker
 from engine.units import UnitEnd, unit_ended
-from tests.support.scripted import ScriptedEngine
+from tests.support.scripted import Scripted
 
 
 def run(language_id: str | None, marked: str, raw: str) -> Suggestion | None:
@@ -90,7 +90,8 @@ def test_rejected(language_id, source, raw):
 
 
 def test_a_row_of_values_is_not_a_loop():
-    assert run("python", "def f():\n    return |\n", "[0, 0, 0, 0, 0]") is not None
+    assert run("python", "def f():\n    return |\n", "[0, 0, 0, 0, 0]") == Suggestion(
+        "[0, 0, 0, 0, 0]", 0)
 
 
 @pytest.mark.parametrize(
@@ -120,12 +121,12 @@ def test_pipeline_has_the_engine_stop_once_the_line_is_complete():
     source = "def f(x):\n    y = |\n"
     request = CompletionRequest(source.replace("|", ""), source.index("|"),
                                 language_for("python"))
-    engine = ScriptedEngine(texts)
+    engine = Scripted(texts)
     completion = Pipeline(engine).complete(request)
     assert (completion.text, completion.steps, engine.taken) == ("x + 1", 3, 3)
     assert engine.until == UnitEnd("line")
 
-    engine = ScriptedEngine(texts)
+    engine = Scripted(texts)
     with ThreadPoolExecutor(1) as executor:
         completion = asyncio.run(Pipeline(StepsOnWorker(engine, executor)).complete_async(request))
     assert (completion.text, completion.steps, engine.taken) == ("x + 1", 3, 3)

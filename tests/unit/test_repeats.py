@@ -7,8 +7,8 @@ from __future__ import annotations
 from dg_lsp.completion.pipeline import CompletionRequest, Pipeline
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for
-from engine.backend import EngineInfo
 from engine.types import Draft, Score, last_draft
+from tests.support.scripted import Scripted
 
 SOURCE = ("def pairs(iterable):\n    it = iter(iterable)\n    return zip(it, it)\n\n"
           "def firsts(iterable):\n    it = \n    return next(it)\n")
@@ -16,27 +16,13 @@ CURSOR = SOURCE.index("it = \n") + len("it = ")
 FREE, CHOSEN = Score(0.2, 0.5, 4, 5), Score(0.6, 0.6, 1, 2)
 
 
-class Written:
+def written(*answers: tuple[str, Score, str]) -> Scripted:
     """A backend that answers each request with the next (text, score, finish reason), in a
     draft before the last (an engine's step) and the last."""
-
-    engine_info = EngineInfo(model="written", family="masked", device="cpu", resident=False,
-                             counts_tokens=False)
-
-    def __init__(self, *answers: tuple[str, Score, str]) -> None:
-        self.answers = list(answers)
-        self.requests: list = []
-        self.closed: list = []  # the choices of each request whose stream was closed
-
-    def infill_stream(self, request, cancel=None, document=None):
-        self.requests.append(request)
-        text, score, reason = self.answers.pop(0)
-        try:
-            yield Draft(step=1, token_ids=[], committed=0, text="", score=score)
-            yield Draft(step=score.passes, token_ids=[], committed=1, text=text, done=True,
-                        finish_reason=reason, score=score)
-        finally:
-            self.closed.append(request.choices)
+    return Scripted(*([Draft(step=1, token_ids=[], committed=0, text="", score=score),
+                       Draft(step=score.passes, token_ids=[], committed=1, text=text, done=True,
+                             finish_reason=reason, score=score)]
+                      for text, score, reason in answers))
 
 
 def complete(backend, offset: int = CURSOR, source: str = SOURCE):
@@ -48,7 +34,7 @@ def complete(backend, offset: int = CURSOR, source: str = SOURCE):
 
 
 def test_the_model_chooses_a_text_the_file_has_and_writes_nothing_else():
-    backend = Written(("iter(iterable)", CHOSEN, "stop"))
+    backend = written(("iter(iterable)", CHOSEN, "stop"))
     completion, last = complete(backend)
     (asked,) = backend.requests
     assert asked.choices == ("iter(iterable)",)
@@ -56,7 +42,7 @@ def test_the_model_chooses_a_text_the_file_has_and_writes_nothing_else():
 
 
 def test_choosing_none_the_model_writes_the_hole_freely():
-    backend = Written(("", CHOSEN, "stop"), ("next(it)", FREE, "unit"))
+    backend = written(("", CHOSEN, "stop"), ("next(it)", FREE, "unit"))
     completion, last = complete(backend)
     first, second = backend.requests
     assert (first.choices, second.choices) == (("iter(iterable)",), None)
@@ -67,26 +53,26 @@ def test_choosing_none_the_model_writes_the_hole_freely():
 
 def test_where_no_line_holds_a_text_one_request_written_freely():
     source = SOURCE.replace("    it = iter(iterable)\n", "    xs = iter(iterable)\n")
-    backend = Written(("next(it)", FREE, "unit"))
+    backend = written(("next(it)", FREE, "unit"))
     completion, _ = complete(backend, source.index("it = \n") + 5, source)
     assert completion.text == "next(it)"
     assert [r.choices for r in backend.requests] == [None]
 
 
 def test_a_cancelled_choice_ends_the_request():
-    backend = Written(("", CHOSEN, "cancelled"))
+    backend = written(("", CHOSEN, "cancelled"))
     assert complete(backend)[0] is None and len(backend.requests) == 1
 
 
 def test_a_request_closed_while_the_model_writes_closes_the_engines_stream():
-    backend = Written(("", CHOSEN, "stop"), ("next(it)", FREE, "unit"))
+    backend = written(("", CHOSEN, "stop"), ("next(it)", FREE, "unit"))
     pipeline = Pipeline(backend, Settings(min_confidence=0.0))
     _, drafts = pipeline.start(CompletionRequest(SOURCE, CURSOR, language_for("python")))
     # the choice's step, then the free hole's first step (after the choice's 2 passes)
     assert [next(drafts).step for _ in range(2)] == [1, 3]
-    assert backend.closed == [("iter(iterable)",)]
+    assert [r.choices for r in backend.closed] == [("iter(iterable)",)]
     drafts.close()  # the editor moved on
-    assert backend.closed == [("iter(iterable)",), None]
+    assert [r.choices for r in backend.closed] == [("iter(iterable)",), None]
 
 
 def test_the_bundled_model_takes_the_files_text_or_writes_freely(bundled_engine):
