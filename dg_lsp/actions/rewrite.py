@@ -25,6 +25,8 @@ The one edit path for code actions, `dg-lsp rewrite` and batch mode:
 
 from __future__ import annotations
 
+import ast
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -51,6 +53,12 @@ from engine.units import bracket_depths, indent_width, leading_indent
 DEFAULT_STRENGTH = 0.5
 # A body or a doc comment is not empty: no stop token in its first few positions.
 MIN_TOKENS = {COMPLETE_BODY: 4, DOCSTRING: 2}
+# A body the first decoding leaves unusable (an unclosed docstring, a stop after `return
+# math.`) is written once more with every pass exact (the context's keys and values computed
+# afresh, not reused from a cached pass) and no stop in its first six tokens: on held-out
+# stubs the second try offers a body at more functions, about as close to the authors' as
+# the first try's bodies (docs/usage.md, "Code actions"; scripts/experiments/body_action.py).
+BODY_RETRY = {"cache_refresh": 1, "min_tokens": 6}
 MAX_DOCUMENT_CHARS = 5_000_000
 
 
@@ -87,9 +95,9 @@ def compute_edit(
     steps = 0
     unasked = None  # why the last parseable edit was refused
     unsure = None  # why the last edit the model was unsure of was refused
-    for attempt in _strengths(target, strength):
+    for attempt, sampler in _attempts(target, strength):
         generated, used, score = _generate(backend, doc, target, settings, instruction,
-                                           attempt, cancel)
+                                           attempt, cancel, sampler)
         steps += used
         if generated is None:
             raise RewriteError("cancelled")
@@ -106,6 +114,9 @@ def compute_edit(
             text = _parseable(doc, target, text, before)
         if text is not None and text == original:
             raise RewriteError("the model's version is the same as the original")
+        if text is not None and target.action == COMPLETE_BODY and _only_docstring(text, doc):
+            unasked = "is a docstring, no code"  # what "Add docstring" is for
+            continue
         if text is not None:
             unasked = _unasked_change(doc, target, text, instruction)
             if unasked is None:
@@ -179,12 +190,28 @@ def _in_body(text: str, indent: str) -> str:
     return "\n".join(kept).rstrip()
 
 
-def _strengths(target: Target, strength: float) -> list[float]:
-    if target.action in (COMPLETE_BODY, DOCSTRING):
-        return [1.0]  # nothing worth keeping: generated afresh
+def _only_docstring(body: str, doc: ParsedText) -> bool:
+    """Whether a generated Python body holds nothing but string literals: a small model,
+    shown a function with no docstring, starts one and fills the body with it."""
+    if doc.language is None or doc.language.name != "python":
+        return False
+    try:
+        statements = ast.parse(textwrap.dedent(body.strip("\n"))).body
+    except SyntaxError:
+        return False
+    return all(isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
+               and isinstance(s.value.value, str) for s in statements)
+
+
+def _attempts(target: Target, strength: float) -> list[tuple[float, dict]]:
+    """(strength, sampler settings changed) of each try, the next only where one is refused."""
+    if target.action == COMPLETE_BODY:
+        return [(1.0, {}), (1.0, BODY_RETRY)]  # nothing worth keeping: generated afresh
+    if target.action == DOCSTRING:
+        return [(1.0, {})]
     if target.action == FIX_SYNTAX and strength < 1.0:
-        return [strength, 1.0]  # kept tokens may keep the error: then try afresh
-    return [strength]
+        return [(strength, {}), (1.0, {})]  # kept tokens may keep the error: then try afresh
+    return [(strength, {})]
 
 
 def _generate(
@@ -195,13 +222,14 @@ def _generate(
     instruction: str | None,
     strength: float,
     cancel: Callable[[], bool] | None,
+    changed: dict | None = None,
 ) -> tuple[str | None, int, Score | None]:
     """The hole's text (None when cancelled), the forward passes it took and the engine's
-    Score of it."""
+    Score of it; `changed`: sampler settings this try sets otherwise."""
     prefix, suffix = model_input(doc, target, settings, instruction)
     # An action's edit must not depend on which requests the engine served before.
-    sampler = replace(settings.sampler, min_tokens=MIN_TOKENS.get(target.action, 0),
-                      share_prefix=False)
+    sampler = replace(settings.sampler, **{"min_tokens": MIN_TOKENS.get(target.action, 0),
+                                           "share_prefix": False, **(changed or {})})
     original = doc.text[target.start : target.end]
     if original and strength < 1.0:
         # Remasking has no held-out measurement that favours cached passes (infill holes

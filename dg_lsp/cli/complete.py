@@ -18,6 +18,7 @@ from pathlib import Path
 
 from lsprotocol import types
 
+from dg_lsp.completion import gate
 from dg_lsp.completion.pipeline import Completion, CompletionRequest, Hidden, Pipeline
 from dg_lsp.context import Context
 from dg_lsp.lsp.engine_host import NoEngine, check_engine_arguments, open_for_command
@@ -136,13 +137,17 @@ def explanation(ctx: Context, last: Draft | None, decided: Completion | Hidden,
         if last.score is not None:
             lines.append(f"score: least confident token {last.score.lowest:.2f}, mean "
                          f"{last.score.mean:.2f} over {last.score.tokens} tokens")
+    line_start = gate.is_line_start(ctx.line_prefix, ctx.kind)
+    bar = f"{gate.threshold(min_confidence, line_start):.3g}" + (
+        f" (a line start's: {gate.LINE_START_SHARE:g} of {min_confidence:g})"
+        if line_start and min_confidence > 0 else "")
     if isinstance(decided, Hidden):
         lines.append(f"gate: hidden, {decided.reason}"
-                     + (f" < {min_confidence:.2f}" if decided.reason.startswith("unsure") else ""))
+                     + (f" < {bar}" if decided.reason.startswith("unsure") else ""))
     elif decided.confidence is None:
         lines.append("gate: shown (no score to gate on)")
     else:
-        lines.append(f"gate: shown, confidence {decided.confidence:.2f} >= {min_confidence:.2f}")
+        lines.append(f"gate: shown, confidence {decided.confidence:.2f} >= {bar}")
     return "\n".join(lines)
 
 

@@ -135,7 +135,8 @@ class Pipeline:
         confidence = None if last.score is None else gate.confidence(
             last.score, ctx.kind, suggestion.text, repeated)
         below_gate = gate.hides(last.score, ctx.kind, suggestion.text, repeated,
-                                self.settings.min_confidence)
+                                self.settings.min_confidence,
+                                gate.is_line_start(ctx.line_prefix, ctx.kind))
         if below_gate and not asked:
             return Hidden(unsure(confidence), confidence)
         self.cache.put(request.uri, request.text, request.offset, suggestion)

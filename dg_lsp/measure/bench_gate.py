@@ -35,6 +35,14 @@ THRESHOLDS = (0.0, 0.05, 0.1, 0.12, 0.14, 0.16, 0.18, 0.2, 0.22, 0.25, 0.3, 0.4,
 PROBABILITIES = (0.0, 0.02, 0.03, 0.04, 0.045, 0.05, 0.055, 0.06, 0.07, 0.08, 0.1, 0.12, 0.15,
                  0.2, 0.3, 0.5)
 MIN_SHOWN = 1 / 3  # the rule's floor: at least this share of cursors still gets a suggestion
+MIN_GROUP_SHOWN = 1 / 5  # and at least this share of each cursor group's
+# The cursor groups a user tells apart (engine.data.cases.CURSOR_CLASSES): no group may be
+# hidden almost entirely while the others are shown.
+GROUPS = {
+    "line start": ("new line", "block header"),
+    "mid-line": ("after =", "after .", "after ,", "after keyword"),
+    "brackets": ("after (", "argument list"),
+}
 
 
 @dataclass
@@ -111,12 +119,17 @@ def lowest(row: Shown) -> float | None:
 
 
 def calibrated(row: Shown) -> float | None:
-    """What the gate thresholds: the calibrator's probability that the row's suggestion is
-    close to right (dg_lsp.completion.gate.confidence)."""
-    from dg_lsp.completion.gate import confidence
+    """What the gate compares with minConfidence: the calibrator's probability that the row's
+    suggestion is close to right (dg_lsp.completion.gate.confidence), over LINE_START_SHARE
+    for a line start (whose threshold is that share of minConfidence: the same decision)."""
+    from dg_lsp.completion.gate import LINE_START_SHARE, confidence, is_line_start
 
     score = row.score()
-    return None if score is None else confidence(score, row.hole, row.text, row.repeated)
+    if score is None:
+        return None
+    probability = confidence(score, row.hole, row.text, row.repeated)
+    return probability / LINE_START_SHARE if is_line_start(row.line_prefix, row.hole) else (
+        probability)
 
 
 def curve(rows: list[Shown], thresholds: tuple[float, ...] = THRESHOLDS,
@@ -139,16 +152,28 @@ def curve(rows: list[Shown], thresholds: tuple[float, ...] = THRESHOLDS,
     return out
 
 
-def choose(points: list[dict]) -> float:
+def choose(points: list[dict], groups: list[list[dict]] = ()) -> float:
     """The rule: the most right suggestions per wrong one shown, among the thresholds that
-    show at least MIN_SHOWN of the cursors; ties go to the lower threshold (shows more)."""
-    eligible = [p for p in points
-                if p["shownRate"] is not None and p["shownRate"] >= MIN_SHOWN]
+    show at least MIN_SHOWN of the cursors and, given the curves of cursor groups (at the same
+    thresholds), at least MIN_GROUP_SHOWN of each group's; ties go to the lower threshold
+    (shows more)."""
+    eligible = [p for n, p in enumerate(points)
+                if p["shownRate"] is not None and p["shownRate"] >= MIN_SHOWN
+                and all(g[n]["shownRate"] is None or g[n]["shownRate"] >= MIN_GROUP_SHOWN
+                        for g in groups)]
     if not eligible:
         return 0.0
     # Right per wrong is exact / (1 - exact): the most of it is the highest exact-match rate.
     best = max(eligible, key=lambda p: (p["exactMatch"] or 0.0, -p["minConfidence"]))
     return best["minConfidence"]
+
+
+def group_curves(rows: list[Shown], thresholds: tuple[float, ...] = PROBABILITIES,
+                 score: Callable[[Shown], float | None] = calibrated
+                 ) -> dict[str, list[dict]]:
+    """The curve of each cursor group (GROUPS) that has cursors among `rows`."""
+    return {name: curve(part, thresholds, score) for name, classes in GROUPS.items()
+            if (part := [r for r in rows if r.kind in classes])}
 
 
 def score_cost_ms(hole: int, passes: int, repeats: int = 2000) -> float:
@@ -202,8 +227,10 @@ def gate_section(cases: list[Case], model: str | None, device: str) -> dict[str,
     per_class = {kind: curve([r for r in rows if r.kind == kind], PROBABILITIES, calibrated)
                  for kind in classes}
     pooled = curve(rows, PROBABILITIES, calibrated)
+    groups = group_curves(rows)
     by_lowest = curve(rows, THRESHOLDS, lowest)
-    return {"pooled": pooled, "perClass": per_class, "chosen": choose(pooled),
+    return {"pooled": pooled, "perClass": per_class, "perGroup": groups,
+            "chosen": choose(pooled, list(groups.values())),
             "lowest": by_lowest, "lowestChosen": choose(by_lowest),
             "scoreCostMs": score_cost_ms(96, 24), "calibratorCostMs": calibrator_cost_ms(),
             "cursors": [dataclasses.asdict(r) for r in rows],

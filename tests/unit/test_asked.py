@@ -71,11 +71,17 @@ def test_the_explanation_names_each_part_of_the_decision():
         "offered first: none (no other line of the file fits here)",
         "model wrote: 'x + 1' (3 passes, stop)",
         "score: least confident token 0.50, mean 0.50 over 3 tokens",
-        "gate: hidden, unsure (0.27) < 0.30",
+        "gate: hidden, unsure (0.27) < 0.3",
     ]
     shown = Completion("x + 1", 21, 21, "rest_of_line", 3, SURE)
     assert explanation(ctx, last, shown, 0.3).split("\n")[-1] == (
-        "gate: shown, confidence 0.50 >= 0.30")
+        "gate: shown, confidence 0.50 >= 0.3")
+    start = "def f(x):\n    \n"  # a new line: half the threshold
+    request = CompletionRequest(start, start.index("\n", 10), language_for("python"))
+    ctx, drafts = pipeline.start(request)
+    shown = Completion("x + 1", 14, 14, "rest_of_line", 3, 0.2)
+    assert explanation(ctx, last, shown, 0.3).split("\n")[-1] == (
+        "gate: shown, confidence 0.20 >= 0.15 (a line start's: 0.5 of 0.3)")
     cancelled = Draft(step=1, token_ids=[], committed=0, text="", done=True,
                       finish_reason="cancelled", score=Score(1.0, 1.0, 0, 1))
     assert explanation(ctx, cancelled, Hidden("cancelled"), 0.3).split("\n")[-1] == (

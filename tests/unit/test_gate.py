@@ -6,6 +6,7 @@ fitted by dg_lsp.measure.gate_fit), an edit by its least confident token."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -220,7 +221,7 @@ def test_the_bench_scores_each_cursor_as_the_gate_does(hand_made):
 
     def row(lowest: float | None, exact: bool, text: str = "x") -> Shown:
         return Shown("c", "after =", lowest, exact, 1.0 if exact else 0.5, lowest, text,
-                     tokens=2, passes=2, hole="rest_of_line", text=text)
+                     tokens=2, passes=2, hole="rest_of_line", line_prefix="y = ", text=text)
 
     rows = [row(0.75, True), row(0.75, False, "a\nb"), row(0.5, False), row(None, False)]
     assert rows[0].features() == gate.features(Score(0.75, 0.75, 2, 2), "rest_of_line", "x", False)
@@ -229,6 +230,40 @@ def test_the_bench_scores_each_cursor_as_the_gate_does(hand_made):
     points = curve(rows, (0.0, 0.2, 0.4), calibrated)
     assert [(p["shown"], p["exactMatch"]) for p in points] == [(3, 0.333), (2, 0.5), (1, 1.0)]
     assert choose(points) == 0.2  # 0.4 shows 1 of 4 cursors, under a third
+    # A line start is held to half the threshold: the bench counts it as the gate decides.
+    start = dataclasses.replace(rows[2], kind="new line", line_prefix="    ")
+    assert calibrated(start) == 2 * calibrated(rows[2])
+    assert [p["shown"] for p in curve([start], (0.2, 0.4, 0.6), calibrated)] == [1, 1, 0]
+
+
+def test_a_line_start_is_gated_at_half_the_threshold(hand_made):
+    assert gate.is_line_start("    ", "rest_of_line") and gate.is_line_start("", "rest_of_line")
+    assert gate.is_line_start("def f():", "block")
+    assert not gate.is_line_start("    x = ", "rest_of_line")
+    assert gate.threshold(0.15, True) == 0.075 and gate.threshold(0.15, False) == 0.15
+    unsure = Score(0.5, 0.9, 3, 3)  # "x + 1": p = sigmoid(-1) = 0.269
+    assert gate.hides(unsure, "rest_of_line", "x + 1", False, 0.3)
+    assert not gate.hides(unsure, "rest_of_line", "x + 1", False, 0.3, line_start=True)
+    assert gate.hides(unsure, "rest_of_line", "x + 1", False, 0.6, line_start=True)
+    # Through the pipeline: the cursor after a new line's indentation, then mid-line.
+    for source, shown in (("def f(x):\n    \n", "x + 1"), (SOURCE, None)):
+        request = CompletionRequest(source, source.index("\n", 10), language_for("python"))
+        pipeline = Pipeline(Scripted(("x + 1", 0.5)), Settings(min_confidence=0.3))
+        completion = pipeline.complete(request)
+        assert (completion.text if completion else None) == shown
+
+
+def test_the_rule_keeps_every_cursor_group_above_its_floor():
+    from dg_lsp.measure.bench_gate import choose
+
+    def point(threshold: float, shown_rate: float, exact: float) -> dict:
+        return {"minConfidence": threshold, "shownRate": shown_rate, "exactMatch": exact}
+
+    pooled = [point(0.1, 0.6, 0.2), point(0.2, 0.4, 0.3), point(0.3, 0.35, 0.4)]
+    assert choose(pooled) == 0.3
+    # a group shown at under a fifth at 0.3 rules it out; at 0.2 it keeps a fifth
+    group = [point(0.1, 0.5, 0.0), point(0.2, 0.2, 0.0), point(0.3, 0.1, 0.0)]
+    assert choose(pooled, [group]) == 0.2
 
 
 # -- the calibrator's fit (dg_lsp.measure.gate_fit) ------------------------------------------------

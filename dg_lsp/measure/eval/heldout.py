@@ -18,8 +18,12 @@ PACKAGE, VERSION = "more-itertools", "10.5.0"
 # A second package the distilled model is judged on (scripts/experiments/distill_eval.py):
 # pure Python, no dependency of torch or transformers, refused by the corpus builder too.
 SECOND_PACKAGE, SECOND_VERSION = "boltons", "26.2.0"
-assert PACKAGE.replace("-", "_") in BENCHMARK_PACKAGES
-assert SECOND_PACKAGE in BENCHMARK_PACKAGES
+# A third, for the confidence gate's per-package curves (scripts/experiments/gate_packages.py):
+# functional helpers in several modules, pure Python, no dependency of torch or transformers.
+THIRD_PACKAGE, THIRD_VERSION = "toolz", "1.0.0"
+HELDOUT_PACKAGES = ((PACKAGE, VERSION), (SECOND_PACKAGE, SECOND_VERSION),
+                    (THIRD_PACKAGE, THIRD_VERSION))
+assert all(name.replace("-", "_") in BENCHMARK_PACKAGES for name, _ in HELDOUT_PACKAGES)
 
 
 def cache_dir() -> Path:
