@@ -17,9 +17,9 @@ from collections.abc import Iterator
 import torch
 
 from engine.canvas import Canvas, VocabText, completion_text
-from engine.config import ModelConfig
 from engine.constraints import token_constraints
 from engine.kv_cache import joined
+from engine.models.config import ModelConfig
 from engine.models.transformer import LayerKV, Transformer
 from engine.samplers import allowed_mask
 from engine.tokenizer import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, Tokenizer

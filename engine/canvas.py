@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.choices import Choices
-from engine.config import ModelConfig
+from engine.models.config import ModelConfig
 from engine.tokenizer import Tokenizer
 from engine.types import CANVAS_LENGTH, SUFFIX_FRACTION
 

@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from engine.config import CheckpointError
+from engine.models.config import CheckpointError
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ SUBCOMMAND_MODULES = [
     "engine.serve.command",
     "engine.serve.ray_cli",
     "engine.serve.bench",
-    "engine.plan",
+    "engine.models.plan",
 ]
 
 

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from engine.canvas import Canvas, VocabText
-from engine.config import ModelConfig
+from engine.models.config import ModelConfig
 from engine.samplers import allowed_mask
 
 

@@ -58,10 +58,10 @@ import torch
 from torch import Tensor
 
 from engine.canvas import Canvas, VocabText, completion_text
-from engine.config import ModelConfig
 from engine.constraints import token_constraints
 from engine.hole import Hole, choose, edit_dreamon, follow_choices, stop_early, stop_run
 from engine.kv_cache import ContextCache, PrefixCache, first_positions, joined
+from engine.models.config import ModelConfig
 from engine.models.transformer import LayerKV, Transformer
 from engine.passes import hole_logits, live_span, logit_rows, rows_to_logits
 from engine.samplers import adjust_logits, step

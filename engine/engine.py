@@ -28,8 +28,8 @@ from torch import Tensor, nn
 
 from engine.backend import EngineInfo
 from engine.canvas import VocabText
-from engine.config import ModelConfig
 from engine.families import Decoder, decoder_for
+from engine.models.config import ModelConfig
 from engine.runner import Live, Runner
 from engine.stops import completion_ids
 from engine.threads import ThreadPolicy
@@ -61,7 +61,7 @@ class Engine:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.config: ModelConfig = config if config is not None else model.cfg
-        self.checkpoint = checkpoint  # engine.checkpoint.Checkpoint when loaded from disk
+        self.checkpoint = checkpoint  # engine.models.checkpoint.Checkpoint when loaded from disk
         self.device: torch.device = next(model.parameters()).device
         self.quantized = quantized
         # Everything that depends on the model's family, decided here once.
@@ -90,7 +90,7 @@ class Engine:
         chosen by the machine's load before passes, or OMP_NUM_THREADS where set; see
         engine.threads).
         """
-        from engine.checkpoint import read_checkpoint, resolve
+        from engine.models.checkpoint import read_checkpoint, resolve
 
         if compile and dtype == "int8":
             raise ValueError("int8 layers do not compile (torch.compile stops at every "

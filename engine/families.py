@@ -29,9 +29,9 @@ from engine.ar import FIM_TOKENS, decode_ar
 from engine.bounds import STRENGTH_RANGE
 from engine.canvas import Canvas, VocabText, completion_text, layout, to_lf
 from engine.choices import Choices
-from engine.config import ModelConfig
 from engine.denoise import MaskedDenoiser
 from engine.kv_cache import PrefixCache
+from engine.models.config import ModelConfig
 from engine.models.transformer import Transformer, shift_logits
 from engine.remask import default_max_tokens, least_likely_kept, seeded_kept
 from engine.runner import DraftSteps, Steps
@@ -53,7 +53,7 @@ class Decoder:
         self.model = model
         self.tokenizer = tokenizer
         self.config = config
-        self.checkpoint = checkpoint  # engine.checkpoint.Checkpoint when loaded from disk
+        self.checkpoint = checkpoint  # engine.models.checkpoint.Checkpoint when loaded from disk
         # Prefix keys/values shared by successive requests (used with cache_refresh > 1).
         self.prefix_cache = PrefixCache()
         self._vocab: VocabText | None = None
@@ -146,7 +146,7 @@ class _TransformerDecoder(Decoder):
     @classmethod
     def load_model(cls, ckpt: Any, device: str, dtype: str, compile: bool
                    ) -> tuple[nn.Module, bool]:
-        from engine.checkpoint import load_model, quantize_int8, quantized_on, resolve_device
+        from engine.models.checkpoint import load_model, quantize_int8, quantized_on, resolve_device
 
         int8 = not compile and quantized_on(dtype, resolve_device(device), cls.family)
         model = load_model(ckpt, device, "float32" if int8 else dtype).fuse_projections()

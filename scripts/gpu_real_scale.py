@@ -121,9 +121,9 @@ def dg_section(run: Run, device: str, layers: int | None, experts: int | None,
                steps: int) -> None:
     import transformers
 
-    from engine.checkpoint import Checkpoint
-    from engine.config import config_from_hf
     from engine.models.block import denoise_block
+    from engine.models.checkpoint import Checkpoint
+    from engine.models.config import config_from_hf
     from engine.serve.bench import cursor_cases
     from engine.tokenizer import Tokenizer
     from engine.types import SamplerSettings

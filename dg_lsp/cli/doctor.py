@@ -125,8 +125,8 @@ def check_grammars(report: Report) -> None:
 
 
 def check_model(report: Report, model: str | None) -> None:
-    from engine.checkpoint import read_checkpoint, resolve, weight_files
-    from engine.config import CheckpointError
+    from engine.models.checkpoint import read_checkpoint, resolve, weight_files
+    from engine.models.config import CheckpointError
 
     try:
         folder = resolve(model)

@@ -42,7 +42,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine.checkpoint import BUNDLED_MODELS
+from engine.models.checkpoint import BUNDLED_MODELS
 
 SECTIONS = ("lsp", "gate", "samplers", "cache", "concurrency", "memory", "batch")
 DEFAULT_SECTIONS = SECTIONS[:-1]  # batch starts Ray clusters: only when asked

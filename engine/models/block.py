@@ -41,14 +41,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from engine.checkpoint import CONVERT_CHUNK_BYTES, FLOAT_DTYPES
-from engine.config import CheckpointError
+from engine.models.checkpoint import CONVERT_CHUNK_BYTES, FLOAT_DTYPES
+from engine.models.config import CheckpointError
 from engine.samplers import allowed_mask
 from engine.stops import completion_ids
 from engine.types import Draft, SamplerSettings
 
 if TYPE_CHECKING:
-    from engine.checkpoint import Checkpoint
+    from engine.models.checkpoint import Checkpoint
 
 MADV_DONTNEED = 4  # <sys/mman.h> on Linux
 
@@ -93,7 +93,7 @@ def load_block_model(ckpt: Checkpoint, device: str = "auto", dtype: str = "auto"
 
     Safetensors only, local files only, no remote code.
     """
-    from engine.checkpoint import resolve_device, resolve_dtype, weight_files
+    from engine.models.checkpoint import resolve_device, resolve_dtype, weight_files
 
     tf = _transformers()
     dev = resolve_device(device)

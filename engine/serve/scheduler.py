@@ -40,8 +40,8 @@ from typing import Any
 
 import torch
 
-from engine.config import ModelConfig
 from engine.engine import Engine
+from engine.models.config import ModelConfig
 from engine.runner import Live, empty_draft, stop_reason
 from engine.types import Draft, InfillRequest, RewriteRequest
 

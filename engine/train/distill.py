@@ -65,9 +65,9 @@ from engine.bounds import (
     check_bounds,
 )
 from engine.canvas import Canvas, expects_bos
-from engine.checkpoint import checkpoint_name, load_model, read_checkpoint, resolve
 from engine.data.stats import edit_similarity
 from engine.denoise import MaskedDenoiser
+from engine.models.checkpoint import checkpoint_name, load_model, read_checkpoint, resolve
 from engine.models.transformer import Transformer, rope_tables
 from engine.stops import completion_ids
 from engine.threads import ThreadPolicy

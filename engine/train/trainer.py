@@ -46,8 +46,8 @@ from engine.bounds import (
     bounded,
     check_bounds,
 )
-from engine.checkpoint import load_model, read_checkpoint, resolve, resolve_device
-from engine.config import ModelConfig
+from engine.models.checkpoint import load_model, read_checkpoint, resolve, resolve_device
+from engine.models.config import ModelConfig
 from engine.models.transformer import Transformer
 from engine.threads import ThreadPolicy
 from engine.tokenizer import EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, MASK, PAD, Tokenizer

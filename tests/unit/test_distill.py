@@ -13,8 +13,8 @@ from safetensors import safe_open
 
 from engine import Engine
 from engine.canvas import Canvas
-from engine.checkpoint import load_model, read_checkpoint
 from engine.cli import main as engine_main
+from engine.models.checkpoint import load_model, read_checkpoint
 from engine.train.corpus import build_corpus
 from engine.train.distill import (
     CHECKS_FILE,

@@ -21,9 +21,9 @@ import torch
 from engine import Engine
 from engine.ar import fim_prompt
 from engine.canvas import layout
-from engine.config import ModelConfig
 from engine.denoise import MaskedDenoiser
 from engine.kv_cache import ContextCache, PrefixCache
+from engine.models.config import ModelConfig
 from engine.models.transformer import Transformer
 from engine.passes import hole_logits
 from engine.tokenizer import EOS, MASK, PAD, Tokenizer
@@ -426,8 +426,8 @@ def test_block_family_is_served_through_the_same_api(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
     if not hasattr(transformers, "DiffusionGemmaForBlockDiffusion"):
         pytest.skip("this transformers has no DiffusionGemma")
-    from engine.checkpoint import read_checkpoint
     from engine.models.block import denoise_block
+    from engine.models.checkpoint import read_checkpoint
     from tests.support.diffusion_gemma import write_diffusion_gemma
 
     ckpt = read_checkpoint(write_diffusion_gemma(tmp_path))
