@@ -16,13 +16,13 @@ from collections.abc import Iterator
 
 import torch
 
-from engine.canvas import Canvas, VocabText, completion_text
 from engine.constraints import token_constraints
 from engine.kv_cache import joined
 from engine.models.config import ModelConfig
 from engine.models.transformer import LayerKV, Transformer
 from engine.samplers import allowed_mask
-from engine.tokenizer import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, Tokenizer
+from engine.text.canvas import Canvas, VocabText, completion_text
+from engine.text.tokenizer import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, Tokenizer
 from engine.types import Draft, score_of
 
 FIM_TOKENS = 3  # prompt tokens the PSM template adds around prefix and suffix

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from engine.canvas import Canvas, VocabText
 from engine.models.config import ModelConfig
 from engine.samplers import allowed_mask
+from engine.text.canvas import Canvas, VocabText
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def token_constraints(
     follows_choices: bool,
 ) -> TokenConstraints:
     """The constraints of `canvas`'s hole. `follows_choices`: the hole is written as one of
-    `canvas.choices`, position by position (engine.choices)."""
+    `canvas.choices`, position by position (engine.text.choices)."""
     banned = [i for i in (config.mask_token_id,) if i is not None]
     if not stop_early:
         banned += sorted(stop_ids)

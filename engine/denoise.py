@@ -57,7 +57,6 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from engine.canvas import Canvas, VocabText, completion_text
 from engine.constraints import token_constraints
 from engine.hole import Hole, choose, edit_dreamon, follow_choices, stop_early, stop_run
 from engine.kv_cache import ContextCache, PrefixCache, first_positions, joined
@@ -65,8 +64,9 @@ from engine.models.config import ModelConfig
 from engine.models.transformer import LayerKV, Transformer
 from engine.passes import hole_logits, live_span, logit_rows, rows_to_logits
 from engine.samplers import adjust_logits, step
-from engine.stops import completion_ids
-from engine.tokenizer import Tokenizer
+from engine.text.canvas import Canvas, VocabText, completion_text
+from engine.text.stops import completion_ids
+from engine.text.tokenizer import Tokenizer
 from engine.types import Draft, SamplerSettings, score_of
 
 
@@ -127,7 +127,7 @@ class MaskedDenoiser:
         pad = config.pad_token_id
         self.pad_id = pad if pad is not None else config.eos_token_id
         self.expand_id = config.expand_token_id
-        # A hole of fixed length follows its choices position by position (engine.choices);
+        # A hole of fixed length follows its choices position by position (engine.text.choices);
         # DreamOn's hole changes length, so it keeps their tokens only.
         self.choices = canvas.choices if self.expand_id is None else None
         self.constraints = token_constraints(

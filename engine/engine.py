@@ -27,13 +27,13 @@ import torch
 from torch import Tensor, nn
 
 from engine.backend import EngineInfo
-from engine.canvas import VocabText
 from engine.families import Decoder, decoder_for
 from engine.models.config import ModelConfig
 from engine.runner import Live, Runner
-from engine.stops import completion_ids
+from engine.text.canvas import VocabText
+from engine.text.stops import completion_ids
+from engine.text.tokenizer import Tokenizer
 from engine.threads import ThreadPolicy
-from engine.tokenizer import Tokenizer
 from engine.types import (
     CANVAS_LENGTH,
     SUFFIX_FRACTION,
@@ -141,7 +141,7 @@ class Engine:
 
     def rewrite_stream(self, request: RewriteRequest, cancel: Callable[[], bool] | None = None,
                        *, document: str | None = None) -> Iterator[Draft]:
-        """Drafts of `request.original` rewritten at `request.strength` (engine.remask)."""
+        """Drafts of `request.original` rewritten at `request.strength` (engine.text.remask)."""
         return self._stream(request, cancel)
 
     def infill(

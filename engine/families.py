@@ -8,7 +8,7 @@ engine's scheduler. Which tokens end a completion is `stop_ids`. Nothing else as
 family a model is.
 
 - MaskedDecoder: a bidirectional denoiser fills a masked hole inside the canvas
-  (engine.denoise); rewrites remask the least likely tokens (engine.remask).
+  (engine.denoise); rewrites remask the least likely tokens (engine.text.remask).
 - ARDecoder: the causal baseline writes the middle token by token after a FIM prompt
   (engine.ar); it cannot keep tokens inside what it writes, so a rewrite is a fresh infill.
 - BlockDecoder: DiffusionGemma denoises canvases after the prompt (engine.models.block);
@@ -27,15 +27,15 @@ from torch import Tensor, nn
 
 from engine.ar import FIM_TOKENS, decode_ar
 from engine.bounds import STRENGTH_RANGE
-from engine.canvas import Canvas, VocabText, completion_text, layout, to_lf
-from engine.choices import Choices
 from engine.denoise import MaskedDenoiser
 from engine.kv_cache import PrefixCache
 from engine.models.config import ModelConfig
 from engine.models.transformer import Transformer, shift_logits
-from engine.remask import default_max_tokens, least_likely_kept, seeded_kept
 from engine.runner import DraftSteps, Steps
-from engine.tokenizer import EOS, Tokenizer
+from engine.text.canvas import Canvas, VocabText, completion_text, layout, to_lf
+from engine.text.choices import Choices
+from engine.text.remask import default_max_tokens, least_likely_kept, seeded_kept
+from engine.text.tokenizer import EOS, Tokenizer
 from engine.types import Draft, InfillRequest, RewriteRequest, SamplerSettings
 
 # What a decoder lays out a canvas from: either request has prefix, suffix, canvas_length and
@@ -72,7 +72,7 @@ class Decoder:
         return self._vocab
 
     def stop_ids(self) -> set[int]:
-        """The token ids that end a completion of this model (see engine.stops)."""
+        """The token ids that end a completion of this model (see engine.text.stops)."""
         return self.config.stop_token_ids
 
     def canvas(self, request: Request, hole: int) -> Canvas:
@@ -102,7 +102,7 @@ class Decoder:
 
     def choices(self, texts: Sequence[str], heal_text: str, room: int) -> Choices:
         """A hole restricted to one of `texts` or nothing, each ended by the tokens that end a
-        hole (stop, pad). The hole's text starts with the healed text (engine.canvas). A text
+        hole (stop, pad). The hole's text starts with the healed text (engine.text.canvas). A text
         of more than `room` tokens is left out: begun, it could not be finished."""
         ends = self.stop_ids() | self.config.stop_token_ids
         ends |= {i for i in (self.config.pad_token_id, self.config.eos_token_id) if i is not None}

@@ -7,7 +7,7 @@ to commit; these rules add to or replace its picks, and edit the hole after it:
   STOP_RUN_MARGIN positions, once any of it is committed;
 - early stop: everything after the first committed stop token becomes pad;
 - DreamOn's edits: a committed expand token becomes two masks, a committed stop is deleted;
-- a hole of choices (engine.choices) commits where the choices still possible agree.
+- a hole of choices (engine.text.choices) commits where the choices still possible agree.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import math
 import torch
 from torch import Tensor
 
-from engine.canvas import Canvas
-from engine.choices import Choices
 from engine.samplers import allowed_mask
+from engine.text.canvas import Canvas
+from engine.text.choices import Choices
 
 # The model's first guess at where a hole ends is often a token or two short: the positions
 # just before the stop run stay masked and are denoised as usual (without the margin the

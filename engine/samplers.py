@@ -46,7 +46,7 @@ def adjust_logits(
 
 def allowed_mask(ids: frozenset[int] | None, vocab_size: int, device: torch.device | str
                  ) -> Tensor | None:
-    """A [V] bool mask of the token ids a hole may hold (engine.canvas.Canvas.allowed);
+    """A [V] bool mask of the token ids a hole may hold (engine.text.canvas.Canvas.allowed);
     None when any may be."""
     if ids is None:
         return None

@@ -125,7 +125,7 @@ def dg_section(run: Run, device: str, layers: int | None, experts: int | None,
     from engine.models.checkpoint import Checkpoint
     from engine.models.config import config_from_hf
     from engine.serve.bench import cursor_cases
-    from engine.tokenizer import Tokenizer
+    from engine.text.tokenizer import Tokenizer
     from engine.types import SamplerSettings
     from tests.support.published_configs import PUBLISHED, PUBLISHED_GENERATION, truncated_config
     from tests.support.tiny_checkpoints import tiny_tokenizer

@@ -44,7 +44,7 @@ from torch import Tensor
 from engine.models.checkpoint import CONVERT_CHUNK_BYTES, FLOAT_DTYPES
 from engine.models.config import CheckpointError
 from engine.samplers import allowed_mask
-from engine.stops import completion_ids
+from engine.text.stops import completion_ids
 from engine.types import Draft, SamplerSettings
 
 if TYPE_CHECKING:
@@ -366,7 +366,7 @@ def denoise_block(
     (one flag per start token) only pinned positions keep their start token, now and at every
     step; the others start as noise and are denoised (edit strength = share not pinned).
     The runner (engine.runner) takes one draft per step and stops taking them when the
-    request is cancelled. `allowed` (engine.canvas.Canvas.allowed): the only token ids the
+    request is cancelled. `allowed` (engine.text.canvas.Canvas.allowed): the only token ids the
     sampler may pick, besides the stop and pad tokens.
     """
     s = block_settings(ckpt, settings)

@@ -31,7 +31,7 @@ from torch import nn
 
 from engine.models.config import CheckpointError, ModelConfig, config_from_hf, token_id
 from engine.models.transformer import Transformer
-from engine.tokenizer import Tokenizer
+from engine.text.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 

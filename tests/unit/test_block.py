@@ -32,7 +32,7 @@ from engine.models.block import (  # noqa: E402
 )
 from engine.models.checkpoint import Checkpoint, read_checkpoint  # noqa: E402
 from engine.runner import DraftSteps, Live, Runner  # noqa: E402
-from engine.tokenizer import Tokenizer  # noqa: E402
+from engine.text.tokenizer import Tokenizer  # noqa: E402
 from engine.types import Draft, SamplerSettings  # noqa: E402
 from tests.support.diffusion_gemma import CANVAS, STEPS, write_diffusion_gemma  # noqa: E402
 from tests.support.tiny_checkpoints import tiny_tokenizer  # noqa: E402

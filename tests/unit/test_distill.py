@@ -12,9 +12,9 @@ import torch
 from safetensors import safe_open
 
 from engine import Engine
-from engine.canvas import Canvas
 from engine.cli import main as engine_main
 from engine.models.checkpoint import load_model, read_checkpoint
+from engine.text.canvas import Canvas
 from engine.train.corpus import build_corpus
 from engine.train.distill import (
     CHECKS_FILE,

@@ -20,13 +20,13 @@ import torch
 
 from engine import Engine
 from engine.ar import fim_prompt
-from engine.canvas import layout
 from engine.denoise import MaskedDenoiser
 from engine.kv_cache import ContextCache, PrefixCache
 from engine.models.config import ModelConfig
 from engine.models.transformer import Transformer
 from engine.passes import hole_logits
-from engine.tokenizer import EOS, MASK, PAD, Tokenizer
+from engine.text.canvas import layout
+from engine.text.tokenizer import EOS, MASK, PAD, Tokenizer
 from engine.types import InfillRequest, RewriteRequest, SamplerSettings
 from tests.support.tiny_checkpoints import EXPAND, tiny_tokenizer
 
@@ -480,7 +480,7 @@ def test_a_request_that_shares_no_prefix_does_not_depend_on_earlier_requests(dre
 
 
 def test_kept_flags_drop_the_lowest_scores_first():
-    from engine.remask import kept_flags
+    from engine.text.remask import kept_flags
 
     scores = [0.9, 0.1, 0.5, 0.1, 0.8]
     assert kept_flags(scores, 0.0) == [True] * 5
@@ -502,7 +502,7 @@ def test_rewrite_keeps_the_tokens_the_model_is_surest_of(dream: Engine) -> None:
     logits = dream.forward_logits(torch.tensor([canvas.ids]))[0]
     probs = logits[canvas.hole_start : canvas.hole_start + len(ids)].softmax(-1)
     scores = probs[torch.arange(len(ids)), torch.tensor(ids)].tolist()
-    from engine.remask import kept_flags
+    from engine.text.remask import kept_flags
 
     keep = kept_flags(scores, 0.5)
     half = list(dream.rewrite_stream(RewriteRequest(prefix, suffix, original, 0.5)))
