@@ -5,8 +5,8 @@
     res = eng.infill(prefix, suffix, max_tokens=32, sampler="threshold", seed=0)
     for draft in eng.infill_stream(InfillRequest(prefix, suffix, 32)): ...
 
-The family decides how the hole is filled; its decoder (engine.families), chosen once at
-load, turns a request into the Steps the runner (engine.runner) advances pass by pass: here
+The family decides how the hole is filled; its decoder (engine.decode.families), chosen once at
+load, turns a request into the Steps the runner (engine.decode.runner) advances pass by pass: here
 alone, as a batch of one; in the resident engine beside other requests. All three families
 yield the same Drafts. Engine implements engine.backend.Backend, as the resident engine's
 client does.
@@ -27,9 +27,9 @@ import torch
 from torch import Tensor, nn
 
 from engine.backend import EngineInfo
-from engine.families import Decoder, decoder_for
+from engine.decode.families import Decoder, decoder_for
+from engine.decode.runner import Live, Runner
 from engine.models.config import ModelConfig
-from engine.runner import Live, Runner
 from engine.text.canvas import VocabText
 from engine.text.stops import completion_ids
 from engine.text.tokenizer import Tokenizer

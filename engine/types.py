@@ -17,7 +17,7 @@ CANVAS_LENGTH = 256
 SUFFIX_FRACTION = 0.25
 
 
-# The commit rules engine.samplers implements (SamplerSettings.sampler); torch-free, so
+# The commit rules engine.decode.samplers implements (SamplerSettings.sampler); torch-free, so
 # clients and settings validators name them without loading the engine.
 SAMPLERS = ("topk", "threshold", "entropy", "learned")
 

@@ -74,7 +74,7 @@ def timed(device: str, fn: Any) -> tuple[Any, float]:
 def dream_section(run: Run, device: str, layers: int, requests: int, clients: list[int],
                   compile_modes: list[bool], work: Path) -> None:
     from engine import Engine
-    from engine.families import compile_model
+    from engine.decode.families import compile_model
     from engine.serve.bench import cursor_cases, run_level
     from engine.types import SamplerSettings
     from tests.support.published_configs import write_real_shape

@@ -67,7 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the engine of the samplers, cache and concurrency "
-                        "sections (a GPU switch; see engine.families.compile_model)")
+                        "sections (a GPU switch; see engine.decode.families.compile_model)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--settings", type=json.loads, default=None, metavar="JSON",
                         help="lsp section: the server's settings as an editor sends them, "

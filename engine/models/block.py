@@ -41,9 +41,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from engine.decode.samplers import allowed_mask
 from engine.models.checkpoint import CONVERT_CHUNK_BYTES, FLOAT_DTYPES
 from engine.models.config import CheckpointError
-from engine.samplers import allowed_mask
 from engine.text.stops import completion_ids
 from engine.types import Draft, SamplerSettings
 
@@ -365,7 +365,7 @@ def denoise_block(
     `config.canvas_length` long and positions past `start_ids` start as noise. With `pinned`
     (one flag per start token) only pinned positions keep their start token, now and at every
     step; the others start as noise and are denoised (edit strength = share not pinned).
-    The runner (engine.runner) takes one draft per step and stops taking them when the
+    The runner (engine.decode.runner) takes one draft per step and stops taking them when the
     request is cancelled. `allowed` (engine.text.canvas.Canvas.allowed): the only token ids the
     sampler may pick, besides the stop and pad tokens.
     """

@@ -18,7 +18,7 @@ from engine.serve.protocol import ProtocolError
 from engine.types import RewriteRequest
 
 if TYPE_CHECKING:  # they import torch: loaded only to serve
-    from engine.families import Decoder
+    from engine.decode.families import Decoder
     from engine.serve.scheduler import Job
 
 DEFAULT_REQUEST_TIMEOUT = 60.0  # seconds: an interactive completion takes well under one

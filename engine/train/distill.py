@@ -65,7 +65,7 @@ from engine.bounds import (
     check_bounds,
 )
 from engine.data.stats import edit_similarity
-from engine.denoise import MaskedDenoiser
+from engine.decode.denoise import MaskedDenoiser
 from engine.models.checkpoint import checkpoint_name, load_model, read_checkpoint, resolve
 from engine.models.transformer import Transformer, rope_tables
 from engine.text.canvas import Canvas, expects_bos

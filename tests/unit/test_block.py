@@ -19,6 +19,7 @@ transformers = pytest.importorskip("transformers")
 if not hasattr(transformers, "DiffusionGemmaForBlockDiffusion"):
     pytest.skip("this transformers has no DiffusionGemma", allow_module_level=True)
 
+from engine.decode.runner import DraftSteps, Live, Runner  # noqa: E402
 from engine.models.block import (  # noqa: E402
     FIM_TEMPLATE,
     GEMMA_CHAT_TEMPLATE,
@@ -31,7 +32,6 @@ from engine.models.block import (  # noqa: E402
     load_block_model,
 )
 from engine.models.checkpoint import Checkpoint, read_checkpoint  # noqa: E402
-from engine.runner import DraftSteps, Live, Runner  # noqa: E402
 from engine.text.tokenizer import Tokenizer  # noqa: E402
 from engine.types import Draft, SamplerSettings  # noqa: E402
 from tests.support.diffusion_gemma import CANVAS, STEPS, write_diffusion_gemma  # noqa: E402

@@ -127,8 +127,8 @@ def test_the_recorded_trajectory_is_the_engines_decoding(teacher: Path) -> None:
     settings = SamplerSettings(share_prefix=False)
     tokens, steps = record_trajectory(engine.model, cfg, tok, canvas, settings,
                                       engine.decoder.stop_ids())
-    from engine.denoise import MaskedDenoiser
-    from engine.runner import Live
+    from engine.decode.denoise import MaskedDenoiser
+    from engine.decode.runner import Live
 
     # The engine's own route: the runner steps the same denoiser, a batch of one.
     steps_of = MaskedDenoiser(engine.model, cfg, tok, Canvas(**vars(canvas)), settings,

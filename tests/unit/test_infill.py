@@ -19,12 +19,12 @@ import pytest
 import torch
 
 from engine import Engine
-from engine.ar import fim_prompt
-from engine.denoise import MaskedDenoiser
-from engine.kv_cache import ContextCache, PrefixCache
+from engine.decode.ar import fim_prompt
+from engine.decode.denoise import MaskedDenoiser
+from engine.decode.kv_cache import ContextCache, PrefixCache
+from engine.decode.passes import hole_logits
 from engine.models.config import ModelConfig
 from engine.models.transformer import Transformer
-from engine.passes import hole_logits
 from engine.text.canvas import layout
 from engine.text.tokenizer import EOS, MASK, PAD, Tokenizer
 from engine.types import InfillRequest, RewriteRequest, SamplerSettings

@@ -1,6 +1,6 @@
 """A masked hole's state, and the rules that decide what a step commits besides the sampler.
 
-The sampler (engine.samplers) proposes a token for every masked position and picks the ones
+The sampler (engine.decode.samplers) proposes a token for every masked position and picks the ones
 to commit; these rules add to or replace its picks, and edit the hole after it:
 
 - the stop run: the trailing run of stop tokens is committed at once, but for its first
@@ -17,7 +17,7 @@ import math
 import torch
 from torch import Tensor
 
-from engine.samplers import allowed_mask
+from engine.decode.samplers import allowed_mask
 from engine.text.canvas import Canvas
 from engine.text.choices import Choices
 

@@ -3,14 +3,14 @@
 A decoder is everything that depends on the family: how its model is loaded, how the
 context and the hole are laid out (`canvas`), and how a request is decoded pass by pass:
 `start` turns an InfillRequest or a RewriteRequest into the `Steps` the runner
-(engine.runner) advances, alone in process or beside other requests in the resident
+(engine.decode.runner) advances, alone in process or beside other requests in the resident
 engine's scheduler. Which tokens end a completion is `stop_ids`. Nothing else asks which
 family a model is.
 
 - MaskedDecoder: a bidirectional denoiser fills a masked hole inside the canvas
-  (engine.denoise); rewrites remask the least likely tokens (engine.text.remask).
+  (engine.decode.denoise); rewrites remask the least likely tokens (engine.text.remask).
 - ARDecoder: the causal baseline writes the middle token by token after a FIM prompt
-  (engine.ar); it cannot keep tokens inside what it writes, so a rewrite is a fresh infill.
+  (engine.decode.ar); it cannot keep tokens inside what it writes, so a rewrite is a fresh infill.
 - BlockDecoder: DiffusionGemma denoises canvases after the prompt (engine.models.block);
   rewrites start from the original tokens and renoise a seeded share of them.
 """
@@ -25,13 +25,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from engine.ar import FIM_TOKENS, decode_ar
 from engine.bounds import STRENGTH_RANGE
-from engine.denoise import MaskedDenoiser
-from engine.kv_cache import PrefixCache
+from engine.decode.ar import FIM_TOKENS, decode_ar
+from engine.decode.denoise import MaskedDenoiser
+from engine.decode.kv_cache import PrefixCache
+from engine.decode.runner import DraftSteps, Steps
 from engine.models.config import ModelConfig
 from engine.models.transformer import Transformer, shift_logits
-from engine.runner import DraftSteps, Steps
 from engine.text.canvas import Canvas, VocabText, completion_text, layout, to_lf
 from engine.text.choices import Choices
 from engine.text.remask import default_max_tokens, least_likely_kept, seeded_kept
