@@ -21,7 +21,7 @@ SUBCOMMAND_MODULES = [
     "engine.train.distill",
     "engine.train.merge",
     "engine.serve.command",
-    "engine.serve.ray_cli",
+    "engine.serve.team.command",
     "engine.serve.bench",
     "engine.models.plan",
 ]

@@ -1,7 +1,7 @@
 """What one request may ask of an engine, and the check that admits it.
 
 A wire message becomes a scheduler Job here, once, for the resident engine (engine.serve.daemon)
-and a team's replicas (engine.serve.ray_app) alike: typed and in range (protocol.from_wire, the
+and a team's replicas (engine.serve.team.app) alike: typed and in range (protocol.from_wire, the
 bounds table), within this engine's canvas and memory per request, with its deadline set.
 """
 

@@ -25,7 +25,7 @@ field (`to_wire`, `from_wire`); "id", "stream" and "priority" are the connection
 request, never part of it (the model's answer does not depend on it). A client sends
 `document_key` of the editor's URI or the file's path, a digest, so the engine learns no file
 names; a team's engine routes one document's requests to one replica by it
-(engine.serve.routing), and a request without it is routed by its prefix's start.
+(engine.serve.team.routing), and a request without it is routed by its prefix's start.
     {"op": "cancel", "id": 4, "target": 2}
     {"op": "stats", "id": 5}   {"op": "ping", "id": 6}   {"op": "shutdown", "id": 7}
 
@@ -331,7 +331,7 @@ def from_wire(message: dict[str, Any]) -> InfillRequest | RewriteRequest:
         return value
 
     prefix, suffix = text("prefix"), text("suffix")
-    document = text("document")  # the router's (engine.serve.routing), not the request's
+    document = text("document")  # the router's (engine.serve.team.routing), not the request's
     if len(document) > MAX_DOCUMENT:
         raise ProtocolError("bad-request", f"document: at most {MAX_DOCUMENT} characters")
     rewrite = message.get("op") == "rewrite"
