@@ -3,7 +3,7 @@
 Windows are cut on whole lines that start (prefix) or end (suffix) a statement or definition,
 so the model never sees half a construct at the edge of its canvas. Budgets are in characters
 (`char_budget`: the canvas's token budget at CHARS_PER_TOKEN), split by the same suffix
-fraction the request carries to the engine. The engine's token cut (engine.canvas) owns the
+fraction the request carries to the engine. The engine's token cut (engine.text.canvas) owns the
 split of the canvas: these windows bound the text sent and choose syntax boundaries for its
 edges, and the token cut splits what it keeps of them by the request's fraction.
 """
@@ -20,8 +20,8 @@ import tree_sitter as ts
 
 from dg_lsp.syntax.languages import LanguageSpec
 from engine.edits.spans import MAX_ALIKE_CHARS, MAX_ANALOGIES
+from engine.text.units import CLOSERS
 from engine.types import SUFFIX_FRACTION
-from engine.units import CLOSERS
 
 REST_OF_LINE = "rest_of_line"
 BLOCK = "block"

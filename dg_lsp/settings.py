@@ -46,8 +46,8 @@ DEFAULT_MIN_CONFIDENCE = 0.15
 
 
 def _engine_url(value: str) -> bool:
-    """Whether `value` is a team engine's URL (engine.serve.remote.EngineURL)."""
-    from engine.serve.remote import EngineURL
+    """Whether `value` is a team engine's URL (engine.serve.team.remote.EngineURL)."""
+    from engine.serve.team.remote import EngineURL
 
     try:
         EngineURL.parse(value)
@@ -71,8 +71,8 @@ def checked(default: Any, expected: str, ok: Callable[[Any], bool],
 
 
 def _shown_url(value: Any) -> Any:
-    """A refused engine URL without its password (engine.serve.remote.shown_url)."""
-    from engine.serve.remote import shown_url
+    """A refused engine URL without its password (engine.serve.team.remote.shown_url)."""
+    from engine.serve.team.remote import shown_url
 
     return shown_url(value) if isinstance(value, str) else value
 
@@ -316,11 +316,11 @@ def add_engine_arguments(parser: argparse.ArgumentParser, modes: tuple[str, ...]
 
 def engine_argument(modes: tuple[str, ...]) -> Callable[[str], str]:
     """An argparse `type` for --engine: one of `modes` or a team engine's URL. A refused
-    value is not repeated (a URL may hold a password: engine.serve.remote.EngineURL)."""
+    value is not repeated (a URL may hold a password: engine.serve.team.remote.EngineURL)."""
     def parse(text: str) -> str:
         if text in modes:
             return text
-        from engine.serve.remote import EngineURL, is_engine_url
+        from engine.serve.team.remote import EngineURL, is_engine_url
 
         if not is_engine_url(text):
             raise argparse.ArgumentTypeError(f"expected {', '.join(modes)} or an "

@@ -1,6 +1,6 @@
 """dg-engine: loads diffusion code models and denoises holes in code."""
 
-from engine.config import CheckpointError, ModelConfig
+from engine.models.config import CheckpointError, ModelConfig
 from engine.types import Draft, InfillRequest, InfillResult, RewriteRequest, SamplerSettings
 
 __all__ = ["CheckpointError", "Draft", "Engine", "InfillRequest", "InfillResult", "ModelConfig",

@@ -28,7 +28,7 @@ from engine.types import Draft, InfillRequest, RewriteRequest
 @dataclass(frozen=True)
 class EngineInfo:
     model: str  # the checkpoint folder or hub id ("" or the folder: the bundled model)
-    family: str  # "masked", "ar" or "block" (engine.families)
+    family: str  # "masked", "ar" or "block" (engine.decode.families)
     device: str  # where the model runs: "cpu", "cuda:0", ...
     resident: bool  # a shared engine process serves it (EngineClient), not this process
     # Whether `completion_ids` can tell stop tokens apart: in process always; a resident

@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from engine.config import CheckpointError
+from engine.models.config import CheckpointError
 
 log = logging.getLogger(__name__)
 
@@ -21,9 +21,9 @@ SUBCOMMAND_MODULES = [
     "engine.train.distill",
     "engine.train.merge",
     "engine.serve.command",
-    "engine.serve.ray_cli",
+    "engine.serve.team.command",
     "engine.serve.bench",
-    "engine.plan",
+    "engine.models.plan",
 ]
 
 

@@ -5,8 +5,8 @@
     res = eng.infill(prefix, suffix, max_tokens=32, sampler="threshold", seed=0)
     for draft in eng.infill_stream(InfillRequest(prefix, suffix, 32)): ...
 
-The family decides how the hole is filled; its decoder (engine.families), chosen once at
-load, turns a request into the Steps the runner (engine.runner) advances pass by pass: here
+The family decides how the hole is filled; its decoder (engine.decode.families), chosen once at
+load, turns a request into the Steps the runner (engine.decode.runner) advances pass by pass: here
 alone, as a batch of one; in the resident engine beside other requests. All three families
 yield the same Drafts. Engine implements engine.backend.Backend, as the resident engine's
 client does.
@@ -27,13 +27,13 @@ import torch
 from torch import Tensor, nn
 
 from engine.backend import EngineInfo
-from engine.canvas import VocabText
-from engine.config import ModelConfig
-from engine.families import Decoder, decoder_for
-from engine.runner import Live, Runner
-from engine.stops import completion_ids
+from engine.decode.families import Decoder, decoder_for
+from engine.decode.runner import Live, Runner
+from engine.models.config import ModelConfig
+from engine.text.canvas import VocabText
+from engine.text.stops import completion_ids
+from engine.text.tokenizer import Tokenizer
 from engine.threads import ThreadPolicy
-from engine.tokenizer import Tokenizer
 from engine.types import (
     CANVAS_LENGTH,
     SUFFIX_FRACTION,
@@ -61,7 +61,7 @@ class Engine:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.config: ModelConfig = config if config is not None else model.cfg
-        self.checkpoint = checkpoint  # engine.checkpoint.Checkpoint when loaded from disk
+        self.checkpoint = checkpoint  # engine.models.checkpoint.Checkpoint when loaded from disk
         self.device: torch.device = next(model.parameters()).device
         self.quantized = quantized
         # Everything that depends on the model's family, decided here once.
@@ -90,7 +90,7 @@ class Engine:
         chosen by the machine's load before passes, or OMP_NUM_THREADS where set; see
         engine.threads).
         """
-        from engine.checkpoint import read_checkpoint, resolve
+        from engine.models.checkpoint import read_checkpoint, resolve
 
         if compile and dtype == "int8":
             raise ValueError("int8 layers do not compile (torch.compile stops at every "
@@ -141,7 +141,7 @@ class Engine:
 
     def rewrite_stream(self, request: RewriteRequest, cancel: Callable[[], bool] | None = None,
                        *, document: str | None = None) -> Iterator[Draft]:
-        """Drafts of `request.original` rewritten at `request.strength` (engine.remask)."""
+        """Drafts of `request.original` rewritten at `request.strength` (engine.text.remask)."""
         return self._stream(request, cancel)
 
     def infill(

@@ -13,11 +13,11 @@ CANVAS_LENGTH = 256
 
 # The suffix's share of the canvas's context budget (what the hole leaves) when the caller
 # names none; the prefix gets the rest (the code before the cursor says most about what comes
-# next). The token cut in engine.canvas is the one place that applies it.
+# next). The token cut in engine.text.canvas is the one place that applies it.
 SUFFIX_FRACTION = 0.25
 
 
-# The commit rules engine.samplers implements (SamplerSettings.sampler); torch-free, so
+# The commit rules engine.decode.samplers implements (SamplerSettings.sampler); torch-free, so
 # clients and settings validators name them without loading the engine.
 SAMPLERS = ("topk", "threshold", "entropy", "learned")
 
@@ -64,7 +64,7 @@ class SamplerSettings:
 
 @dataclass(frozen=True)
 class UnitEnd:
-    """What ends the unit the client shows (engine.units): "line" the first newline,
+    """What ends the unit the client shows (engine.text.units): "line" the first newline,
     "brackets" a closer with no opener in the text, "block" a line dedented to the opener's
     level (`base_indent`), or text on the opener's own line (`line_prefix`: the cursor's line
     before the cursor)."""
@@ -95,7 +95,7 @@ class InfillRequest:
     # (the last draft's finish_reason is then "unit"); None: the hole's own end.
     until: UnitEnd | None = None
     # None, or the texts the hole may hold: it then holds one of them or nothing
-    # (engine.choices). A next edit's word is one the edits show; a small model asked to copy a
+    # (engine.text.choices). A next edit's word is one the edits show; a small model asked to copy a
     # rare word writes a frequent one instead (`logger` for `iterator`), or a piece of it.
     choices: tuple[str, ...] | None = None
 
@@ -104,7 +104,7 @@ class InfillRequest:
 class RewriteRequest:
     """Write `original` (the text between `prefix` and `suffix`) again at `strength`: the share
     of its tokens generated again (1.0: a fresh infill of a hole of `max_tokens`, or sized
-    from `original` when None; engine.remask)."""
+    from `original` when None; engine.text.remask)."""
 
     prefix: str
     suffix: str

@@ -74,7 +74,7 @@ def timed(device: str, fn: Any) -> tuple[Any, float]:
 def dream_section(run: Run, device: str, layers: int, requests: int, clients: list[int],
                   compile_modes: list[bool], work: Path) -> None:
     from engine import Engine
-    from engine.families import compile_model
+    from engine.decode.families import compile_model
     from engine.serve.bench import cursor_cases, run_level
     from engine.types import SamplerSettings
     from tests.support.published_configs import write_real_shape
@@ -121,11 +121,11 @@ def dg_section(run: Run, device: str, layers: int | None, experts: int | None,
                steps: int) -> None:
     import transformers
 
-    from engine.checkpoint import Checkpoint
-    from engine.config import config_from_hf
     from engine.models.block import denoise_block
+    from engine.models.checkpoint import Checkpoint
+    from engine.models.config import config_from_hf
     from engine.serve.bench import cursor_cases
-    from engine.tokenizer import Tokenizer
+    from engine.text.tokenizer import Tokenizer
     from engine.types import SamplerSettings
     from tests.support.published_configs import PUBLISHED, PUBLISHED_GENERATION, truncated_config
     from tests.support.tiny_checkpoints import tiny_tokenizer

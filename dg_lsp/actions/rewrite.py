@@ -46,8 +46,8 @@ from dg_lsp.settings import Settings
 from dg_lsp.syntax import names
 from engine.backend import Backend
 from engine.bounds import STRENGTH_RANGE
+from engine.text.units import bracket_depths, indent_width, leading_indent
 from engine.types import InfillRequest, RewriteRequest, Score, last_draft
-from engine.units import bracket_depths, indent_width, leading_indent
 
 # Keep the half of a selection the model is surest of and write the rest again.
 DEFAULT_STRENGTH = 0.5

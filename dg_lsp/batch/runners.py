@@ -60,7 +60,7 @@ def run_shared(args: argparse.Namespace, job: BatchJob, plans: dict[str, Plan],
     again (dg_lsp.batch.shared)."""
     if not plans:
         return
-    from engine.serve.remote import is_engine_url
+    from engine.serve.team.remote import is_engine_url
 
     client = open_engine(job)
     stop = threading.Event()

@@ -125,8 +125,8 @@ def check_grammars(report: Report) -> None:
 
 
 def check_model(report: Report, model: str | None) -> None:
-    from engine.checkpoint import read_checkpoint, resolve, weight_files
-    from engine.config import CheckpointError
+    from engine.models.checkpoint import read_checkpoint, resolve, weight_files
+    from engine.models.config import CheckpointError
 
     try:
         folder = resolve(model)
@@ -207,8 +207,8 @@ def check_engine(report: Report, model: str | None, device: str, dtype: str) -> 
 def check_team_engine(report: Report, url: str, token_file: str | None) -> None:
     """A team's engine (dg-engine serve --ray): reachable with this token, and its replicas."""
     from engine.serve.client import EngineUnavailable
-    from engine.serve.ray_cli import format_status
-    from engine.serve.remote import RemoteEngine, shown_url
+    from engine.serve.team.command import format_status
+    from engine.serve.team.remote import RemoteEngine, shown_url
 
     try:
         engine = RemoteEngine.connect(url, token_file)

@@ -11,7 +11,7 @@ shown says why (`Hidden`): the editors tell the user ("unsure (0.12)") rather th
 
 Each request names the hole kind's unit (the line of a rest-of-line hole, the dedent that ends
 a block: `postprocess.unit_end`) and the engine stops once the committed text holds its end
-(engine.units): what the editor would show can no longer change, and the hole's remaining
+(engine.text.units): what the editor would show can no longer change, and the hole's remaining
 positions would cost passes for text that is cut away. In process or resident, the engine
 runs the same passes.
 """

@@ -1,6 +1,6 @@
 """Turns the model's raw hole text into a suggestion an editor can show, or rejects it.
 
-The steps run in order: cut at special tokens written as text (engine.stops), trim to the
+The steps run in order: cut at special tokens written as text (engine.text.stops), trim to the
 hole kind's syntactic unit, cut a line the suggestion repeats, re-indent to the file's style,
 drop what repeats the suffix, reuse closing brackets already after the cursor, reject junk
 (nothing, the line above again, a loop: `stutters`), check that the insertion does not add
@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from dg_lsp.context import BLOCK, BRACKETS, COMMENT, Context
 from dg_lsp.syntax import names
 from dg_lsp.syntax.errors import count_errors
-from engine import units
-from engine.stops import cut_at_special
-from engine.units import (
+from engine.text import units
+from engine.text.stops import cut_at_special
+from engine.text.units import (
     CLOSERS,
     OPENERS,
     TAB_WIDTH,
@@ -54,7 +54,7 @@ def postprocess(raw: str, ctx: Context) -> Suggestion | None:
 
 
 def unit_end(ctx: Context) -> UnitEnd:
-    """The end of the context's hole kind's unit, as the engine checks it (engine.units)."""
+    """The end of the context's hole kind's unit, as the engine checks it (engine.text.units)."""
     if ctx.kind == BLOCK:
         return UnitEnd(units.BLOCK, ctx.line_prefix, ctx.base_indent)
     if ctx.kind == BRACKETS:

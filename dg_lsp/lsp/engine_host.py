@@ -169,7 +169,7 @@ def open_backend(settings: Settings, priority: str = "interactive") -> Backend:
         from engine import Engine
 
         return Engine.load(model, device, dtype)
-    from engine.serve.remote import RemoteEngine, is_engine_url
+    from engine.serve.team.remote import RemoteEngine, is_engine_url
 
     if is_engine_url(settings.engine):  # a team's engine: it loaded its own model
         return RemoteEngine.connect(settings.engine, settings.engine_token_file,
@@ -187,7 +187,7 @@ def open_for_command(settings: Settings, priority: str = "interactive") -> Backe
     """`open_backend` for a one-shot command: an engine that cannot be reached or refuses the
     token, a token file that cannot be used and a malformed URL are NoEngine (one line; the
     command exits 2, nothing sent). A model that cannot load here raises as it does."""
-    from engine.serve.remote import is_engine_url, shown_url
+    from engine.serve.team.remote import is_engine_url, shown_url
 
     remote = is_engine_url(settings.engine)
     try:
@@ -209,7 +209,7 @@ def check_engine_arguments(engine: str, token_file: str | None, inputs: list[Pat
     team engine's URL, or naming the descriptor one of its `inputs` is read from too
     (`--token-file -` with /dev/stdin as the source): a descriptor handed over for the token
     carries nothing else. ("-" as an input is a file of that name.)"""
-    from engine.serve.remote import is_engine_url
+    from engine.serve.team.remote import is_engine_url
     from engine.serve.token import inherited_descriptor
 
     if token_file is None:

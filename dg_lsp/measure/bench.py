@@ -42,7 +42,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine.checkpoint import BUNDLED_MODELS
+from engine.models.checkpoint import BUNDLED_MODELS
 
 SECTIONS = ("lsp", "gate", "samplers", "cache", "concurrency", "memory", "batch")
 DEFAULT_SECTIONS = SECTIONS[:-1]  # batch starts Ray clusters: only when asked
@@ -67,7 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the engine of the samplers, cache and concurrency "
-                        "sections (a GPU switch; see engine.families.compile_model)")
+                        "sections (a GPU switch; see engine.decode.families.compile_model)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--settings", type=json.loads, default=None, metavar="JSON",
                         help="lsp section: the server's settings as an editor sends them, "

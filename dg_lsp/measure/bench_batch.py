@@ -1,5 +1,5 @@
 """`dg-lsp bench --section batch`: batch mode's throughput, the same files through the resident
-engine and through a team's engine (engine.serve.ray_app on Ray Serve) of one replica and of
+engine and through a team's engine (engine.serve.team.app on Ray Serve) of one replica and of
 two, side by side in one run.
 
 The files: `--limit` small Python files, each three functions of the cases' source (the
@@ -136,8 +136,8 @@ def team_rows(files: Path, model: str | None, device: str, seed: int, work: Path
         from ray import serve
     except ImportError:
         return skip('Ray is not installed (pip install "dg-lsp[distributed]")')
-    from engine.serve.ray_app import APP_NAME, AppOptions, build_app, token_digest
-    from engine.serve.remote import RemoteEngine
+    from engine.serve.team.app import APP_NAME, AppOptions, build_app, token_digest
+    from engine.serve.team.remote import RemoteEngine
     from engine.types import InfillRequest
 
     token = secrets.token_hex(16)

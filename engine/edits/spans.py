@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from engine.data.stats import edit_similarity
 from engine.edits.prompt import LineEdit, changed_words, occurrences
-from engine.units import OPENERS, bracket_depths
+from engine.text.units import OPENERS, bracket_depths
 
 # A suggestion may change the definition around the edit, cut to this many lines either side.
 REGION_LINES = 10

@@ -8,7 +8,7 @@ for every row,
     entropy     the entropy of that distribution, in nats (float32)
 
 with temperature 0 meaning no scaling. `torch_stats` is the reference: plain torch ops, as
-engine.samplers always computed them. `triton_stats` streams each row once (online softmax,
+engine.decode.samplers always computed them. `triton_stats` streams each row once (online softmax,
 see engine/kernels/_triton_sampling.py) instead of materializing probabilities and logs of the
 whole [n, V] block several times, which is most of a step's sampling time on a GPU at a
 262k vocabulary.

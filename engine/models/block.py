@@ -41,14 +41,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from engine.checkpoint import CONVERT_CHUNK_BYTES, FLOAT_DTYPES
-from engine.config import CheckpointError
-from engine.samplers import allowed_mask
-from engine.stops import completion_ids
+from engine.decode.samplers import allowed_mask
+from engine.models.checkpoint import CONVERT_CHUNK_BYTES, FLOAT_DTYPES
+from engine.models.config import CheckpointError
+from engine.text.stops import completion_ids
 from engine.types import Draft, SamplerSettings
 
 if TYPE_CHECKING:
-    from engine.checkpoint import Checkpoint
+    from engine.models.checkpoint import Checkpoint
 
 MADV_DONTNEED = 4  # <sys/mman.h> on Linux
 
@@ -93,7 +93,7 @@ def load_block_model(ckpt: Checkpoint, device: str = "auto", dtype: str = "auto"
 
     Safetensors only, local files only, no remote code.
     """
-    from engine.checkpoint import resolve_device, resolve_dtype, weight_files
+    from engine.models.checkpoint import resolve_device, resolve_dtype, weight_files
 
     tf = _transformers()
     dev = resolve_device(device)
@@ -365,8 +365,8 @@ def denoise_block(
     `config.canvas_length` long and positions past `start_ids` start as noise. With `pinned`
     (one flag per start token) only pinned positions keep their start token, now and at every
     step; the others start as noise and are denoised (edit strength = share not pinned).
-    The runner (engine.runner) takes one draft per step and stops taking them when the
-    request is cancelled. `allowed` (engine.canvas.Canvas.allowed): the only token ids the
+    The runner (engine.decode.runner) takes one draft per step and stops taking them when the
+    request is cancelled. `allowed` (engine.text.canvas.Canvas.allowed): the only token ids the
     sampler may pick, besides the stop and pad tokens.
     """
     s = block_settings(ckpt, settings)

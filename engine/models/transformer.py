@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from engine.config import ModelConfig
 from engine.kernels.norms import rms_norm
+from engine.models.config import ModelConfig
 
 
 class RMSNorm(nn.Module):

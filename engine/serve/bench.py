@@ -115,7 +115,7 @@ def cache_levels(engine: Any, count: int, max_tokens: int) -> list[dict[str, Any
     """Context cache: full pass every step (R=1) vs refresh every R steps (of a window around
     the hole, and at R=4 also of the whole canvas) vs, at R=4, keys reused from the previous
     keystroke's request. Agreement = same completion as R=1."""
-    from engine.kv_cache import PrefixCache
+    from engine.decode.kv_cache import PrefixCache
     from engine.types import SamplerSettings
 
     window = SamplerSettings().refresh_window

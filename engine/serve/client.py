@@ -39,7 +39,7 @@ from engine.serve.endpoint import (
     endpoint_for,
     open_private,
 )
-from engine.stops import completion_ids
+from engine.text.stops import completion_ids
 from engine.types import Draft, InfillRequest, RewriteRequest
 
 START_TIMEOUT = 600.0  # seconds to wait for a starting engine to load a model

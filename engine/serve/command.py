@@ -2,7 +2,7 @@
 
 Without `--ray` the model is held by this process for every editor and CLI of this user
 (engine.serve.daemon); with it, replicas are deployed on a Ray cluster behind one URL
-(engine.serve.ray_cli, which imports Ray only then).
+(engine.serve.team.command, which imports Ray only then).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 from engine.serve.daemon import DEFAULT_IDLE_EXIT, DEFAULT_MAX_CONNECTIONS, serve_endpoint
 from engine.serve.endpoint import Endpoint, UnsafeRuntimeDir, endpoint_for
 from engine.serve.limits import DEFAULT_REQUEST_TIMEOUT
-from engine.serve.ray_cli import add_arguments as add_ray_arguments
-from engine.serve.ray_cli import serve_on_ray
+from engine.serve.team.command import add_arguments as add_ray_arguments
+from engine.serve.team.command import serve_on_ray
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -216,7 +216,7 @@ class Endpoint:
 def resolved_device(device: str) -> str:
     """The device an engine asked for `device` would load onto, without importing torch:
     "auto" is "cuda:0" where torch was built with CUDA and an NVIDIA device is present, else
-    "cpu" (as `engine.checkpoint.resolve_device` decides), and "cuda" is "cuda:0"."""
+    "cpu" (as `engine.models.checkpoint.resolve_device` decides), and "cuda" is "cuda:0"."""
     device = device.strip().lower()
     if device == "auto":
         device = "cuda" if _torch_has_cuda() and _nvidia_device_present() else "cpu"

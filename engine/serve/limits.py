@@ -1,7 +1,7 @@
 """What one request may ask of an engine, and the check that admits it.
 
 A wire message becomes a scheduler Job here, once, for the resident engine (engine.serve.daemon)
-and a team's replicas (engine.serve.ray_app) alike: typed and in range (protocol.from_wire, the
+and a team's replicas (engine.serve.team.app) alike: typed and in range (protocol.from_wire, the
 bounds table), within this engine's canvas and memory per request, with its deadline set.
 """
 
@@ -18,7 +18,7 @@ from engine.serve.protocol import ProtocolError
 from engine.types import RewriteRequest
 
 if TYPE_CHECKING:  # they import torch: loaded only to serve
-    from engine.families import Decoder
+    from engine.decode.families import Decoder
     from engine.serve.scheduler import Job
 
 DEFAULT_REQUEST_TIMEOUT = 60.0  # seconds: an interactive completion takes well under one

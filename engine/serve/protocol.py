@@ -25,7 +25,7 @@ field (`to_wire`, `from_wire`); "id", "stream" and "priority" are the connection
 request, never part of it (the model's answer does not depend on it). A client sends
 `document_key` of the editor's URI or the file's path, a digest, so the engine learns no file
 names; a team's engine routes one document's requests to one replica by it
-(engine.serve.routing), and a request without it is routed by its prefix's start.
+(engine.serve.team.routing), and a request without it is routed by its prefix's start.
     {"op": "cancel", "id": 4, "target": 2}
     {"op": "stats", "id": 5}   {"op": "ping", "id": 6}   {"op": "shutdown", "id": 7}
 
@@ -46,20 +46,20 @@ records none) means "no score": the client shows the completion ungated.
 
 "completion_ends" are the token ids a completion ends before (the model's stop ids and its
 mask id): with them a client counts a draft's completion tokens as the engine does
-(engine.stops.completion_ids). An engine that predates them sends none.
+(engine.text.stops.completion_ids). An engine that predates them sends none.
 
 "suffix_fraction" (in [0, 1]; absent: engine.types.SUFFIX_FRACTION) is the suffix's share of
 the canvas's context tokens; the engine's token cut is the one place that applies it. An
 engine that predates it ignores it and splits as the default does.
 
 "until" (optional: {"kind": "line" | "brackets" | "block", "line_prefix": str,
-"base_indent": str}) names the unit the client shows (engine.units.UnitEnd): the engine ends
+"base_indent": str}) names the unit the client shows (engine.text.units.UnitEnd): the engine ends
 the request once the committed text holds its end, with finish_reason "unit", and runs no
 pass the client would throw away. An engine that predates it ignores it.
 
 "choices" (optional: a list of at most MAX_CHOICES strings, MAX_CHOICES_TEXT characters in
 all) restricts the hole to one of those texts or nothing (engine.types.InfillRequest,
-engine.choices): a next-edit suggestion's word, one of the new words of the edits it continues.
+engine.text.choices): a next-edit suggestion's word, one of the new words of the edits it continues.
 An engine that predates it ignores it and the client gets an unrestricted answer, which it
 checks as any other.
 
@@ -83,6 +83,7 @@ import struct
 from typing import Any
 
 from engine.bounds import STRENGTH_RANGE, SUFFIX_FRACTION_RANGE, bounds_of
+from engine.text.units import UNIT_KINDS
 from engine.types import (
     CANVAS_LENGTH,
     SAMPLERS,
@@ -94,7 +95,6 @@ from engine.types import (
     Score,
     UnitEnd,
 )
-from engine.units import UNIT_KINDS
 
 VERSION = 1
 MAX_MESSAGE = 8 * 1024 * 1024  # a 256-token canvas's text is a few KB; this is generous
@@ -331,7 +331,7 @@ def from_wire(message: dict[str, Any]) -> InfillRequest | RewriteRequest:
         return value
 
     prefix, suffix = text("prefix"), text("suffix")
-    document = text("document")  # the router's (engine.serve.routing), not the request's
+    document = text("document")  # the router's (engine.serve.team.routing), not the request's
     if len(document) > MAX_DOCUMENT:
         raise ProtocolError("bad-request", f"document: at most {MAX_DOCUMENT} characters")
     rewrite = message.get("op") == "rewrite"

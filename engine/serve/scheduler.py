@@ -1,7 +1,7 @@
 """The resident engine's scheduler: live requests advance one step per round.
 
 One thread owns the model. The scheduler decides which requests step in each round; the
-engine's runner (engine.runner) runs their passes: the scheduler never calls the model.
+engine's runner (engine.decode.runner) runs their passes: the scheduler never calls the model.
 Requests wait in three lanes: interactive (an editor waiting on
 it), batch (`dg-lsp batch` and other background work) and large (any request whose canvas is
 over `large_canvas` tokens). Each lane admits up to its own number of live requests, so a
@@ -40,9 +40,9 @@ from typing import Any
 
 import torch
 
-from engine.config import ModelConfig
+from engine.decode.runner import Live, empty_draft, stop_reason
 from engine.engine import Engine
-from engine.runner import Live, empty_draft, stop_reason
+from engine.models.config import ModelConfig
 from engine.types import Draft, InfillRequest, RewriteRequest
 
 INTERACTIVE, BATCH, LARGE = "interactive", "batch", "large"

@@ -1,4 +1,5 @@
-"""Train the learned sampler's commit policy (engine.policy) from the model's own trajectories.
+"""Train the learned sampler's commit policy (engine.decode.policy) from the model's own
+trajectories.
 
     python -m engine.train.commit_policy collect --out runs/policy/trajectories.pt
     python -m engine.train.commit_policy train --trajectories runs/policy/trajectories.pt
@@ -8,14 +9,14 @@ single-line holes cut from this repository's own sources (engine/ and dg_lsp/ at
 `SOURCES_REV`, so later edits do not change them; never the held-out third-party package or
 any evaluation data, which `engine.train.corpus.FORBIDDEN` names). At every step it records,
 for every still-masked position of the masked range, the features
-`engine.policy.policy_features` computes, and the label: whether the position's current
+`engine.decode.policy.policy_features` computes, and the label: whether the position's current
 proposal is the token the run finally commits there (stop tokens count as equal to each
 other: the hole's end is padded after the first one). `--on-policy C` records the learned
 sampler's own steps at cutoff C instead, labelled by the k=1 run's tokens.
 
 `train` fits the classifier (logistic regression with --hidden 0, else one tanh layer) with
 full-batch Adam on the CPU from a seed, holding out the last fifth of the holes, and writes
-the JSON `engine.policy.load_policy` reads.
+the JSON `engine.decode.policy.load_policy` reads.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from engine.policy import FEATURES, POLICY_FILE, CommitPolicy, policy_features
+from engine.decode.policy import FEATURES, POLICY_FILE, CommitPolicy, policy_features
 from engine.train.corpus import FORBIDDEN
 from engine.types import InfillRequest, SamplerSettings
 
@@ -50,9 +51,9 @@ HELD_OUT_SHARE = 0.2
 @contextmanager
 def recording(steps: list[dict[str, Tensor]]) -> Iterator[None]:
     """While active, every denoising step appends the features of its masked range's
-    positions and their proposals to `steps` (engine.denoise.STEP_OBSERVERS)."""
-    from engine.denoise import STEP_OBSERVERS
-    from engine.samplers import propose
+    positions and their proposals to `steps` (engine.decode.denoise.STEP_OBSERVERS)."""
+    from engine.decode.denoise import STEP_OBSERVERS
+    from engine.decode.samplers import propose
 
     def observe(logits: Tensor, masked: Tensor, settings: SamplerSettings,
                 stop_ids: Tensor, fresh: bool) -> None:

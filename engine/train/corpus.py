@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
 
-from engine.tokenizer import FILE_SEP, save_tokenizer, train_bpe
+from engine.text.tokenizer import FILE_SEP, save_tokenizer, train_bpe
 
 # Folders that hold tests, fixtures or vendored copies rather than the code users write.
 SKIP_PARTS = {

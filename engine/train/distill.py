@@ -64,14 +64,14 @@ from engine.bounds import (
     bounded,
     check_bounds,
 )
-from engine.canvas import Canvas, expects_bos
-from engine.checkpoint import checkpoint_name, load_model, read_checkpoint, resolve
 from engine.data.stats import edit_similarity
-from engine.denoise import MaskedDenoiser
+from engine.decode.denoise import MaskedDenoiser
+from engine.models.checkpoint import checkpoint_name, load_model, read_checkpoint, resolve
 from engine.models.transformer import Transformer, rope_tables
-from engine.stops import completion_ids
+from engine.text.canvas import Canvas, expects_bos
+from engine.text.stops import completion_ids
+from engine.text.tokenizer import Tokenizer
 from engine.threads import ThreadPolicy
-from engine.tokenizer import Tokenizer
 from engine.train.examples import ExampleMaker
 from engine.train.state import (
     check_corpus,

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.edits.synthetic import SYNTHETIC_KINDS, SyntheticEdit, model_text, synthetic_edit
-from engine.tokenizer import Tokenizer
+from engine.text.tokenizer import Tokenizer
 from engine.train.corpus import FORBIDDEN
 from engine.train.examples import HOLE_BUCKETS, SpecialIds
 from engine.train.real_edits import load_cases

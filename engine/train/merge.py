@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from engine.checkpoint import read_checkpoint, resolve
+from engine.models.checkpoint import read_checkpoint, resolve
 from engine.train.state import check_output_folder
 
 COPIED = ("tokenizer.json", "tokenizer_config.json", "generation_config.json",

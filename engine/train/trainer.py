@@ -46,11 +46,11 @@ from engine.bounds import (
     bounded,
     check_bounds,
 )
-from engine.checkpoint import load_model, read_checkpoint, resolve, resolve_device
-from engine.config import ModelConfig
+from engine.models.checkpoint import load_model, read_checkpoint, resolve, resolve_device
+from engine.models.config import ModelConfig
 from engine.models.transformer import Transformer
+from engine.text.tokenizer import EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, MASK, PAD, Tokenizer
 from engine.threads import ThreadPolicy
-from engine.tokenizer import EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, MASK, PAD, Tokenizer
 from engine.train.edit_examples import load_or_build
 from engine.train.examples import ExampleMaker, SpecialIds
 from engine.train.state import (

@@ -39,15 +39,15 @@ from dataclasses import dataclass
 
 import torch
 
-import engine.denoise as denoise_module
+import engine.decode.denoise as denoise_module
 from dg_lsp.measure.eval.heldout import heldout_sources
 from dg_lsp.measure.eval.scoring import edit_similarity, single_line
 from engine import Engine
 from engine.data.cases import cut_cases
-from engine.kv_cache import ContextCache, PrefixCache
+from engine.decode.kv_cache import ContextCache, PrefixCache
+from engine.decode.passes import live_span, logit_rows
+from engine.decode.samplers import propose
 from engine.models.transformer import LayerKV
-from engine.passes import live_span, logit_rows
-from engine.samplers import propose
 from engine.types import InfillRequest, SamplerSettings
 
 HOLE_TOKENS = 32

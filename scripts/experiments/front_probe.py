@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from engine.serve.remote import RemoteEngine  # noqa: E402
+from engine.serve.team.remote import RemoteEngine  # noqa: E402
 from engine.types import InfillRequest  # noqa: E402
 
 TOKEN = "probe-tok3n"

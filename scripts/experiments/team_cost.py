@@ -1,4 +1,4 @@
-"""What a developer costs a team's engine (engine.serve.ray_app), in replica-seconds.
+"""What a developer costs a team's engine (engine.serve.team.app), in replica-seconds.
 
     python scripts/experiments/team_cost.py [--developers 8] [--replicas 2] [--seconds 60] \
         [--pause 1.0]
@@ -26,7 +26,7 @@ from dg_lsp.measure.eval.heldout import heldout_sources
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for
 from engine.data.cases import cut_cursor_cases
-from engine.serve.remote import RemoteEngine
+from engine.serve.team.remote import RemoteEngine
 
 
 def main() -> None:
@@ -42,7 +42,7 @@ def main() -> None:
     import ray
     from ray import serve
 
-    from engine.serve.ray_app import APP_NAME, AppOptions, build_app, token_digest
+    from engine.serve.team.app import APP_NAME, AppOptions, build_app, token_digest
 
     token = secrets.token_hex(16)
     with socket.socket() as probe:

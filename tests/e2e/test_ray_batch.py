@@ -23,7 +23,7 @@ pytestmark = pytest.mark.e2e  # a Ray cluster of its own
 
 from dg_lsp.actions.targets import ParsedText, error_count  # noqa: E402
 from dg_lsp.syntax.languages import language_for  # noqa: E402
-from engine.serve.remote import RemoteEngine  # noqa: E402
+from engine.serve.team.remote import RemoteEngine  # noqa: E402
 from tests.support.ray_cluster import (  # noqa: E402
     STARTUP,
     TEAM_TOKEN,

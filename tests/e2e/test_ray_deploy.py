@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("ray.serve", reason="Ray is optional: pip install 'dg-lsp[distributed]'")
 pytestmark = pytest.mark.e2e  # a Ray cluster, started as docs/team.md says
 
-from engine.serve.remote import RemoteEngine  # noqa: E402
+from engine.serve.team.remote import RemoteEngine  # noqa: E402
 from engine.types import InfillRequest  # noqa: E402
 from tests.support.ray_cluster import (  # noqa: E402
     STARTUP,

@@ -1,4 +1,4 @@
-"""The engine as a Ray Serve application (engine.serve.ray_app), on a local Ray cluster.
+"""The engine as a Ray Serve application (engine.serve.team.app), on a local Ray cluster.
 
 One module-wide deployment: two CPU replicas of the tiny Dream checkpoint behind the HTTP
 ingress, reached by URL with a token, as a team's dg-lsp reaches it. The cluster is small
@@ -24,9 +24,9 @@ serve = pytest.importorskip("ray.serve", reason="needs ray[serve]")
 pytestmark = pytest.mark.e2e  # a local Ray cluster
 
 from engine.serve.client import EngineUnavailable  # noqa: E402
-from engine.serve.ray_app import APP_NAME, AppOptions, build_app, token_digest  # noqa: E402
-from engine.serve.remote import RemoteEngine, read_token  # noqa: E402
-from engine.serve.routing import rank, routing_key  # noqa: E402
+from engine.serve.team.app import APP_NAME, AppOptions, build_app, token_digest  # noqa: E402
+from engine.serve.team.remote import RemoteEngine, read_token  # noqa: E402
+from engine.serve.team.routing import rank, routing_key  # noqa: E402
 from engine.types import InfillRequest, RewriteRequest, SamplerSettings  # noqa: E402
 from tests.support.ray_cluster import free_port  # noqa: E402
 from tests.support.wait import wait_for  # noqa: E402
@@ -343,8 +343,8 @@ def test_killing_a_replica_mid_request_fails_that_request_alone_and_the_app_heal
 
 def test_serve_ray_options_are_checked_before_anything_is_deployed(token_file, capsys):
     from engine.cli import build_parser, main
-    from engine.serve.ray_app import autoscaling_config
-    from engine.serve.ray_cli import front_address, options_from_args, tls_context
+    from engine.serve.team.app import autoscaling_config
+    from engine.serve.team.command import front_address, options_from_args, tls_context
 
     def parse(*extra: str):
         return build_parser().parse_args(["serve", "--ray", "--token-file", str(token_file),
@@ -382,8 +382,8 @@ def test_serve_ray_options_are_checked_before_anything_is_deployed(token_file, c
 
 
 def test_a_replica_whose_scheduler_is_dead_or_stuck_fails_its_health_check():
-    from engine.serve import ray_app
     from engine.serve.limits import Limits
+    from engine.serve.team.app import EngineReplica
 
     class Scheduler:
         _thread = threading.Thread(target=time.sleep, args=(30,), daemon=True)
@@ -392,7 +392,7 @@ def test_a_replica_whose_scheduler_is_dead_or_stuck_fails_its_health_check():
         def stats(self) -> dict:
             return dict(self.state)
 
-    replica = ray_app.EngineReplica.__new__(ray_app.EngineReplica)
+    replica = EngineReplica.__new__(EngineReplica)
     replica.scheduler, replica.limits = Scheduler(), Limits(512, 1 << 30, 10.0)
     with pytest.raises(RuntimeError, match="not running"):
         replica.check_health()

@@ -3,7 +3,7 @@ requests on one replica, retries when a replica (or the proxy in front of it) is
 edited whole or not at all, the progress line and the summary.
 
 The engine is tests/support/team_endpoint.py: the deployment's real front door before a stand-in
-ingress that routes by document over named replicas (engine.serve.routing, as the Ray router
+ingress that routes by document over named replicas (engine.serve.team.routing, as the Ray router
 does) and fails requests as scripted. Its completions are a function of the request (the
 docstring names the function it documents), so every file's expected text is known however
 often and wherever its requests were sent. tests/e2e/test_ray_batch.py does the same on a real

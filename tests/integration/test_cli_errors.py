@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine.cli import run_command
-from engine.config import CheckpointError
+from engine.models.config import CheckpointError
 from tests.support.tiny_checkpoints import write_dream_checkpoint
 
 

@@ -16,7 +16,7 @@ import pytest
 import dg_lsp
 from dg_lsp.cli import doctor
 from dg_lsp.syntax import languages
-from engine.checkpoint import BUNDLED_MODEL_DIR, resolve_device
+from engine.models.checkpoint import BUNDLED_MODEL_DIR, resolve_device
 from engine.serve.endpoint import resolved_device
 
 

@@ -1,4 +1,4 @@
-"""engine.serve.front: the team engine's front door, bounded before the token is checked.
+"""engine.serve.team.front: the team engine's front door, bounded before the token is checked.
 
 The probe's cases (issue #33) against one front on loopback with a small upstream that stands
 for Ray Serve's proxy: an oversized header, slow heads and bodies, floods of connections, and
@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from engine.serve.front import Front, FrontLimits
+from engine.serve.team.front import Front, FrontLimits
 from tests.support.wait import wait_for
 
 TOKEN = "front-s3cret"

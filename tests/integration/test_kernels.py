@@ -37,7 +37,7 @@ def test_kernels_under_the_interpreter() -> None:
 
 def test_importing_the_engine_does_not_import_triton() -> None:
     code = (
-        "import sys, torch; import engine.engine, engine.samplers as s;"
+        "import sys, torch; import engine.engine, engine.decode.samplers as s;"
         "s.propose(torch.randn(3, 50), 0.0);"
         "assert 'triton' not in sys.modules, 'triton imported'"
     )

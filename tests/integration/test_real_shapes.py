@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.checkpoint import read_checkpoint
-from engine.config import config_from_hf
+from engine.models.checkpoint import read_checkpoint
+from engine.models.config import config_from_hf
 from tests.support.published_configs import PUBLISHED, write_real_shape
 
 transformers = pytest.importorskip("transformers")

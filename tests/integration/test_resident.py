@@ -32,8 +32,8 @@ from engine.backend import CountingBackend
 from engine.serve import protocol
 from engine.serve.client import EngineClient, EngineRefused
 from engine.serve.endpoint import endpoint_for, resolved_device
+from engine.text.units import UnitEnd
 from engine.types import InfillRequest, RewriteRequest, SamplerSettings
-from engine.units import UnitEnd
 from tests.support.wait import wait_for
 
 PREFIXES = [f"def f{i}(x):\n    y = x + {i}\n    return " for i in range(8)]
@@ -164,7 +164,7 @@ def test_rewrites_through_the_engine_equal_in_process_ones(engine, inproc):
 
 def test_a_rewrite_without_max_tokens_is_sized_from_its_original_there_as_here(engine, inproc):
     # The engine used to size such a hole at 32 tokens, in process at the original's size and
-    # half again (engine.remask.default_max_tokens): the same request, two answers.
+    # half again (engine.text.remask.default_max_tokens): the same request, two answers.
     request = RewriteRequest("def f(a):\n    ", "\n", "return a + 1", strength=0.5)
     here = list(inproc.rewrite_stream(request))[-1]
     there = list(engine.rewrite_stream(request))[-1]

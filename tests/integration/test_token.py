@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from engine.serve.client import EngineUnavailable
-from engine.serve.remote import EngineURL, RemoteEngine, read_token
+from engine.serve.team.remote import EngineURL, RemoteEngine, read_token
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "s3cret-team-token"
@@ -40,7 +40,7 @@ def read_in_child(path: Path) -> subprocess.CompletedProcess:
     """read_token(path) in a child with 512 MiB of address space and 30 s: a reader that
     follows a link to /dev/zero dies of MemoryError, one that opens a FIFO times out."""
     script = textwrap.dedent(f"""
-        from engine.serve.remote import read_token
+        from engine.serve.team.remote import read_token
         try:
             read_token({str(path)!r})
         except ValueError as exc:

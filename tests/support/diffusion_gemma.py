@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.tokenizer import BOS, EOS, PAD, save_tokenizer
+from engine.text.tokenizer import BOS, EOS, PAD, save_tokenizer
 from tests.support.tiny_checkpoints import tiny_tokenizer
 
 transformers = pytest.importorskip("transformers")

@@ -29,7 +29,7 @@ import pytest
 from dg_lsp.completion.pipeline import CompletionRequest, Pipeline
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for
-from engine.checkpoint import BUNDLED_MODEL_DIR
+from engine.models.checkpoint import BUNDLED_MODEL_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = BUNDLED_MODEL_DIR

@@ -22,7 +22,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from engine.config import config_from_hf
+from engine.models.config import config_from_hf
 from tests.support.tiny_checkpoints import (
     _qwen2_shapes,
     llada_shapes,

@@ -9,8 +9,8 @@ import time
 from collections.abc import Iterator
 
 from engine.backend import EngineInfo
+from engine.text.units import until_unit_ends
 from engine.types import Draft, Score
-from engine.units import until_unit_ends
 
 # One request's answer; see Scripted.
 Answer = str | tuple[str, float | None] | list[str] | list[Draft] | BaseException
@@ -29,7 +29,7 @@ class Scripted:
     - (text, lowest): one finished draft whose every confidence is `lowest` (None: no score,
       as an engine that predates scores sends);
     - a list of texts: the committed text after each step, up to the end of the unit the
-      request names, as engines cut them (engine.units.until_unit_ends);
+      request names, as engines cut them (engine.text.units.until_unit_ends);
     - a list of Drafts: yielded as they are;
     - an exception: raised after a first empty draft, as by an engine lost mid-request; it
       stays the answer to every later request (a lost engine stays lost).

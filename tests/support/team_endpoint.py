@@ -1,15 +1,15 @@
 """A team's engine endpoint without Ray, for tests of the clients that reach one by URL.
 
-The real front door (engine.serve.front: the deployment's token check, before anything else
+The real front door (engine.serve.team.front: the deployment's token check, before anything else
 is read) in front of a small stand-in for the Ray Serve ingress behind it, which answers
-`/v1/hello` and `/v1/stream` as engine.serve.ray_app does: a hello of engine.serve.protocol,
+`/v1/hello` and `/v1/stream` as engine.serve.team.app does: a hello of engine.serve.protocol,
 then one "result" line per request with a scripted completion, naming the replica that served
 it. Every request body that got through is kept, so a test sees what a client sent (its
 "document" included); every connection the front accepted is counted, so a test sees that
 nothing was sent at all.
 
 Replicas and their loss, for batch mode's retries: a request goes to its document's home
-among the live `replicas` (engine.serve.routing, as the Ray router ranks them); `lose(r)`
+among the live `replicas` (engine.serve.team.routing, as the Ray router ranks them); `lose(r)`
 makes the replica fail what it is sent next ("unavailable", as the ingress answers for a
 replica lost mid-request) and drops it from the live ones at that failure, as Ray Serve's
 router does. `faults` fail the next requests, one each, in arrival order (FAULTS: what a
@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.serve import protocol
-from engine.serve.front import Front
-from engine.serve.remote import reply_line
-from engine.serve.routing import rank, routing_key
+from engine.serve.team.front import Front
+from engine.serve.team.remote import reply_line
+from engine.serve.team.routing import rank, routing_key
 from engine.types import Draft
 
 # How a request can fail: "reset" (the connection closed with no answer), "midstream" (one

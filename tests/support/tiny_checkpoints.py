@@ -22,7 +22,7 @@ from safetensors.torch import save_file
 from tokenizers import AddedToken
 from tokenizers import Tokenizer as HFTokenizer
 
-from engine.tokenizer import BOS, EOS, MASK, PAD, save_tokenizer, train_bpe
+from engine.text.tokenizer import BOS, EOS, MASK, PAD, save_tokenizer, train_bpe
 
 EXPAND = "<|expand|>"  # DreamOn's expand token
 

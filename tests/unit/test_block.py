@@ -19,7 +19,7 @@ transformers = pytest.importorskip("transformers")
 if not hasattr(transformers, "DiffusionGemmaForBlockDiffusion"):
     pytest.skip("this transformers has no DiffusionGemma", allow_module_level=True)
 
-from engine.checkpoint import Checkpoint, read_checkpoint  # noqa: E402
+from engine.decode.runner import DraftSteps, Live, Runner  # noqa: E402
 from engine.models.block import (  # noqa: E402
     FIM_TEMPLATE,
     GEMMA_CHAT_TEMPLATE,
@@ -31,8 +31,8 @@ from engine.models.block import (  # noqa: E402
     fim_template,
     load_block_model,
 )
-from engine.runner import DraftSteps, Live, Runner  # noqa: E402
-from engine.tokenizer import Tokenizer  # noqa: E402
+from engine.models.checkpoint import Checkpoint, read_checkpoint  # noqa: E402
+from engine.text.tokenizer import Tokenizer  # noqa: E402
 from engine.types import Draft, SamplerSettings  # noqa: E402
 from tests.support.diffusion_gemma import CANVAS, STEPS, write_diffusion_gemma  # noqa: E402
 from tests.support.tiny_checkpoints import tiny_tokenizer  # noqa: E402
@@ -243,7 +243,7 @@ def test_loader_names_the_extra_when_transformers_is_missing(
 
 
 def test_loader_refuses_pickle_only_folder(dg: tuple[Any, Checkpoint], tmp_path: Path):
-    from engine.config import CheckpointError
+    from engine.models.config import CheckpointError
 
     _, ckpt = dg
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine.canvas import VocabText, completion_text, layout, split_budget
-from engine.config import ModelConfig
-from engine.tokenizer import BOS, EOS, MASK, Tokenizer
+from engine.models.config import ModelConfig
+from engine.text.canvas import VocabText, completion_text, layout, split_budget
+from engine.text.tokenizer import BOS, EOS, MASK, Tokenizer
 from tests.support.tiny_checkpoints import SNIPPET, tiny_tokenizer
 
 

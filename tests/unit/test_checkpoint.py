@@ -10,8 +10,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from engine import checkpoint
-from engine.checkpoint import (
+from engine.models import checkpoint
+from engine.models.checkpoint import (
     checkpoint_name,
     load_model,
     our_name,
@@ -20,7 +20,7 @@ from engine.checkpoint import (
     resolve_device,
     resolve_dtype,
 )
-from engine.config import CheckpointError
+from engine.models.config import CheckpointError
 from tests.support.tiny_checkpoints import (
     EXPAND,
     write_dream_checkpoint,

@@ -12,9 +12,9 @@ import torch
 from safetensors import safe_open
 
 from engine import Engine
-from engine.canvas import Canvas
-from engine.checkpoint import load_model, read_checkpoint
 from engine.cli import main as engine_main
+from engine.models.checkpoint import load_model, read_checkpoint
+from engine.text.canvas import Canvas
 from engine.train.corpus import build_corpus
 from engine.train.distill import (
     CHECKS_FILE,
@@ -127,8 +127,8 @@ def test_the_recorded_trajectory_is_the_engines_decoding(teacher: Path) -> None:
     settings = SamplerSettings(share_prefix=False)
     tokens, steps = record_trajectory(engine.model, cfg, tok, canvas, settings,
                                       engine.decoder.stop_ids())
-    from engine.denoise import MaskedDenoiser
-    from engine.runner import Live
+    from engine.decode.denoise import MaskedDenoiser
+    from engine.decode.runner import Live
 
     # The engine's own route: the runner steps the same denoiser, a batch of one.
     steps_of = MaskedDenoiser(engine.model, cfg, tok, Canvas(**vars(canvas)), settings,

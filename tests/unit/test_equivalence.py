@@ -7,7 +7,7 @@ _preprocess_mask_arguments` returns it untouched), and the attention functions o
 causal when no mask was passed (`sdpa_attention_forward`: `is_causal = ... and attention_mask
 is None`), so an all-zeros additive mask means full, non-causal attention.
 
-Weights reach our model through `engine.checkpoint.load_model`, and reach the reference
+Weights reach our model through `engine.models.checkpoint.load_model`, and reach the reference
 through a renaming written out here independently of the loader's, so a loader that swaps two
 tensors fails the comparison. The engine's fused projections (`fuse_projections`: q/k/v and
 gate/up in one matmul each) are held to the same references.
@@ -21,8 +21,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from engine.checkpoint import load_model, read_checkpoint
-from engine.config import ModelConfig
+from engine.models.checkpoint import load_model, read_checkpoint
+from engine.models.config import ModelConfig
 from engine.models.transformer import shift_logits
 from tests.support.tiny_checkpoints import (
     llama_name,

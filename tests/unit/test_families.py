@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from engine import Engine
-from engine.denoise import MaskedDenoiser
-from engine.families import ARDecoder, MaskedDecoder, decoder_for
-from engine.tokenizer import EOS
+from engine.decode.denoise import MaskedDenoiser
+from engine.decode.families import ARDecoder, MaskedDecoder, decoder_for
+from engine.text.tokenizer import EOS
 from engine.types import InfillRequest, SamplerSettings
 
 

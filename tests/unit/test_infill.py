@@ -19,14 +19,14 @@ import pytest
 import torch
 
 from engine import Engine
-from engine.ar import fim_prompt
-from engine.canvas import layout
-from engine.config import ModelConfig
-from engine.denoise import MaskedDenoiser
-from engine.kv_cache import ContextCache, PrefixCache
+from engine.decode.ar import fim_prompt
+from engine.decode.denoise import MaskedDenoiser
+from engine.decode.kv_cache import ContextCache, PrefixCache
+from engine.decode.passes import hole_logits
+from engine.models.config import ModelConfig
 from engine.models.transformer import Transformer
-from engine.passes import hole_logits
-from engine.tokenizer import EOS, MASK, PAD, Tokenizer
+from engine.text.canvas import layout
+from engine.text.tokenizer import EOS, MASK, PAD, Tokenizer
 from engine.types import InfillRequest, RewriteRequest, SamplerSettings
 from tests.support.tiny_checkpoints import EXPAND, tiny_tokenizer
 
@@ -426,8 +426,8 @@ def test_block_family_is_served_through_the_same_api(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
     if not hasattr(transformers, "DiffusionGemmaForBlockDiffusion"):
         pytest.skip("this transformers has no DiffusionGemma")
-    from engine.checkpoint import read_checkpoint
     from engine.models.block import denoise_block
+    from engine.models.checkpoint import read_checkpoint
     from tests.support.diffusion_gemma import write_diffusion_gemma
 
     ckpt = read_checkpoint(write_diffusion_gemma(tmp_path))
@@ -480,7 +480,7 @@ def test_a_request_that_shares_no_prefix_does_not_depend_on_earlier_requests(dre
 
 
 def test_kept_flags_drop_the_lowest_scores_first():
-    from engine.remask import kept_flags
+    from engine.text.remask import kept_flags
 
     scores = [0.9, 0.1, 0.5, 0.1, 0.8]
     assert kept_flags(scores, 0.0) == [True] * 5
@@ -502,7 +502,7 @@ def test_rewrite_keeps_the_tokens_the_model_is_surest_of(dream: Engine) -> None:
     logits = dream.forward_logits(torch.tensor([canvas.ids]))[0]
     probs = logits[canvas.hole_start : canvas.hole_start + len(ids)].softmax(-1)
     scores = probs[torch.arange(len(ids)), torch.tensor(ids)].tolist()
-    from engine.remask import kept_flags
+    from engine.text.remask import kept_flags
 
     keep = kept_flags(scores, 0.5)
     half = list(dream.rewrite_stream(RewriteRequest(prefix, suffix, original, 0.5)))

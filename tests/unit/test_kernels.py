@@ -12,12 +12,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from engine.decode.samplers import step
 from engine.kernels import norms, sampling
 from engine.kernels._dispatch import interpreting, triton_available
 from engine.kernels.norms import torch_rms_norm, triton_rms_norm
 from engine.kernels.sampling import fused_stats, torch_stats, triton_stats
 from engine.models.transformer import RMSNorm
-from engine.samplers import step
 from engine.types import SamplerSettings
 
 if not triton_available():

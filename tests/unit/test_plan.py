@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from engine.cli import main
-from engine.plan import plan
+from engine.models.plan import plan
 from tests.support.published_configs import PUBLISHED
 
 # A small Dream-layout config whose figures are worked out by hand below.

@@ -15,7 +15,7 @@ from dg_lsp.context import build_context
 from dg_lsp.settings import Settings, parse_settings
 from dg_lsp.syntax.languages import language_for
 from engine.backend import StepsOnWorker
-from engine.units import UnitEnd, unit_ended
+from engine.text.units import UnitEnd, unit_ended
 from tests.support.scripted import Scripted
 
 

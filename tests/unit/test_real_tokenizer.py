@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.canvas import VocabText, completion_text, layout
-from engine.checkpoint import Checkpoint, read_checkpoint
-from engine.stops import completion_ids, cut_at_special
+from engine.models.checkpoint import Checkpoint, read_checkpoint
+from engine.text.canvas import VocabText, completion_text, layout
+from engine.text.stops import completion_ids, cut_at_special
 from tests.support.published_configs import PUBLISHED
 from tests.support.real_tokenizer import (
     DLM_PAD,

@@ -1,4 +1,4 @@
-"""Routing by document (engine.serve.routing, protocol.to_wire): which replica of a team's
+"""Routing by document (engine.serve.team.routing, protocol.to_wire): which replica of a team's
 engine serves a request, decided without Ray, and the document each client names."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dg_lsp.completion.pipeline import CompletionRequest, Pipeline
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for
 from engine.serve import protocol
-from engine.serve.routing import DEFAULT_IMBALANCE, choose, rank, routing_key
+from engine.serve.team.routing import DEFAULT_IMBALANCE, choose, rank, routing_key
 from engine.types import InfillRequest, RewriteRequest
 from tests.support.scripted import Scripted
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.runner import Live, Runner, empty_draft
+from engine.decode.runner import Live, Runner, empty_draft
 from engine.types import Draft, InfillRequest, SamplerSettings
 
 EXACT = SamplerSettings(cache_refresh=1)  # every pass a full one: every pass can batch

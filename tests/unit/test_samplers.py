@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from engine.policy import FEATURES, POLICY_FILE, CommitPolicy, load_policy, policy_features
-from engine.samplers import (
+from engine.decode.policy import FEATURES, POLICY_FILE, CommitPolicy, load_policy, policy_features
+from engine.decode.samplers import (
     adjust_logits,
     propose,
     select_entropy,
@@ -203,7 +203,7 @@ def test_recording_observes_every_step_and_leaves_no_observer_behind(dream_ckpt)
     """engine.train.commit_policy sees each step's sampler input through the engine's step
     observers (no patching): at top-k k=1 the masked count falls by one per step."""
     from engine import Engine
-    from engine.denoise import STEP_OBSERVERS
+    from engine.decode.denoise import STEP_OBSERVERS
     from engine.train.commit_policy import recording
     from engine.types import InfillRequest
 

@@ -17,7 +17,7 @@ from lsprotocol import types
 
 from dg_lsp.lsp.completion import complete
 from dg_lsp.lsp.server import create_server
-from engine.canvas import Canvas
+from engine.text.canvas import Canvas
 
 URI = "file:///tmp/dense.py"
 HOLE = 8

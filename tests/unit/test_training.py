@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from engine import Engine
-from engine.tokenizer import FILE_SEP, Tokenizer
+from engine.text.tokenizer import FILE_SEP, Tokenizer
 from engine.train.corpus import build_corpus, deduplicate, split_of
 from engine.train.examples import ExampleMaker
 from engine.train.trainer import TrainConfig, Trainer, newline_table, special_ids

@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
         except NoEngine as exc:
             print(f"dg-lsp eval: {exc}", file=sys.stderr)
             return 2
-        from engine.serve.remote import shown_url
+        from engine.serve.team.remote import shown_url
 
         under_test = Predictor.backend(shown_url(args.engine), backend, settings, hole_tokens,
                                        args.canvas_length)

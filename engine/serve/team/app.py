@@ -8,14 +8,14 @@
   on one machine; requests are validated by the same code (engine.serve.limits.parse_request).
   A request that is cancelled upstream (the client disconnected or cancelled) raises
   CancelledError in its generator, which cancels the job: it leaves the batch at the next step.
-- `Ingress` answers HTTP (engine.serve.remote describes the paths). It checks the token
+- `Ingress` answers HTTP (engine.serve.team.remote describes the paths). It checks the token
   before anything else, in constant time, against a digest: the token itself is never stored
   in the application's config, which Ray keeps in its control store. It routes a request by
-  `routing_key` (engine.serve.routing: the document the client names, else its prefix's
+  `routing_key` (engine.serve.team.routing: the document the client names, else its prefix's
   start), and turns a replica lost mid-request into an "unavailable" error for that
   request alone: the client's next request goes to a live replica.
 - `StatusBoard` keeps the latest report of each replica for `dg-engine status URL`, and
-  counts the requests refused for their token (here and at engine.serve.front).
+  counts the requests refused for their token (here and at engine.serve.team.front).
 
 Replica count is fixed or autoscaled by Ray Serve on ongoing requests per replica (queued and
 live in its scheduler): the queue length, averaged over `autoscale_window` seconds, aiming at
@@ -44,8 +44,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from engine.serve import protocol
 from engine.serve.limits import DEFAULT_REQUEST_TIMEOUT, Limits, free_memory, parse_request
-from engine.serve.remote import reply_line
-from engine.serve.routing import routing_key
+from engine.serve.team.remote import reply_line
+from engine.serve.team.routing import routing_key
 from engine.types import Draft
 
 APP_NAME = "dg-engine"
@@ -330,7 +330,7 @@ def build_app(options: AppOptions) -> Any:
         max_ongoing_requests=2 * options.max_batch,
         health_check_period_s=options.health_period,
         request_router_config=RequestRouterConfig(
-            request_router_class="engine.serve.ray_router.DocumentAffinityRouter",
+            request_router_class="engine.serve.team.router.DocumentAffinityRouter",
             request_router_kwargs={"imbalance": options.max_batch}),
         **scaling)
     ingress = serve.deployment(Ingress, name="Ingress", num_replicas=1,

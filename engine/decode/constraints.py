@@ -1,7 +1,7 @@
 """Which tokens a hole may hold: the rules a decoding loop applies to its logits at every step.
 
-Set up once per hole and applied by the masked family's denoiser (engine.denoise) and the
-autoregressive baseline (engine.ar) alike:
+Set up once per hole and applied by the masked family's denoiser (engine.decode.denoise) and the
+autoregressive baseline (engine.decode.ar) alike:
 
 - the mask token is never written (it is what the hole is made of), nor, when the hole is
   filled to its length (`stop_early=False`, the oracle-length protocol), the stop tokens and
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from engine.canvas import Canvas, VocabText
-from engine.config import ModelConfig
-from engine.samplers import allowed_mask
+from engine.decode.samplers import allowed_mask
+from engine.models.config import ModelConfig
+from engine.text.canvas import Canvas, VocabText
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def token_constraints(
     follows_choices: bool,
 ) -> TokenConstraints:
     """The constraints of `canvas`'s hole. `follows_choices`: the hole is written as one of
-    `canvas.choices`, position by position (engine.choices)."""
+    `canvas.choices`, position by position (engine.text.choices)."""
     banned = [i for i in (config.mask_token_id,) if i is not None]
     if not stop_early:
         banned += sorted(stop_ids)

@@ -1,13 +1,13 @@
 """A masked hole's state, and the rules that decide what a step commits besides the sampler.
 
-The sampler (engine.samplers) proposes a token for every masked position and picks the ones
+The sampler (engine.decode.samplers) proposes a token for every masked position and picks the ones
 to commit; these rules add to or replace its picks, and edit the hole after it:
 
 - the stop run: the trailing run of stop tokens is committed at once, but for its first
   STOP_RUN_MARGIN positions, once any of it is committed;
 - early stop: everything after the first committed stop token becomes pad;
 - DreamOn's edits: a committed expand token becomes two masks, a committed stop is deleted;
-- a hole of choices (engine.choices) commits where the choices still possible agree.
+- a hole of choices (engine.text.choices) commits where the choices still possible agree.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import math
 import torch
 from torch import Tensor
 
-from engine.canvas import Canvas
-from engine.choices import Choices
-from engine.samplers import allowed_mask
+from engine.decode.samplers import allowed_mask
+from engine.text.canvas import Canvas
+from engine.text.choices import Choices
 
 # The model's first guess at where a hole ends is often a token or two short: the positions
 # just before the stop run stay masked and are denoised as usual (without the margin the

@@ -1,6 +1,6 @@
 """Which replica of a team's engine serves a request: the router's choice, as pure functions.
 
-The Ray Serve request router (engine.serve.ray_router) and the ingress (engine.serve.ray_app)
+The Ray Serve request router (engine.serve.team.router) and the ingress (engine.serve.team.app)
 call these; nothing here imports Ray, so the choice is tested without a cluster.
 
 - `routing_key`: what names a request's document. A client sends the document's identity as

@@ -8,7 +8,7 @@ file (engine.serve.token checks it), never taken from the URL or the command lin
 would end up in shell history, logs and process listings; no error message here holds it or a
 URL's password.
 
-HTTP paths (engine.serve.ray_app answers them):
+HTTP paths (engine.serve.team.app answers them):
 
     GET  /v1/hello    the hello of engine.serve.protocol, plus "replicas"
     GET  /v1/status   every replica's model, device, queue and tokens/s

@@ -29,14 +29,14 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
-from engine.config import CheckpointError, ModelConfig, config_from_hf, token_id
+from engine.models.config import CheckpointError, ModelConfig, config_from_hf, token_id
 from engine.models.transformer import Transformer
-from engine.tokenizer import Tokenizer
+from engine.text.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
 # The models shipped inside the package (package data: found the same in a wheel and a checkout).
-BUNDLED_MODELS = Path(__file__).resolve().parent / "bundled"
+BUNDLED_MODELS = Path(__file__).resolve().parents[1] / "bundled"
 BUNDLED_MODEL_DIR = BUNDLED_MODELS / "default"
 
 SAFETENSORS_FILE = "model.safetensors"

@@ -1,12 +1,12 @@
 """The masked family's denoiser: fill a canvas's hole in a few parallel steps.
 
 Each step runs the model, proposes a token for every hole position and commits the ones the
-sampler picks (engine.samplers); committed tokens never change. A `MaskedDenoiser` returns a
-`Draft` after every step; the last one has `done=True` and a `finish_reason`. The runner
-(engine.runner) steps it, alone or with other holes' full passes in one batch. Which canvas
-rows a pass runs is engine.passes; which tokens the hole may hold, engine.constraints; what a
-step commits besides the sampler's picks (the stop run, early stop, DreamOn's edits, choices),
-engine.hole.
+sampler picks (engine.decode.samplers); committed tokens never change. A `MaskedDenoiser`
+returns a `Draft` after every step; the last one has `done=True` and a `finish_reason`. The
+runner (engine.decode.runner) steps it, alone or with other holes' full passes in one batch.
+Which canvas rows a pass runs is engine.decode.passes; which tokens the hole may hold,
+engine.decode.constraints; what a step commits besides the sampler's picks (the stop run,
+early stop, DreamOn's edits, choices), engine.decode.hole.
 
 Variable length. A stop token (EOS/pad) committed inside the hole ends the completion there:
 every position after it becomes pad at once, so it costs no further steps. With
@@ -41,7 +41,7 @@ In float32 the commits are the same; int8 layers quantize their input per call, 
 of that call, so there the skipped pass would have rounded otherwise.
 
 Across requests (R > 1 only). Typing changes the canvas near the cursor; the prefix before it
-is mostly the same tokens as a moment ago. A `PrefixCache` (engine.kv_cache) keeps recent
+is mostly the same tokens as a moment ago. A `PrefixCache` (engine.decode.kv_cache) keeps recent
 canvases' prefix keys/values keyed by token ids; a new request's first pass then runs only
 from the first token that differs and attends to the cached rest. For a bidirectional model
 those keys were computed beside an older hole and suffix, so this is the same approximation
@@ -57,16 +57,16 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from engine.canvas import Canvas, VocabText, completion_text
-from engine.config import ModelConfig
-from engine.constraints import token_constraints
-from engine.hole import Hole, choose, edit_dreamon, follow_choices, stop_early, stop_run
-from engine.kv_cache import ContextCache, PrefixCache, first_positions, joined
+from engine.decode.constraints import token_constraints
+from engine.decode.hole import Hole, choose, edit_dreamon, follow_choices, stop_early, stop_run
+from engine.decode.kv_cache import ContextCache, PrefixCache, first_positions, joined
+from engine.decode.passes import hole_logits, live_span, logit_rows, rows_to_logits
+from engine.decode.samplers import adjust_logits, step
+from engine.models.config import ModelConfig
 from engine.models.transformer import LayerKV, Transformer
-from engine.passes import hole_logits, live_span, logit_rows, rows_to_logits
-from engine.samplers import adjust_logits, step
-from engine.stops import completion_ids
-from engine.tokenizer import Tokenizer
+from engine.text.canvas import Canvas, VocabText, completion_text
+from engine.text.stops import completion_ids
+from engine.text.tokenizer import Tokenizer
 from engine.types import Draft, SamplerSettings, score_of
 
 
@@ -86,7 +86,7 @@ STEP_OBSERVERS: list[StepObserver] = []
 class MaskedDenoiser:
     """One hole being denoised, advanced one forward pass at a time.
 
-    `step` runs its next pass alone; the runner (engine.runner) runs the full passes of
+    `step` runs its next pass alone; the runner (engine.decode.runner) runs the full passes of
     several holes as one padded batch instead (`full_pass_input` / `hole_from_full` /
     `advance`).
     """
@@ -127,7 +127,7 @@ class MaskedDenoiser:
         pad = config.pad_token_id
         self.pad_id = pad if pad is not None else config.eos_token_id
         self.expand_id = config.expand_token_id
-        # A hole of fixed length follows its choices position by position (engine.choices);
+        # A hole of fixed length follows its choices position by position (engine.text.choices);
         # DreamOn's hole changes length, so it keeps their tokens only.
         self.choices = canvas.choices if self.expand_id is None else None
         self.constraints = token_constraints(
@@ -357,7 +357,7 @@ class MaskedDenoiser:
 
     def _constrained(self, logits: Tensor, lo: int, steps_left: int | None) -> Tensor:
         """The logits of the masked range from position lo on, in float32, with the tokens
-        the hole may not hold there at -inf (engine.constraints, the choices, min_tokens)."""
+        the hole may not hold there at -inf (engine.decode.constraints, the choices, min_tokens)."""
         settings = self.settings
         no_room = self.hole.x.shape[0] >= self.canvas.max_length or steps_left == 1
         # With no room left, an expand token could only stay a single mask.

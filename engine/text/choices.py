@@ -5,7 +5,7 @@ or the span stays as it is. Restricting the hole to those words' tokens is not e
 bundled model, unsure of a rare word split into pieces (` field` + `Names`), commits the first
 piece and then a stop token. Here the model decides, left to right, only where the choices
 part (the first token, mostly), each time between the tokens that keep some choice possible;
-a choice once begun is written to its end (engine.denoise: the positions on which the choices
+a choice once begun is written to its end (engine.decode.denoise: the positions on which the choices
 still possible agree are committed at once, a word in a pass or two).
 
 A choice's tokens are followed by stop tokens (the hole's end); the empty choice, stop tokens

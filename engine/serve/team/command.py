@@ -1,13 +1,13 @@
 """`dg-engine serve --ray [ADDRESS]` and `dg-engine status URL`.
 
-`serve --ray` deploys engine.serve.ray_app on a Ray cluster (ADDRESS, else the one RAY_ADDRESS
+`serve --ray` deploys engine.serve.team.app on a Ray cluster (ADDRESS, else the one RAY_ADDRESS
 or `ray start` names, else a local one started for it). It first checks that the cluster
 refuses callers without Ray's token (else anyone reaching a Ray port runs code as its user),
 and refuses to deploy on one that does not, unless told `--allow-ray-without-auth`. Ray Serve's
-proxy listens on 127.0.0.1:`--serve-port` on the head node only; engine.serve.front, run in this
-process, listens on `--listen` (with TLS where `--tls-cert` and `--tls-key` are given), bounds
-every connection and checks the token before it forwards anything. The command prints the URL
-and holds the application until SIGINT or SIGTERM.
+proxy listens on 127.0.0.1:`--serve-port` on the head node only; engine.serve.team.front, run
+in this process, listens on `--listen` (with TLS where `--tls-cert` and `--tls-key` are given),
+bounds every connection and checks the token before it forwards anything. The command prints
+the URL and holds the application until SIGINT or SIGTERM.
 
 `status URL` asks a running application for its replicas, their models, queues and tokens/s.
 
@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine.serve.front import MAX_PER_CLIENT, Front, FrontLimits
+from engine.serve.team.front import MAX_PER_CLIENT, Front, FrontLimits
 
 DEFAULT_LISTEN = "127.0.0.1:8000"
 DEFAULT_SERVE_PORT = 8001  # Ray Serve's proxy, on 127.0.0.1
@@ -81,7 +81,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def status(args: argparse.Namespace) -> int:
     from engine.serve.client import EngineUnavailable
-    from engine.serve.remote import RemoteEngine
+    from engine.serve.team.remote import RemoteEngine
     from engine.serve.token import read_token
 
     try:
@@ -112,7 +112,7 @@ def format_status(url: str, report: dict[str, Any]) -> str:
 
 
 def options_from_args(args: argparse.Namespace, token: str, gpus: bool) -> Any:
-    from engine.serve.ray_app import AppOptions, token_digest
+    from engine.serve.team.app import AppOptions, token_digest
 
     autoscale = args.min_replicas is not None or args.max_replicas is not None
     if autoscale and (args.min_replicas is None or args.max_replicas is None
@@ -201,7 +201,7 @@ def serve_on_ray(args: argparse.Namespace) -> int:
     import ray
     from ray import serve
 
-    from engine.serve.ray_app import APP_NAME, build_app
+    from engine.serve.team.app import APP_NAME, build_app
 
     ray.init(address=args.ray or None, include_dashboard=False, logging_level="warning")
     # A cluster ray.init started here is this process's children; a `ray start` one is not.

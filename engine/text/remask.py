@@ -2,7 +2,7 @@
 
 Strength is the share of the original's tokens that is generated again; 1.0 is a fresh
 infill of the hole (every family), lower values keep the rest of the original in place
-(the family's decoder, engine.families, runs the rewrite):
+(the family's decoder, engine.decode.families, runs the rewrite):
 
 - masked family: one forward pass with the whole selection masked scores every original
   token (the probability the model gives it there); the least likely `strength` share is

@@ -2,7 +2,7 @@
 model's per-layer keys/values (`LayerKV`, positions on dimension 2).
 
 - `ContextCache`: one request's keys/values of every canvas position from its last full
-  pass; a cached pass runs only the live span and attends to the rest (engine.denoise).
+  pass; a cached pass runs only the live span and attends to the rest (engine.decode.denoise).
 - `PrefixCache`: recent canvases' prefix keys/values by token ids, shared by successive
   requests (a keystroke's prefix is mostly the previous one's).
 """

@@ -3,8 +3,8 @@
 A model that shifts logits (`ModelConfig.shift_logits`) predicts position p from the output
 at p - 1, so the rows a pass reads are one before the positions it fills. A cached pass runs
 only the live span (the positions whose outputs change as the hole fills in) against the
-context cache's keys/values (engine.kv_cache); the denoiser (engine.denoise) plans its passes
-with these.
+context cache's keys/values (engine.decode.kv_cache); the denoiser (engine.decode.denoise)
+plans its passes with these.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from engine.kv_cache import ContextCache
+from engine.decode.kv_cache import ContextCache
 from engine.models.transformer import LayerKV, Transformer
 
 

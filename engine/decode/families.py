@@ -3,14 +3,14 @@
 A decoder is everything that depends on the family: how its model is loaded, how the
 context and the hole are laid out (`canvas`), and how a request is decoded pass by pass:
 `start` turns an InfillRequest or a RewriteRequest into the `Steps` the runner
-(engine.runner) advances, alone in process or beside other requests in the resident
+(engine.decode.runner) advances, alone in process or beside other requests in the resident
 engine's scheduler. Which tokens end a completion is `stop_ids`. Nothing else asks which
 family a model is.
 
 - MaskedDecoder: a bidirectional denoiser fills a masked hole inside the canvas
-  (engine.denoise); rewrites remask the least likely tokens (engine.remask).
+  (engine.decode.denoise); rewrites remask the least likely tokens (engine.text.remask).
 - ARDecoder: the causal baseline writes the middle token by token after a FIM prompt
-  (engine.ar); it cannot keep tokens inside what it writes, so a rewrite is a fresh infill.
+  (engine.decode.ar); it cannot keep tokens inside what it writes, so a rewrite is a fresh infill.
 - BlockDecoder: DiffusionGemma denoises canvases after the prompt (engine.models.block);
   rewrites start from the original tokens and renoise a seeded share of them.
 """
@@ -25,17 +25,17 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from engine.ar import FIM_TOKENS, decode_ar
 from engine.bounds import STRENGTH_RANGE
-from engine.canvas import Canvas, VocabText, completion_text, layout, to_lf
-from engine.choices import Choices
-from engine.config import ModelConfig
-from engine.denoise import MaskedDenoiser
-from engine.kv_cache import PrefixCache
+from engine.decode.ar import FIM_TOKENS, decode_ar
+from engine.decode.denoise import MaskedDenoiser
+from engine.decode.kv_cache import PrefixCache
+from engine.decode.runner import DraftSteps, Steps
+from engine.models.config import ModelConfig
 from engine.models.transformer import Transformer, shift_logits
-from engine.remask import default_max_tokens, least_likely_kept, seeded_kept
-from engine.runner import DraftSteps, Steps
-from engine.tokenizer import EOS, Tokenizer
+from engine.text.canvas import Canvas, VocabText, completion_text, layout, to_lf
+from engine.text.choices import Choices
+from engine.text.remask import default_max_tokens, least_likely_kept, seeded_kept
+from engine.text.tokenizer import EOS, Tokenizer
 from engine.types import Draft, InfillRequest, RewriteRequest, SamplerSettings
 
 # What a decoder lays out a canvas from: either request has prefix, suffix, canvas_length and
@@ -53,7 +53,7 @@ class Decoder:
         self.model = model
         self.tokenizer = tokenizer
         self.config = config
-        self.checkpoint = checkpoint  # engine.checkpoint.Checkpoint when loaded from disk
+        self.checkpoint = checkpoint  # engine.models.checkpoint.Checkpoint when loaded from disk
         # Prefix keys/values shared by successive requests (used with cache_refresh > 1).
         self.prefix_cache = PrefixCache()
         self._vocab: VocabText | None = None
@@ -72,7 +72,7 @@ class Decoder:
         return self._vocab
 
     def stop_ids(self) -> set[int]:
-        """The token ids that end a completion of this model (see engine.stops)."""
+        """The token ids that end a completion of this model (see engine.text.stops)."""
         return self.config.stop_token_ids
 
     def canvas(self, request: Request, hole: int) -> Canvas:
@@ -102,7 +102,7 @@ class Decoder:
 
     def choices(self, texts: Sequence[str], heal_text: str, room: int) -> Choices:
         """A hole restricted to one of `texts` or nothing, each ended by the tokens that end a
-        hole (stop, pad). The hole's text starts with the healed text (engine.canvas). A text
+        hole (stop, pad). The hole's text starts with the healed text (engine.text.canvas). A text
         of more than `room` tokens is left out: begun, it could not be finished."""
         ends = self.stop_ids() | self.config.stop_token_ids
         ends |= {i for i in (self.config.pad_token_id, self.config.eos_token_id) if i is not None}
@@ -146,7 +146,7 @@ class _TransformerDecoder(Decoder):
     @classmethod
     def load_model(cls, ckpt: Any, device: str, dtype: str, compile: bool
                    ) -> tuple[nn.Module, bool]:
-        from engine.checkpoint import load_model, quantize_int8, quantized_on, resolve_device
+        from engine.models.checkpoint import load_model, quantize_int8, quantized_on, resolve_device
 
         int8 = not compile and quantized_on(dtype, resolve_device(device), cls.family)
         model = load_model(ckpt, device, "float32" if int8 else dtype).fuse_projections()

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from engine.config import ModelConfig, config_from_hf
+from engine.models.config import ModelConfig, config_from_hf
 from engine.types import CANVAS_LENGTH as CANVAS
 
 BATCHES = (1, 8)
@@ -65,7 +65,7 @@ class Plan:
 
 def read_config(path: str | os.PathLike[str]) -> tuple[str, dict[str, Any]]:
     """(a name for it, the config dict) from a checkpoint folder, a config.json or a hub id."""
-    from engine.checkpoint import read_json, resolve
+    from engine.models.checkpoint import read_json, resolve
 
     p = Path(path).expanduser()
     file = p if p.is_file() else resolve(str(path)) / "config.json"

@@ -8,7 +8,7 @@ the position's distribution, then a rule picks the still-masked positions to com
     topk       the k most confident (LLaDA's low-confidence remasking baseline)
     threshold  every position with confidence >= tau (Fast-dLLM)
     entropy    the lowest-entropy positions while sum(entropy) - max(entropy) <= gamma (EB)
-    learned    every position a small classifier over per-position features (engine.policy)
+    learned    every position a small classifier over per-position features (engine.decode.policy)
                gives probability >= cutoff that its proposal is final (Learn2PD)
 
 Every rule commits at least `min_commit` positions (at least one), so a hole of n tokens
@@ -23,8 +23,8 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
+from engine.decode.policy import load_policy, policy_features
 from engine.kernels import fused_stats
-from engine.policy import load_policy, policy_features
 from engine.types import SAMPLERS, SamplerSettings
 
 
@@ -46,7 +46,7 @@ def adjust_logits(
 
 def allowed_mask(ids: frozenset[int] | None, vocab_size: int, device: torch.device | str
                  ) -> Tensor | None:
-    """A [V] bool mask of the token ids a hole may hold (engine.canvas.Canvas.allowed);
+    """A [V] bool mask of the token ids a hole may hold (engine.text.canvas.Canvas.allowed);
     None when any may be."""
     if ids is None:
         return None

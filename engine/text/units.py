@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 
-from engine.stops import cut_at_special
+from engine.text.stops import cut_at_special
 from engine.types import Draft, UnitEnd
 
 CLOSERS = {"(": ")", "[": "]", "{": "}"}  # opening bracket -> its closer

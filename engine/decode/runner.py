@@ -1,7 +1,7 @@
 """The runner: every forward pass a request takes runs here, alone or in a batch.
 
-A request being decoded is a `Live`: its family's `Steps` (engine.families.Decoder.start),
-the unit its client shows (`until`, engine.units) and what stops it early (a cancel, a
+A request being decoded is a `Live`: its family's `Steps` (engine.decode.families.Decoder.start),
+the unit its client shows (`until`, engine.text.units) and what stops it early (a cancel, a
 deadline). `Runner.step` advances a set of them by one forward pass each: the full passes of
 masked holes run as one padded batch (right padding, padded keys masked out, so each row
 computes what it would alone), every other step alone, one after another.
@@ -22,11 +22,11 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from engine.denoise import MaskedDenoiser
-from engine.kv_cache import batch_row
+from engine.decode.denoise import MaskedDenoiser
+from engine.decode.kv_cache import batch_row
+from engine.text.units import settled
 from engine.threads import ThreadPolicy
 from engine.types import Draft, UnitEnd
-from engine.units import settled
 
 
 class Steps(Protocol):
@@ -108,7 +108,7 @@ class Live:
         return self.last
 
     def record(self, draft: Draft) -> Draft:
-        """`draft`, done once its text holds the end of the unit (engine.units.settled)."""
+        """`draft`, done once its text holds the end of the unit (engine.text.units.settled)."""
         self.last = settled(draft, self.until)
         return self.last
 

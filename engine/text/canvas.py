@@ -29,9 +29,9 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine.choices import Choices
-from engine.config import ModelConfig
-from engine.tokenizer import Tokenizer
+from engine.models.config import ModelConfig
+from engine.text.choices import Choices
+from engine.text.tokenizer import Tokenizer
 from engine.types import CANVAS_LENGTH, SUFFIX_FRACTION
 
 
@@ -74,7 +74,7 @@ class Canvas:
     # None: any.
     allowed: frozenset[int] | None = None
     # The token sequences the hole may hold, where the family can follow them position by
-    # position (engine.choices); None: `allowed` alone.
+    # position (engine.text.choices); None: `allowed` alone.
     choices: Choices | None = None
 
     @property

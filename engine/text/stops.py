@@ -1,10 +1,10 @@
 """Where a completion ends.
 
 Which token ids end a completion depends on the model's family and is decided in one place,
-`Decoder.stop_ids` (engine.families): the masked family stops at its config's EOS and pad, the
-AR baseline also at its tokenizer's EOS (the FIM template ends the middle with it), the block
-family at its generation config's EOS and pad. Every loop and result cuts the hole's tokens
-with `completion_ids`, so a draft's text and a result's token ids end at the same token.
+`Decoder.stop_ids` (engine.decode.families): the masked family stops at its config's EOS and
+pad, the AR baseline also at its tokenizer's EOS (the FIM template ends the middle with it),
+the block family at its generation config's EOS and pad. Every loop and result cuts the hole's
+tokens with `completion_ids`, so a draft's text and a result's token ids end at the same token.
 
 The hole's text is decoded with special tokens shown, so a special token that is not a stop
 id (a FIM marker, another checkpoint's end-of-turn) arrives as text; `cut_at_special` ends

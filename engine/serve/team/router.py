@@ -1,9 +1,9 @@
 """Keep a document's requests on the replica that holds its prefix keys/values.
 
 A Ray Serve request router (ray.serve.request_router) for the engine's replicas. Each request
-to a replica carries a routing key as its first argument (engine.serve.routing.routing_key:
+to a replica carries a routing key as its first argument (engine.serve.team.routing.routing_key:
 the document the client names, or the start of its prefix). The choice itself is
-engine.serve.routing.choose, a pure function tested without Ray. The key's home replica is
+engine.serve.team.routing.choose, a pure function tested without Ray. The key's home replica is
 chosen by rendezvous hashing over the live replicas' ids: every router instance (one per
 ingress replica and proxy) agrees on it without talking to the others, and when a replica
 dies or is added only the keys whose home it was or becomes move, so every other document
@@ -22,7 +22,7 @@ from typing import Any
 
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
 
-from engine.serve.routing import DEFAULT_IMBALANCE, choose, rank
+from engine.serve.team.routing import DEFAULT_IMBALANCE, choose, rank
 
 __all__ = ["DEFAULT_IMBALANCE", "DocumentAffinityRouter", "rank", "request_key"]
 

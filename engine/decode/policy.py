@@ -4,7 +4,7 @@ current proposals are already final.
 Per still-masked position of a step's masked range the sampler computes a few cheap
 features (`policy_features`); the classifier maps them to the probability that the position's
 proposal is the token one-token-per-pass decoding (top-k, k=1) would finally commit there.
-`engine.samplers.select_learned` commits the positions above a cutoff.
+`engine.decode.samplers.select_learned` commits the positions above a cutoff.
 
 The classifier is trained on the CPU from the bundled model's own k=1 trajectories on this
 repository's sources (`python -m engine.train.commit_policy`) and shipped as JSON beside this

@@ -18,7 +18,7 @@ that proxy to 127.0.0.1 and puts this small proxy on --listen. For each connecti
 5. sends the request to the loopback proxy with `Connection: close` and streams the answer
    back; the client closing its side closes the upstream one, which cancels the request.
 
-One request per connection, as engine.serve.remote's client makes them. The Ingress checks the
+One request per connection, as engine.serve.team.remote's client makes them. The Ingress checks the
 token again: a local user on the head node can reach the loopback proxy directly.
 """
 

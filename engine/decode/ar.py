@@ -16,13 +16,13 @@ from collections.abc import Iterator
 
 import torch
 
-from engine.canvas import Canvas, VocabText, completion_text
-from engine.config import ModelConfig
-from engine.constraints import token_constraints
-from engine.kv_cache import joined
+from engine.decode.constraints import token_constraints
+from engine.decode.kv_cache import joined
+from engine.decode.samplers import allowed_mask
+from engine.models.config import ModelConfig
 from engine.models.transformer import LayerKV, Transformer
-from engine.samplers import allowed_mask
-from engine.tokenizer import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, Tokenizer
+from engine.text.canvas import Canvas, VocabText, completion_text
+from engine.text.tokenizer import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, Tokenizer
 from engine.types import Draft, score_of
 
 FIM_TOKENS = 3  # prompt tokens the PSM template adds around prefix and suffix
@@ -53,7 +53,7 @@ def decode_ar(
     """Greedy KV-cached decoding of the middle; a Draft per token, the last with done=True.
 
     `stop_ids`: the tokens that end the middle (`Decoder.stop_ids`). With `stop_early=False`
-    they are forbidden and exactly `max_tokens` are written. The runner (engine.runner)
+    they are forbidden and exactly `max_tokens` are written. The runner (engine.decode.runner)
     takes one draft per step and stops taking them when the request is cancelled.
     """
     device = next(model.parameters()).device
