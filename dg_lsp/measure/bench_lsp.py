@@ -121,7 +121,7 @@ class Session:
         self.types = types
         self.client = LanguageClient("dg-lsp-bench", "1")
         for method in ("window/logMessage", "window/showMessage", "dg-lsp/engineState",
-                       "window/workDoneProgress/create", "$/progress"):
+                       "dg-lsp/suggestion", "window/workDoneProgress/create", "$/progress"):
             self.client.feature(method)(lambda *args: None)  # read, not printed
         # The resident engine the server starts lives in this run's own runtime folder.
         await self.client.start_io(*self.command, env={**os.environ,
