@@ -80,12 +80,6 @@ dg.setup({ cmd = vim.fn.json_decode(vim.env.DG_CMD),
            inline_completion = vim.env.DG_INLINE == "1" })
 vim.cmd("edit " .. vim.env.DG_FILE)
 
-local function text_of(chunks)
-  local parts = {}
-  for _, chunk in ipairs(chunks or {}) do table.insert(parts, chunk[1]) end
-  return table.concat(parts)
-end
-
 DgTest = {}
 function DgTest.state()
   local buf = vim.api.nvim_get_current_buf()

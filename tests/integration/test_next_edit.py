@@ -14,17 +14,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
 from dg_lsp.lsp.messages import INLINE_EDIT, INLINE_EDIT_ACCEPTED
 from dg_lsp.lsp.server import STATS_COMMAND
-
-# a function whose `count` the tests rename to `total` keystroke by keystroke
-SOURCE = ("def total_price(items):\n"
-          "    count = 0\n"
-          "    for item in items:\n"
-          "        count += item.price\n"
-          "    return count\n"
-          "\n"
-          "\n"
-          "def other(count):\n"
-          "    return count\n")
+from tests.support.next_edits import SOURCE
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

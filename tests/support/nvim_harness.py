@@ -58,6 +58,12 @@ vim.lsp.handlers["workspace/applyEdit"] = function(err, result, ctx, config)
   table.insert(out.applied, result)
   return apply_edit(err, result, ctx, config)
 end
+-- the text of a virt_text's chunks: what an extmark draws
+local function text_of(chunks)
+  local parts = {}
+  for _, chunk in ipairs(chunks or {}) do table.insert(parts, chunk[1]) end
+  return table.concat(parts)
+end
 """
 
 

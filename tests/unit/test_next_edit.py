@@ -38,18 +38,10 @@ from engine.edits.synthetic import (
     synthetic_edit,
 )
 from engine.types import Score
+from tests.support.next_edits import SOURCE
 from tests.support.scripted import Scripted
 
 PYTHON = language_for("python", "x.py")
-SOURCE = ("def total_price(items):\n"
-          "    count = 0\n"
-          "    for item in items:\n"
-          "        count += item.price\n"
-          "    return count\n"
-          "\n"
-          "\n"
-          "def other(count):\n"
-          "    return count\n")
 
 
 def typed(history: EditHistory, text: str, start: int, end: int, new: str) -> str:
