@@ -261,11 +261,14 @@ def serve_endpoint(args: argparse.Namespace, endpoint: Endpoint) -> int:
     token = None
     http = getattr(args, "http", None)
     if http:
-        from engine.serve.http_api import http_problem
+        from engine.serve.http_api import http_problem, loopback, parse_listen
 
         if problem := http_problem(http, args.token_file is not None):
             print(f"dg-engine serve: {problem}", file=sys.stderr)
             return 2
+        if not loopback(parse_listen(http)[0]):
+            print(f"dg-engine serve: warning: --http {http} takes the token in clear; put TLS "
+                  "in front of it (docs/security.md)", file=sys.stderr)
     if args.listen or (http and args.token_file is not None):
         if args.token_file is None:
             print("dg-engine serve: --listen needs --token-file", file=sys.stderr)

@@ -99,8 +99,7 @@ def snippets(extra: list[dict[str, str]]) -> str:
 
 
 def visible(text: str, stops: list[str]) -> tuple[str, bool]:
-    """The text a client may be shown now, and whether a stop string ended it: cut at the first
-    stop string; streamed, a tail that may still become one, or half a character, waits."""
+    """`text` cut at the first stop string, and whether one was there."""
     cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
     if cut >= 0:
         return text[:cut], True

@@ -245,3 +245,13 @@ def test_http_beyond_loopback_needs_a_token(dream_ckpt):
         timeout=120)
     assert result.returncode == 2
     assert "--token-file" in result.stderr and "0.0.0.0" in result.stderr
+
+
+def test_a_client_that_leaves_before_the_answer_cancels_its_denoising(served):
+    base, _, sock = served
+    before = _stats(sock)["cancelled"]
+    body = {"input_prefix": "y = ", "n_predict": 500, "dg_settings": {"sampler": "topk", "k": 1}}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{base}/infill", json=body, headers=_auth(), timeout=0.5)
+    wait_for(lambda: _stats(sock)["cancelled"] > before, timeout=2.0,
+             what="the request cancelled", interval=0.05)
