@@ -31,7 +31,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--socket", type=Path, default=None,
                         help="Unix socket path (default: derived from model and device)")
     parser.add_argument("--listen", metavar="HOST:PORT", help="also listen on TCP (needs a token)")
-    parser.add_argument("--token-file", type=Path, help="file holding the TCP token")
+    parser.add_argument("--http", metavar="HOST:PORT",
+                        help="also answer HTTP: OpenAI's /v1/completions and llama.cpp's "
+                        "/infill (127.0.0.1 unless --token-file; docs/usage.md)")
+    parser.add_argument("--token-file", type=Path, help="file holding the token for --listen "
+                        "and --http")
     parser.add_argument("--max-batch", type=int, default=8, help="requests denoised together")
     parser.add_argument("--max-queue", type=int, default=64, help="queued requests before busy")
     parser.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,

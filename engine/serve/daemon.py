@@ -259,7 +259,17 @@ def _same_user(sock: Any) -> bool:
 def serve_endpoint(args: argparse.Namespace, endpoint: Endpoint) -> int:
     """Hold the model and serve `endpoint` (and --listen) until idle or stopped."""
     token = None
-    if args.listen:
+    http = getattr(args, "http", None)
+    if http:
+        from engine.serve.http_api import http_problem, loopback, parse_listen
+
+        if problem := http_problem(http, args.token_file is not None):
+            print(f"dg-engine serve: {problem}", file=sys.stderr)
+            return 2
+        if not loopback(parse_listen(http)[0]):
+            print(f"dg-engine serve: warning: --http {http} takes the token in clear; put TLS "
+                  "in front of it (docs/security.md)", file=sys.stderr)
+    if args.listen or (http and args.token_file is not None):
         if args.token_file is None:
             print("dg-engine serve: --listen needs --token-file", file=sys.stderr)
             return 2
@@ -301,7 +311,7 @@ def serve_endpoint(args: argparse.Namespace, endpoint: Endpoint) -> int:
         server = EngineServer(engine, scheduler, name, token, args.idle_exit, limits,
                               args.max_connections)
         try:
-            asyncio.run(_serve(server, endpoint, args.listen))
+            asyncio.run(_serve(server, endpoint, args.listen, http))
         finally:
             scheduler.stop()
         print("dg-engine: stopped", file=sys.stderr, flush=True)
@@ -313,7 +323,8 @@ def serve_endpoint(args: argparse.Namespace, endpoint: Endpoint) -> int:
     os._exit(0)
 
 
-async def _serve(server: EngineServer, endpoint: Endpoint, listen: str | None) -> None:
+async def _serve(server: EngineServer, endpoint: Endpoint, listen: str | None,
+                 http: str | None = None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, server.stopped.set)
@@ -329,11 +340,26 @@ async def _serve(server: EngineServer, endpoint: Endpoint, listen: str | None) -
     if listen:
         host, _, port = listen.rpartition(":")
         servers.append(await asyncio.start_server(server.handle, host or "127.0.0.1", int(port)))
+    web = web_task = None
+    if http:
+        from engine.serve.http_api import http_server
+
+        web = http_server(server, http)
+        web_task = asyncio.ensure_future(web.serve())
+        while not web.started and not web_task.done():
+            await asyncio.sleep(0.05)
+        if web_task.done():  # the port is taken: uvicorn said so
+            web_task.result()
+            raise OSError(f"cannot listen on {http}")
     print(f"dg-engine: serving {server.name} on {server.engine.device} at {endpoint.socket}"
-          + (f" and {listen}" if listen else ""), file=sys.stderr, flush=True)
+          + (f" and {listen}" if listen else "") + (f" and http://{http}" if http else ""),
+          file=sys.stderr, flush=True)
     watch = asyncio.ensure_future(server.idle_watch())
     await server.stopped.wait()
     watch.cancel()
+    if web is not None:
+        web.should_exit = True
+        await web_task
     for s in servers:
         s.close()
     endpoint.socket.unlink(missing_ok=True)

@@ -1,0 +1,476 @@
+"""`dg-engine serve --http HOST:PORT`: the completion APIs other tools already speak.
+
+    POST /v1/completions   OpenAI's legacy completions: prompt + suffix is the canvas (FIM)
+    GET  /v1/models        the loaded model
+    POST /infill           llama.cpp's server: input_prefix, input_suffix, input_extra, prompt
+
+Continue, twinny and other OpenAI clients call the first; llama.vim and llama.vscode the last.
+Requests become the same scheduler Jobs the Unix socket's do (engine.serve.limits.parse_request,
+same bounds and deadline), in the same process, so editors and HTTP tools batch together.
+A client that disconnects cancels its denoising.
+
+Errors are OpenAI's error object (`{"error": {"message", "type", "param", "code"}}`) on
+every path, llama.cpp's clients read it too. With a token (--token-file), every path wants
+`Authorization: Bearer <token>`, checked in constant time before the body is read: OpenAI
+clients send their API key there. The diffusion specifics ride in a `dg` field of the
+answer (the last chunk when streamed) that clients ignore: forward passes, tokens per
+pass, the least confident token's confidence, the engine's finish reason, the request
+fields that were accepted but have no effect here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from engine.serve import protocol
+from engine.serve.limits import parse_request
+from engine.serve.protocol import ProtocolError
+from engine.types import CANVAS_LENGTH, Draft
+
+MAX_BODY_BYTES = protocol.MAX_MESSAGE
+BODY_TIMEOUT = 10.0  # seconds to send the body once the head is in
+MAX_HEADER_BYTES = 16 * 1024  # a request head: the request line and every header together
+OPENAI_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+LLAMA_N_PREDICT = 32  # the engine's default hole where llama.cpp's n_predict is -1 (unbounded)
+# Fields of each API that clients send and that change nothing here (llama.vim sends them all).
+OPENAI_IGNORED = ("top_p", "frequency_penalty", "presence_penalty", "logprobs", "echo",
+                  "best_of", "logit_bias", "user", "stream_options")
+LLAMA_IGNORED = ("top_p", "top_k", "min_p", "samplers", "n_indent", "cache_prompt",
+                 "t_max_prompt_ms", "t_max_predict_ms", "id_slot", "response_fields")
+# Line-comment markers by file extension, for input_extra's snippets; others get "//".
+HASH_COMMENTS = {"py", "pyi", "rb", "sh", "bash", "zsh", "pl", "r", "jl", "toml", "yaml", "yml",
+                 "cmake", "nim", "ex", "exs", "ps1", "tf", "mk"}
+DASH_COMMENTS = {"sql", "lua", "hs", "elm", "ada"}
+
+
+class ApiError(Exception):
+    """A request answered with OpenAI's error object and `status`."""
+
+    def __init__(self, status: int, message: str, param: str | None = None,
+                 code: str | None = None, kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.param, self.code, self.kind = status, param, code, kind
+
+    def response(self) -> JSONResponse:
+        return JSONResponse({"error": {"message": str(self), "type": self.kind,
+                                       "param": self.param, "code": self.code}}, self.status)
+
+
+def loopback(host: str) -> bool:
+    """Whether `host` (of --http) is this machine only."""
+    import ipaddress
+
+    if host in ("localhost", ""):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def snippets(extra: list[dict[str, str]]) -> str:
+    """llama.cpp's input_extra as context ahead of the prefix: each chunk commented out under
+    the file it came from, as the language server writes other files' windows."""
+    parts = []
+    for chunk in extra:
+        name, text = chunk.get("filename", ""), chunk.get("text", "")
+        if not text.strip():
+            continue
+        ext = name.rpartition(".")[2].lower()
+        comment = "#" if ext in HASH_COMMENTS else "--" if ext in DASH_COMMENTS else "//"
+        body = "\n".join(f"{comment} {line}".rstrip() for line in text.strip("\n").split("\n"))
+        parts.append(f"{comment} Compare this snippet from {name}:\n{body}\n")
+    return "".join(parts)
+
+
+def visible(text: str, stops: list[str]) -> tuple[str, bool]:
+    """`text` cut at the first stop string, and whether one was there."""
+    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+    if cut >= 0:
+        return text[:cut], True
+    return text, False
+
+
+def _held_back(text: str, stops: list[str]) -> str:
+    """`text` less a tail that may still grow into a stop string or a whole character."""
+    keep = len(text)
+    for stop in stops:
+        for n in range(min(len(stop) - 1, len(text)), 0, -1):
+            if text.endswith(stop[:n]):
+                keep = min(keep, len(text) - n)
+                break
+    text = text[:keep]
+    return text.rstrip("\ufffd")  # a multi-byte character whose bytes are not all committed
+
+
+class Field:
+    """Typed reads of one JSON body's fields, each failure a 400 naming the field."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        self.body = body
+
+    def get(self, name: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
+        value = self.body.get(name, default)
+        if value is None:
+            return default
+        if not isinstance(value, kind) or isinstance(value, bool) and kind not in (bool,):
+            names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+            raise ApiError(400, f"{name}: expected {names}, got {json.dumps(value)[:60]}", name,
+                           "invalid_type")
+        return value
+
+    def stops(self, name: str = "stop") -> list[str]:
+        value = self.get(name, (str, list), [])
+        value = [value] if isinstance(value, str) else value
+        if not all(isinstance(s, str) and s for s in value) or len(value) > 16:
+            raise ApiError(400, f"{name}: at most 16 non-empty strings", name, "invalid_value")
+        return value
+
+    def ignored(self, names: tuple[str, ...]) -> list[str]:
+        return [name for name in names if name in self.body]
+
+
+class HttpApi:
+    """The HTTP endpoints of one resident engine (engine.serve.daemon.EngineServer)."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server  # engine, scheduler, name, limits, token, last_active
+        token = server.token
+        self.digest = hashlib.sha256(token.encode()).digest() if token else None
+        routes = [Route("/v1/completions", self.completions, methods=["POST"]),
+                  Route("/completions", self.completions, methods=["POST"]),
+                  Route("/v1/models", self.models, methods=["GET"]),
+                  Route("/infill", self.infill, methods=["POST"])]
+        self.app: ASGIApp = _Guard(Starlette(routes=routes), self.digest)
+
+    # -- endpoints ------------------------------------------------------------------------
+
+    async def models(self, request: Request) -> Response:
+        started = int(self.server.scheduler.started)
+        return JSONResponse({"object": "list", "data": [
+            {"id": self.server.name, "object": "model", "created": started,
+             "owned_by": "dg-engine"}]})
+
+    async def completions(self, request: Request) -> Response:
+        try:
+            body = Field(await _json_body(request))
+            if body.get("n", int, 1) != 1:
+                raise ApiError(400, "n: only 1 completion per request", "n", "unsupported")
+            prompt = body.get("prompt", (str, list), "")
+            if isinstance(prompt, list):
+                if len(prompt) != 1 or not isinstance(prompt[0], str):
+                    raise ApiError(400, "prompt: one string (a batch of prompts is not "
+                                   "supported)", "prompt", "unsupported")
+                prompt = prompt[0]
+            job = self._job(prompt, body.get("suffix", str, ""),
+                            body.get("max_tokens", int, OPENAI_MAX_TOKENS), body,
+                            {"prefix": "prompt", "suffix": "suffix", "max_tokens": "max_tokens"})
+            stops = body.stops()
+            stream = body.get("stream", bool, False)
+            queue = self._submit(job)
+        except ApiError as exc:
+            return exc.response()
+        ignored = body.ignored(OPENAI_IGNORED)
+        ident, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+
+        def chunk(text: str, final: Draft | None, stopped: bool) -> dict[str, Any]:
+            reason = None if final is None else _openai_reason(final, stopped)
+            answer = {"id": ident, "object": "text_completion", "created": created,
+                      "model": self.server.name,
+                      "choices": [{"text": text, "index": 0, "logprobs": None,
+                                   "finish_reason": reason}]}
+            if final is not None:
+                answer["dg"] = _extension(final, ignored)
+            return answer
+
+        if stream:
+            return self._stream(request, job, queue, stops, chunk, done_line=True)
+        return await self._whole(request, job, queue, stops, chunk)
+
+    async def infill(self, request: Request) -> Response:
+        try:
+            body = Field(await _json_body(request))
+            extra = body.get("input_extra", list, [])
+            if not all(isinstance(c, dict) and all(isinstance(c.get(k, ""), str)
+                                                   for k in ("filename", "text"))
+                       for c in extra):
+                raise ApiError(400, "input_extra: expected [{filename, text}]", "input_extra",
+                               "invalid_type")
+            prefix = (snippets(extra) + body.get("input_prefix", str, "")
+                      + body.get("prompt", str, ""))
+            n_predict = body.get("n_predict", int, -1)
+            stops = body.stops()
+            stream = body.get("stream", bool, False)
+            if n_predict == 0:  # llama.vim's cache warm-up: nothing to write
+                return JSONResponse({"content": "", "stop": True, "model": self.server.name,
+                                     "tokens_predicted": 0, "stop_type": "limit"})
+            job = self._job(prefix, body.get("input_suffix", str, ""),
+                            n_predict if n_predict > 0 else LLAMA_N_PREDICT, body,
+                            {"prefix": "input_prefix", "suffix": "input_suffix",
+                             "max_tokens": "n_predict"})
+            queue = self._submit(job)
+        except ApiError as exc:
+            return exc.response()
+        ignored = body.ignored(LLAMA_IGNORED)
+
+        def chunk(text: str, final: Draft | None, stopped: bool) -> dict[str, Any]:
+            if final is None:
+                return {"content": text, "stop": False}
+            return {"content": text, "stop": True, "model": self.server.name,
+                    "tokens_predicted": len(self.server.engine.completion_ids(final)),
+                    "stop_type": "word" if stopped else _llama_stop_type(final),
+                    "dg": _extension(final, ignored)}
+
+        if stream:
+            return self._stream(request, job, queue, stops, chunk, done_line=False)
+        return await self._whole(request, job, queue, stops, chunk)
+
+    # -- the scheduler --------------------------------------------------------------------
+
+    def _job(self, prefix: str, suffix: str, max_tokens: int, body: Field,
+             names: dict[str, str]) -> Any:
+        """The scheduler Job of one request, bounded as the socket's are; `names` maps the
+        engine's field names to this API's, so that an error names the client's field."""
+        settings = dict(body.get("dg_settings", dict, {}))
+        for name in ("temperature", "seed"):
+            if body.body.get(name) is not None:
+                settings[name] = body.body[name]
+        limits = self.server.limits
+        canvas = min(max(CANVAS_LENGTH, 2 * max_tokens), limits.max_canvas)
+        message = {"prefix": prefix, "suffix": suffix, "max_tokens": max_tokens,
+                   "canvas_length": canvas, "settings": settings}
+        try:
+            return parse_request(message, "infill", limits, self.server.engine.decoder)
+        except ProtocolError as exc:
+            text = str(exc)
+            field = re.match(r"[\w.]*", text).group(0)
+            if field.startswith("settings."):
+                name = field.removeprefix("settings.")
+                param = name if name in ("temperature", "seed") else f"dg_settings.{name}"
+            else:  # the canvas is sized from the hole
+                param = names.get("max_tokens" if field == "canvas_length" else field)
+            if param is not None:
+                text = text.replace(field, param, 1)
+            raise ApiError(400, text, param, "invalid_value") from None
+
+    def _submit(self, job: Any) -> asyncio.Queue:
+        """Queue `job` on the scheduler; its drafts (or an ApiError) arrive on the queue."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Draft | ApiError] = asyncio.Queue()
+        job.on_draft = lambda d: loop.call_soon_threadsafe(queue.put_nowait, d)
+        job.on_error = lambda code, text: loop.call_soon_threadsafe(
+            queue.put_nowait, ApiError(500, text, None, code, "server_error"))
+        self.server.last_active = time.monotonic()
+        if not self.server.scheduler.submit(job):
+            raise ApiError(503, "the engine's queue is full; try again", None, "busy",
+                           "server_error")
+        return queue
+
+    async def _drafts(self, job: Any, queue: asyncio.Queue) -> AsyncIterator[Draft]:
+        """The job's drafts as the scheduler makes them; the job is cancelled if the reader
+        stops before the last (a client gone, a stop string)."""
+        done = False
+        try:
+            while not done:
+                item = await queue.get()
+                if isinstance(item, ApiError):
+                    raise item
+                done = item.done
+                yield item
+        finally:
+            if not done:
+                self.server.scheduler.cancel(job)
+            self.server.last_active = time.monotonic()
+
+    async def _whole(self, request: Request, job: Any, queue: asyncio.Queue, stops: list[str],
+                     chunk: Callable[[str, Draft | None, bool], dict]) -> Response:
+        """One answer once the hole is done; the client leaving first cancels it."""
+
+        async def last() -> tuple[Draft, bool]:
+            async with contextlib.aclosing(self._drafts(job, queue)) as drafts:
+                async for draft in drafts:
+                    text, stopped = visible(draft.text, stops)
+                    if stopped or draft.done:
+                        return draft, stopped
+            raise AssertionError("the scheduler ends every job with a final draft")
+
+        work = asyncio.ensure_future(last())
+        gone = asyncio.ensure_future(_disconnect(request))
+        try:
+            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (work, gone):
+                task.cancel()
+        if not work.done() or work.cancelled():
+            return Response(status_code=499)  # nobody reads it
+        try:
+            draft, stopped = work.result()
+        except ApiError as exc:
+            return exc.response()
+        return JSONResponse(chunk(visible(draft.text, stops)[0], draft, stopped))
+
+    def _stream(self, request: Request, job: Any, queue: asyncio.Queue, stops: list[str],
+                chunk: Callable[[str, Draft | None, bool], dict], done_line: bool
+                ) -> Response:
+        """Server-sent events: the text as it is committed, then the final chunk."""
+
+        async def events() -> AsyncIterator[str]:
+            sent = ""
+            try:
+                async with contextlib.aclosing(self._drafts(job, queue)) as drafts:
+                    async for draft in drafts:
+                        text, stopped = visible(draft.text, stops)
+                        final = draft.done or stopped
+                        shown = text if final else _held_back(text, stops)
+                        if shown.startswith(sent) and len(shown) > len(sent):
+                            yield _event(chunk(shown[len(sent):], None, False))
+                            sent = shown
+                        if final:
+                            yield _event(chunk("", draft, stopped))
+                            break
+            except ApiError as exc:
+                yield _event({"error": {"message": str(exc), "type": exc.kind,
+                                        "param": exc.param, "code": exc.code}})
+            if done_line:
+                yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+
+
+class _Guard:
+    """Every path wants the token (when there is one) before a byte of body is read; any
+    other failure is OpenAI's error object too."""
+
+    def __init__(self, app: ASGIApp, digest: bytes | None) -> None:
+        self.app, self.digest = app, digest
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        if self.digest is not None and not self._token_ok(scope):
+            await ApiError(401, "this engine needs its token (Authorization: Bearer <token>)",
+                           None, "invalid_api_key").response()(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def _token_ok(self, scope: Scope) -> bool:
+        header = dict(scope["headers"]).get(b"authorization", b"")
+        scheme, _, token = header.partition(b" ")
+        given = hashlib.sha256(token.strip()).digest()
+        return scheme.lower() == b"bearer" and hmac.compare_digest(given, self.digest)
+
+
+async def _json_body(request: Request) -> dict[str, Any]:
+    """The request's JSON object: at most MAX_BODY_BYTES (413), within BODY_TIMEOUT (408)."""
+    length = request.headers.get("content-length")
+    if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+        raise ApiError(413, f"the body is over {MAX_BODY_BYTES} bytes", None, "too_large")
+
+    async def read() -> bytes:
+        data = bytearray()
+        async for piece in request.stream():
+            data += piece
+            if len(data) > MAX_BODY_BYTES:
+                raise ApiError(413, f"the body is over {MAX_BODY_BYTES} bytes", None,
+                               "too_large")
+        return bytes(data)
+
+    try:
+        raw = await asyncio.wait_for(read(), BODY_TIMEOUT)
+    except TimeoutError:
+        raise ApiError(408, "the body did not arrive in time", None, "timeout") from None
+    try:
+        body = protocol.decode(raw)
+    except ProtocolError as exc:
+        raise ApiError(400, f"the body is not a JSON object: {exc}", None,
+                       "invalid_json") from None
+    return body
+
+
+async def _disconnect(request: Request) -> None:
+    """Returns when the client has gone (its body already read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _event(data: dict[str, Any]) -> str:
+    return f"data: {json.dumps(data, separators=(',', ':'))}\n\n"
+
+
+def _openai_reason(draft: Draft, stopped: bool) -> str:
+    return "stop" if stopped or draft.finish_reason in ("stop", "unit") else "length"
+
+
+def _llama_stop_type(draft: Draft) -> str:
+    return "eos" if draft.finish_reason in ("stop", "unit") else "limit"
+
+
+def _extension(draft: Draft, ignored: list[str]) -> dict[str, Any]:
+    """The diffusion specifics, for clients that look: passes, tokens per pass, the least
+    confident token's confidence, the engine's own finish reason."""
+    extension: dict[str, Any] = {"passes": draft.step, "finishReason": draft.finish_reason}
+    if draft.score is not None:
+        extension["tokensPerForward"] = (round(draft.score.tokens / draft.step, 3)
+                                         if draft.step else 0.0)
+        extension["confidence"] = round(draft.score.lowest, 4)
+    if ignored:
+        extension["ignored"] = ignored
+    return extension
+
+
+# -- the listener -------------------------------------------------------------------------------
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """(host, port) of a HOST:PORT; ValueError saying what is wrong."""
+    host, _, port = listen.rpartition(":")
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"--http wants HOST:PORT, not {listen!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def http_problem(listen: str, has_token: bool) -> str | None:
+    """Why `dg-engine serve --http listen` must not start, or None."""
+    try:
+        host, _ = parse_listen(listen)
+    except ValueError as exc:
+        return str(exc)
+    if not loopback(host) and not has_token:
+        return (f"--http {listen} listens beyond this machine: give --token-file (clients "
+                "then send it as Authorization: Bearer, their API key), or listen on "
+                "127.0.0.1")
+    return None
+
+
+def http_server(server: Any, listen: str) -> Any:
+    """The uvicorn server of `server`'s HTTP API, to run in the daemon's event loop."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self):  # the daemon's loop owns SIGTERM and SIGINT
+            yield
+
+    host, port = parse_listen(listen)
+    config = uvicorn.Config(HttpApi(server).app, host=host, port=port, http="h11",
+                            lifespan="off", access_log=False, log_level="warning",
+                            limit_concurrency=server.max_connections, timeout_keep_alive=5,
+                            timeout_graceful_shutdown=2,
+                            h11_max_incomplete_event_size=MAX_HEADER_BYTES)
+    return Server(config)

@@ -1,0 +1,257 @@
+"""`dg-engine serve --http`: OpenAI's /v1/completions and llama.cpp's /infill, tested with the
+official `openai` package and the request shape llama.vim sends.
+
+One engine (tiny random Dream checkpoint, with a token) serves the module; what it answers
+must equal what the same checkpoint computes in this process for the same prefix, suffix
+and settings. Each test asks with its own prefix: a prefix the engine has seen may start
+from keys/values it kept (SamplerSettings.share_prefix), which the in-process engine has not.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from engine.serve import protocol
+from engine.serve.endpoint import Endpoint
+from tests.support.wait import wait_for
+
+openai = pytest.importorskip("openai")
+
+TOKEN = "s3cret-http"
+
+
+@pytest.fixture(scope="module")
+def inproc(dream_ckpt: Path):
+    from engine import Engine
+
+    return Engine.load(str(dream_ckpt), device="cpu", dtype="float32")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served(dream_ckpt: Path, tmp_path_factory: pytest.TempPathFactory):
+    """(base URL, model name, Unix socket) of the module's engine."""
+    folder = tmp_path_factory.mktemp("http")
+    token = folder / "token"
+    token.write_text(TOKEN + "\n")
+    token.chmod(0o600)
+    port, sock = _free_port(), folder / "engine.sock"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", "serve", "--model", str(dream_ckpt), "--device",
+         "cpu", "--dtype", "float32", "--socket", str(sock), "--http", f"127.0.0.1:{port}",
+         "--token-file", str(token)])
+    base = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        assert process.poll() is None, "the engine exited"
+        try:
+            return httpx.get(f"{base}/v1/models", headers=_auth(), timeout=5).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    wait_for(up, timeout=600, what="the engine's HTTP listener", interval=0.2)
+    yield base, str(dream_ckpt), sock
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=120)
+
+
+def _auth(token: str = TOKEN) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _client(base: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{base}/v1", api_key=TOKEN, max_retries=0, timeout=120)
+
+
+def _stats(sock: Path) -> dict:
+    with Endpoint(sock).connect(timeout=30) as conn:
+        return protocol.ask(conn, {"op": "stats", "id": 1})["stats"]
+
+
+def _events(response: httpx.Response) -> list[dict | str]:
+    events = []
+    for line in response.iter_lines():
+        if line.startswith("data: "):
+            data = line.removeprefix("data: ")
+            events.append(data if data == "[DONE]" else json.loads(data))
+    return events
+
+
+def test_the_models_endpoint_names_the_loaded_model(served):
+    base, model, _ = served
+    models = _client(base).models.list()
+    assert [m.id for m in models.data] == [model]
+
+
+def test_openai_completions_equal_the_engine_in_process(served, inproc):
+    base, model, _ = served
+    client = _client(base)
+    prefix, suffix = "def add(a, b):\n    return ", "\n\nprint(add(1, 2))\n"
+    expected = inproc.infill(prefix, suffix, 8, seed=0).text
+    answer = client.completions.create(model=model, prompt=prefix, suffix=suffix,
+                                       max_tokens=8, seed=0)
+    assert answer.choices[0].text == expected
+    assert answer.choices[0].finish_reason in ("stop", "length")
+    assert answer.model_extra["dg"]["passes"] >= 1
+
+    prefix = "class Stack:\n    def push(self, item):\n        "
+    expected = inproc.infill(prefix, suffix, 8, seed=0).text
+    chunks = list(client.completions.create(model=model, prompt=prefix, suffix=suffix,
+                                            max_tokens=8, seed=0, stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == expected
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+    assert "dg" in chunks[-1].model_extra
+
+
+def test_a_stop_string_cuts_the_text(served, inproc):
+    base, model, _ = served
+    prefix = "def fib(n):\n    "
+    full = inproc.infill(prefix, "\n", 8, seed=0).text
+    assert len(full) > 2
+    stop = full[1:3]
+    answer = _client(base).completions.create(model=model, prompt=prefix, suffix="\n",
+                                              max_tokens=8, seed=0, stop=[stop])
+    assert answer.choices[0].text == full[:full.find(stop)]
+    assert answer.choices[0].finish_reason == "stop"
+
+
+def llama_vim_request(prefix: str, middle: str, suffix: str, stream: bool) -> dict:
+    """The body llama.vim's FIM request sends (its autoload/llama.vim)."""
+    return {"id_slot": 0, "input_prefix": prefix, "input_suffix": suffix,
+            "input_extra": [{"text": "def helper(x):\n    return x * 2\n", "time": 0,
+                             "filename": "lib/helper.py"}],
+            "prompt": middle, "n_predict": 8, "stop": [], "n_indent": 4, "top_k": 40,
+            "top_p": 0.90, "samplers": ["top_k", "top_p", "infill"], "stream": stream,
+            "cache_prompt": True, "t_max_prompt_ms": 500, "t_max_predict_ms": 1000,
+            "response_fields": ["content", "timings/prompt_n", "timings/predicted_n"]}
+
+
+def test_llama_vim_infill_equals_the_engine_in_process(served, inproc):
+    base, _, _ = served
+    extra = ("# Compare this snippet from lib/helper.py:\n# def helper(x):\n"
+             "#     return x * 2\n")
+    for prefix, stream in (("import os\n\n", False), ("import sys\n\n", True)):
+        middle, suffix = "value = ", "\nprint(value)\n"
+        expected = inproc.infill(extra + prefix + middle, suffix, 8).text
+        body = llama_vim_request(prefix, middle, suffix, stream)
+        with httpx.stream("POST", f"{base}/infill", json=body, headers=_auth(),
+                          timeout=120) as response:
+            assert response.status_code == 200
+            if stream:
+                events = _events(response)
+                assert "".join(e["content"] for e in events) == expected
+                assert [e["stop"] for e in events][-1] is True
+                assert not any(e["stop"] for e in events[:-1])
+            else:
+                response.read()
+                answer = response.json()
+                assert answer["content"] == expected and answer["stop"] is True
+                assert "samplers" in answer["dg"]["ignored"]
+
+
+def test_llama_vim_cache_warm_up_writes_nothing(served):
+    base, _, _ = served
+    body = dict(llama_vim_request("", "", "", False), n_predict=0)
+    answer = httpx.post(f"{base}/infill", json=body, headers=_auth(), timeout=60).json()
+    assert answer["content"] == "" and answer["stop"] is True
+
+
+@pytest.mark.parametrize("path,body,status,error", [
+    ("/v1/completions", {"prompt": 1}, 400,
+     {"message": "prompt: expected str or list, got 1", "type": "invalid_request_error",
+      "param": "prompt", "code": "invalid_type"}),
+    ("/v1/completions", {"prompt": "x", "n": 2}, 400,
+     {"message": "n: only 1 completion per request", "type": "invalid_request_error",
+      "param": "n", "code": "unsupported"}),
+    ("/v1/completions", {"prompt": "x", "temperature": 99}, 400,
+     {"message": "temperature: expected a finite number in 0..10, got 99",
+      "type": "invalid_request_error", "param": "temperature", "code": "invalid_value"}),
+    ("/v1/completions", {"prompt": "x", "max_tokens": 9999}, 400,
+     {"message": "max_tokens must be in [1, canvas_length - 1 = 511], not 9999",
+      "type": "invalid_request_error", "param": "max_tokens", "code": "invalid_value"}),
+    ("/infill", {"input_prefix": "x", "n_predict": 9999}, 400,
+     {"message": "n_predict must be in [1, canvas_length - 1 = 511], not 9999",
+      "type": "invalid_request_error", "param": "n_predict", "code": "invalid_value"}),
+    ("/infill", {"input_prefix": "x", "input_extra": "nope"}, 400,
+     {"message": 'input_extra: expected list, got "nope"', "type": "invalid_request_error",
+      "param": "input_extra", "code": "invalid_type"}),
+])
+def test_bad_requests_get_openai_error_objects(served, path, body, status, error):
+    base, _, _ = served
+    response = httpx.post(f"{base}{path}", json=body, headers=_auth(), timeout=60)
+    assert response.status_code == status
+    assert response.json() == {"error": error}
+
+
+def test_a_body_over_the_limit_is_refused(served):
+    base, _, _ = served
+    body = json.dumps({"prompt": "x" * (protocol.MAX_MESSAGE + 1)})
+    response = httpx.post(f"{base}/v1/completions", content=body, timeout=60,
+                          headers={**_auth(), "Content-Type": "application/json"})
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "too_large"
+
+
+def test_openai_client_bad_request_raises_its_error(served):
+    base, model, _ = served
+    with pytest.raises(openai.BadRequestError) as caught:
+        _client(base).completions.create(model=model, prompt="x", max_tokens=8, n=2)
+    assert caught.value.body["param"] == "n"
+
+
+@pytest.mark.parametrize("method,path", [("GET", "/v1/models"), ("POST", "/v1/completions"),
+                                         ("POST", "/infill"), ("GET", "/nowhere")])
+@pytest.mark.parametrize("headers", [{}, _auth("wrong"), {"Authorization": TOKEN}])
+def test_no_path_answers_without_the_token(served, method, path, headers):
+    base, _, _ = served
+    response = httpx.request(method, f"{base}{path}", json={"prompt": "x"}, headers=headers,
+                             timeout=60)
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "invalid_api_key"
+
+
+def test_a_client_that_disconnects_cancels_its_denoising(served):
+    base, _, sock = served
+    before = _stats(sock)["cancelled"]
+    # one token per pass over a long hole: it is still denoising when the client leaves
+    body = {"prompt": "x = ", "max_tokens": 500, "stream": True,
+            "dg_settings": {"sampler": "topk", "k": 1}}
+    with httpx.stream("POST", f"{base}/v1/completions", json=body, headers=_auth(),
+                      timeout=120) as response:
+        assert response.status_code == 200
+        next(response.iter_lines())
+    wait_for(lambda: _stats(sock)["cancelled"] > before, timeout=2.0,
+             what="the request cancelled", interval=0.05)
+    assert _stats(sock)["live"] == 0
+
+
+def test_http_beyond_loopback_needs_a_token(dream_ckpt):
+    result = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "serve", "--model", str(dream_ckpt), "--device",
+         "cpu", "--http", f"0.0.0.0:{_free_port()}"], capture_output=True, text=True,
+        timeout=120)
+    assert result.returncode == 2
+    assert "--token-file" in result.stderr and "0.0.0.0" in result.stderr
+
+
+def test_a_client_that_leaves_before_the_answer_cancels_its_denoising(served):
+    base, _, sock = served
+    before = _stats(sock)["cancelled"]
+    body = {"input_prefix": "y = ", "n_predict": 500, "dg_settings": {"sampler": "topk", "k": 1}}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{base}/infill", json=body, headers=_auth(), timeout=0.5)
+    wait_for(lambda: _stats(sock)["cancelled"] > before, timeout=2.0,
+             what="the request cancelled", interval=0.05)
