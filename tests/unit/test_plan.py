@@ -108,3 +108,12 @@ def test_command_prints_figures_for_a_folder_or_a_config_file(
     text = capsys.readouterr().out
     assert "masked family, bfloat16" in text and "this machine's RAM" in text
     assert main(["plan", "--model", str(tmp_path / "missing")]) == 2
+
+
+def test_command_plans_int4(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(DREAM))
+    assert main(["plan", "--model", str(tmp_path), "--dtype", "int4", "--memory-gb", "24",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["dtype"] == "int4"
+    assert out["weights"] == plan(DREAM, "int4", "cuda", "tiny").weights
