@@ -84,16 +84,17 @@ class Engine:
         """Load a checkpoint folder or a hub id from the local cache (None: the bundled model).
 
         `dtype`: "auto" (bfloat16 on a GPU; on the CPU float32, with the linear layers of a
-        masked-family model quantized to int8, see `quantize_int8`), "int8", or a float dtype
-        ("float32" is the exact CPU path). `compile`: see `families.compile_model`; with "auto" on
-        the CPU the model then stays float32. `threads`: the CPU threads of every pass (None:
-        chosen by the machine's load before passes, or OMP_NUM_THREADS where set; see
-        engine.threads).
+        masked-family model quantized to int8, see `quantize_int8`), "int8" (CPU only), "int4"
+        (weight-only with per-group scales, masked and AR families, CPU and CUDA: see
+        engine.models.int4), or a float dtype ("float32" is the exact CPU path). `compile`: see
+        `families.compile_model`; with "auto" on the CPU the model then stays float32.
+        `threads`: the CPU threads of every pass (None: chosen by the machine's load before
+        passes, or OMP_NUM_THREADS where set; see engine.threads).
         """
         from engine.models.checkpoint import read_checkpoint, resolve
 
-        if compile and dtype == "int8":
-            raise ValueError("int8 layers do not compile (torch.compile stops at every "
+        if compile and dtype in ("int8", "int4"):
+            raise ValueError(f"{dtype} layers do not compile (torch.compile stops at every "
                              "quantized call): use dtype auto or a float dtype with compile")
         ckpt = read_checkpoint(resolve(path_or_hub_id))
         model, quantized = decoder_for(ckpt.config.family).load_model(ckpt, device, dtype, compile)

@@ -61,7 +61,8 @@ class Decoder:
     @classmethod
     def load_model(cls, ckpt: Any, device: str, dtype: str, compile: bool
                    ) -> tuple[nn.Module, bool]:
-        """The family's model for checkpoint `ckpt`, and whether its layers are int8."""
+        """The family's model for checkpoint `ckpt`, and whether its layers are int8 (dynamic
+        quantization: such a model never batches; int4 layers batch as float ones)."""
         raise NotImplementedError
 
     @property
@@ -147,12 +148,18 @@ class _TransformerDecoder(Decoder):
     def load_model(cls, ckpt: Any, device: str, dtype: str, compile: bool
                    ) -> tuple[nn.Module, bool]:
         from engine.models.checkpoint import load_model, quantize_int8, quantized_on, resolve_device
+        from engine.models.int4 import quantize_int4
 
-        int8 = not compile and quantized_on(dtype, resolve_device(device), cls.family)
-        model = load_model(ckpt, device, "float32" if int8 else dtype).fuse_projections()
-        if int8:
+        scheme = None if compile else quantized_on(dtype, resolve_device(device), cls.family)
+        # int8 computes in float32 (CPU only); int4 layers in bfloat16 around any model dtype.
+        float_dtype = {"int8": "float32", "int4": "auto"}.get(scheme or "", dtype)
+        model = load_model(ckpt, device, float_dtype).fuse_projections()
+        if scheme == "int8":
             quantized = quantize_int8(model)
             return quantized, quantized is not model
+        if scheme == "int4":
+            quantize_int4(model)
+            return model, False  # activations stay in float: batches as a float model does
         return (compile_model(model) if compile else model), False
 
     def forward_logits(self, input_ids: Tensor) -> Tensor:
@@ -218,8 +225,12 @@ class BlockDecoder(Decoder):
                    ) -> tuple[nn.Module, bool]:
         from engine.models.block import load_block_model
 
-        if dtype == "int8" or compile:
-            raise ValueError("dtype 'int8' and compile are for the masked and AR families")
+        if dtype in ("int8", "int4") or compile:
+            # DiffusionGemma's experts are 3-D parameters, not linear layers: its int4 waits
+            # for a quantized experts layer.
+            raise ValueError(f"dtype '{dtype}' and compile are for the masked and AR families"
+                             if dtype in ("int8", "int4") else
+                             "compile is for the masked and AR families")
         return load_block_model(ckpt, device, dtype), False
 
     def canvas(self, request: Request, hole: int) -> Canvas:

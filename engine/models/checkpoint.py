@@ -127,6 +127,11 @@ DTYPES = {
 }
 
 
+# Weight-only quantization schemes `Engine.load` takes as a dtype; the model computes in a float
+# dtype around them.
+QUANTIZED_DTYPES = ("int8", "int4")
+
+
 def resolve_dtype(dtype: str | torch.dtype, device: torch.device | str) -> torch.dtype:
     """"auto" is bfloat16 on CUDA (float16 where bf16 is missing) and float32 elsewhere.
 
@@ -139,21 +144,27 @@ def resolve_dtype(dtype: str | torch.dtype, device: torch.device | str) -> torch
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         return torch.float32
     if dtype not in DTYPES:
-        raise ValueError(f"dtype '{dtype}' is not one of auto, {', '.join(DTYPES)}")
+        raise ValueError(f"dtype '{dtype}' is not one of auto, {', '.join(DTYPES)} (the "
+                         f"quantized {' and '.join(QUANTIZED_DTYPES)} are taken by Engine.load)")
     return DTYPES[dtype]
 
 
-def quantized_on(dtype: str | torch.dtype, device: torch.device | str, family: str) -> bool:
-    """Whether `Engine.load` quantizes the linear layers to int8: asked for ("int8"), or by
-    default ("auto") for the masked family on the CPU, where a pass mostly streams weights.
+def quantized_on(dtype: str | torch.dtype, device: torch.device | str, family: str
+                 ) -> str | None:
+    """The scheme `Engine.load` quantizes the linear layers to ("int8", "int4"), or None:
+    asked for, or int8 by default ("auto") for the masked family on the CPU, where a pass
+    mostly streams weights.
 
     Not the AR family by default: in int8 the AR baseline loses much of its edit similarity
-    at no gain in speed, its passes being one token each (docs/models.md, "The bundled model")."""
+    at no gain in speed, its passes being one token each (docs/models.md, "The bundled model").
+    int8 (dynamic quantization) runs on the CPU only; int4 (engine.models.int4) on the CPU and
+    on CUDA."""
     if dtype == "int8" and torch.device(device).type != "cpu":
         raise ValueError("dtype 'int8' (dynamic quantization) runs on the CPU only")
     if dtype == "auto":
-        return torch.device(device).type == "cpu" and family == "masked"
-    return dtype == "int8"
+        default = torch.device(device).type == "cpu" and family == "masked"
+        return "int8" if default else None
+    return dtype if dtype in QUANTIZED_DTYPES else None
 
 
 def quantize_int8(model: nn.Module) -> nn.Module:

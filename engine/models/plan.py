@@ -1,6 +1,6 @@
 """`dg-engine plan`: the memory a model needs, from its config alone, and where it fits.
 
-    dg-engine plan --model DIR_OR_CONFIG [--device cpu|cuda|auto] [--dtype bf16|fp32|int8]
+    dg-engine plan --model DIR_OR_CONFIG [--device cpu|cuda|auto] [--dtype bf16|fp32|int8|int4]
                    [--memory-gb 24 80 141]
 
 Counted from the architecture, with no weights read (the model is built on the meta device):
@@ -8,6 +8,10 @@ Counted from the architecture, with no weights read (the model is built on the m
 - weights: every parameter once (tied ones once) in the dtype. int8 is weight-only: each
   matrix of a linear layer or of the experts takes one byte per weight plus a float32 scale
   per output row; embeddings (read a row per token) and vectors stay in the compute dtype.
+  int4 (engine.models.int4) is weight-only too: half a byte per weight plus a bfloat16 scale
+  and zero per group of input features, for every matrix whose input features make whole
+  groups (experts included); the rest, embeddings and a head tied to them included, stays in
+  the compute dtype.
 - context KV: keys and values of 256 context tokens (a full canvas, the most the engine
   caches for one request) in every layer, at batch 1 and 8.
 - step logits: one pass's float32 logits over the 256-position canvas (the samplers work in
@@ -33,6 +37,7 @@ import torch
 from torch import nn
 
 from engine.models.config import ModelConfig, config_from_hf
+from engine.models.int4 import DEFAULT_GROUP_SIZE
 from engine.types import CANVAS_LENGTH as CANVAS
 
 BATCHES = (1, 8)
@@ -41,7 +46,9 @@ GB = 1e9
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1}
 DTYPE_NAMES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16",
-               "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16", "int8": "int8"}
+               "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16", "int8": "int8",
+               "int4": "int4"}
+QUANTIZED = ("int8", "int4")
 
 
 @dataclass
@@ -91,15 +98,19 @@ def _meta_model(cfg: ModelConfig) -> nn.Module:
         return Transformer(cfg)
 
 
-def weight_bytes(model: nn.Module, dtype: str, compute_bytes: int) -> tuple[int, int]:
+def weight_bytes(model: nn.Module, dtype: str, compute_bytes: int,
+                 group_size: int = DEFAULT_GROUP_SIZE) -> tuple[int, int]:
     """(parameters, bytes) of `model`'s weights in `dtype` (see the module docstring)."""
     embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     params, total = 0, 0
     for p in model.parameters():  # each shared parameter once
         params += p.numel()
-        if dtype == "int8" and p.dim() >= 2 and id(p) not in embeddings:
+        matrix = p.dim() >= 2 and id(p) not in embeddings
+        if dtype == "int8" and matrix:
             rows = p.numel() // p.shape[-1]
             total += p.numel() + 4 * rows
+        elif dtype == "int4" and matrix and p.shape[-1] % group_size == 0:
+            total += p.numel() // 2 + 2 * 2 * (p.numel() // group_size)
         else:
             total += p.numel() * compute_bytes
     return params, total
@@ -125,11 +136,12 @@ def plan(raw: dict[str, Any], dtype: str = "bfloat16", device: str = "cuda",
          name: str = "model") -> Plan:
     """The memory `raw` (a config.json dict) needs in `dtype` on a `device` of that type."""
     dtype = DTYPE_NAMES.get(dtype, dtype)
-    if dtype not in DTYPE_BYTES:
+    if dtype not in DTYPE_BYTES and dtype not in QUANTIZED:
         raise ValueError(f"dtype '{dtype}' is not one of {', '.join(DTYPE_NAMES)}")
     cfg = config_from_hf(raw)
-    # int8 weights compute in float32 on the CPU (dynamic quantization) and bf16 on a GPU.
-    compute = DTYPE_BYTES[dtype] if dtype != "int8" else (4 if device == "cpu" else 2)
+    # Around quantized layers the model is float32 on the CPU (what it loads in there) and
+    # bf16 on a GPU.
+    compute = DTYPE_BYTES[dtype] if dtype not in QUANTIZED else (4 if device == "cpu" else 2)
     params, weights = weight_bytes(_meta_model(cfg), dtype, compute)
     vocab = raw["text_config"]["vocab_size"] if cfg.family == "block" else cfg.vocab_size
     canvas = int(raw.get("canvas_length", CANVAS)) if cfg.family == "block" else CANVAS

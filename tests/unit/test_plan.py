@@ -48,6 +48,27 @@ def test_int8_quantizes_the_matrices_but_not_the_embedding() -> None:
     assert cpu.kv[1] == 2 * p.kv[1]
 
 
+def test_int4_counts_half_a_byte_a_weight_and_a_scale_and_zero_a_group() -> None:
+    p = plan(DREAM, "int4", "cuda", "tiny")
+    # Every matrix but the embedding has 64 or 128 input features: whole groups of 64.
+    matrices = L * LAYER_MATRICES + V * H
+    assert p.weights == matrices // 2 + 2 * 2 * (matrices // 64) + 2 * (L * LAYER_VECTORS
+                                                                         + V * H + H)
+    cpu = plan(DREAM, "int4", "cpu", "tiny")  # float32 around the int4 layers on the CPU
+    assert cpu.weights == p.weights + 2 * (L * LAYER_VECTORS + V * H + H)
+
+
+def test_diffusiongemma_fits_a_24_gb_card_at_int4() -> None:
+    pytest.importorskip("transformers")
+    p = plan(PUBLISHED["diffusiongemma-26b-a4b"], "int4")
+    assert p.weights <= 16 * 10**9 and p.fits(1, 24 * 10**9)
+
+
+def test_a_bad_dtype_is_named() -> None:
+    with pytest.raises(ValueError, match="dtype 'int3' is not one of"):
+        plan(DREAM, "int3")
+
+
 def test_fits_keeps_a_tenth_of_the_memory_for_the_runtime() -> None:
     p = plan(DREAM, "fp32", "cpu", "tiny")
     assert p.fits(1, int(p.total(1) / 0.9) + 1)
@@ -87,3 +108,12 @@ def test_command_prints_figures_for_a_folder_or_a_config_file(
     text = capsys.readouterr().out
     assert "masked family, bfloat16" in text and "this machine's RAM" in text
     assert main(["plan", "--model", str(tmp_path / "missing")]) == 2
+
+
+def test_command_plans_int4(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(DREAM))
+    assert main(["plan", "--model", str(tmp_path), "--dtype", "int4", "--memory-gb", "24",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["dtype"] == "int4"
+    assert out["weights"] == plan(DREAM, "int4", "cuda", "tiny").weights
