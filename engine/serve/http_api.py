@@ -43,6 +43,7 @@ from engine.serve.protocol import ProtocolError
 from engine.types import CANVAS_LENGTH, Draft
 
 MAX_BODY_BYTES = protocol.MAX_MESSAGE
+HEADER_TIMEOUT = 10.0  # seconds to send a request head, on a new or a kept-alive connection
 BODY_TIMEOUT = 10.0  # seconds to send the body once the head is in
 MAX_HEADER_BYTES = 16 * 1024  # a request head: the request line and every header together
 OPENAI_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -354,14 +355,21 @@ class HttpApi:
 
 
 class _Guard:
-    """Every path wants the token (when there is one) before a byte of body is read; any
-    other failure is OpenAI's error object too."""
+    """Every path wants a head within MAX_HEADER_BYTES and the token (when there is one)
+    before a byte of body is read; any other failure is OpenAI's error object too."""
 
     def __init__(self, app: ASGIApp, digest: bytes | None) -> None:
         self.app, self.digest = app, digest
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
+            return
+        # h11 bounds a head that arrives in pieces; one that arrives whole is measured here.
+        head = len(scope["raw_path"]) + len(scope["query_string"]) + sum(
+            len(name) + len(value) + 4 for name, value in scope["headers"])
+        if head > MAX_HEADER_BYTES:
+            await ApiError(431, f"the request head is over {MAX_HEADER_BYTES} bytes", None,
+                           "too_large").response()(scope, receive, send)
             return
         if self.digest is not None and not self._token_ok(scope):
             await ApiError(401, "this engine needs its token (Authorization: Bearer <token>)",
@@ -468,9 +476,54 @@ def http_server(server: Any, listen: str) -> Any:
             yield
 
     host, port = parse_listen(listen)
-    config = uvicorn.Config(HttpApi(server).app, host=host, port=port, http="h11",
+    config = uvicorn.Config(HttpApi(server).app, host=host, port=port, http=_head_deadline(),
                             lifespan="off", access_log=False, log_level="warning",
                             limit_concurrency=server.max_connections, timeout_keep_alive=5,
                             timeout_graceful_shutdown=2,
                             h11_max_incomplete_event_size=MAX_HEADER_BYTES)
     return Server(config)
+
+
+def _head_deadline() -> type:
+    """uvicorn's h11 protocol with a deadline on each request head: uvicorn bounds a head's
+    size and the idle time after an answer, but a connection that never sends a head, or
+    trickles it a byte at a time, it keeps open for good. Here each head (the first, and each
+    next on a kept-alive connection) must be whole within HEADER_TIMEOUT of the connection
+    opening or the last answer, or the connection is closed."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeadDeadline(H11Protocol):
+        head_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            if self.cycle is not None and not self.cycle.response_complete:
+                self._disarm()  # the head is in: BODY_TIMEOUT bounds the rest
+
+        def on_response_complete(self) -> None:
+            self._arm()  # before the next pipelined head, which handle_events may take now
+            super().on_response_complete()
+
+        def _arm(self) -> None:
+            self._disarm()
+            self.head_timer = self.loop.call_later(HEADER_TIMEOUT, self._late)
+
+        def _disarm(self) -> None:
+            if self.head_timer is not None:
+                self.head_timer.cancel()
+                self.head_timer = None
+
+        def _late(self) -> None:
+            self.head_timer = None
+            if not self.transport.is_closing():
+                self.transport.close()
+
+    return HeadDeadline
