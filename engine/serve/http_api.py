@@ -6,7 +6,9 @@
 
 Continue, twinny and other OpenAI clients call the first; llama.vim and llama.vscode the last.
 Requests become the same scheduler Jobs the Unix socket's do (engine.serve.limits.parse_request,
-same bounds and deadline), in the same process, so editors and HTTP tools batch together.
+same bounds and deadline), in the same process, so editors and HTTP tools batch together
+(LocalBackend); the team engine's Ingress serves the same endpoints over its replicas
+(engine.serve.team.app.TeamBackend).
 A client that disconnects cancels its denoising.
 
 Errors are OpenAI's error object (`{"error": {"message", "type", "param", "code"}}`) on
@@ -29,7 +31,7 @@ import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -43,6 +45,7 @@ from engine.serve.protocol import ProtocolError
 from engine.types import CANVAS_LENGTH, Draft
 
 MAX_BODY_BYTES = protocol.MAX_MESSAGE
+HEADER_TIMEOUT = 10.0  # seconds to send a request head, on a new or a kept-alive connection
 BODY_TIMEOUT = 10.0  # seconds to send the body once the head is in
 MAX_HEADER_BYTES = 16 * 1024  # a request head: the request line and every header together
 OPENAI_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -145,25 +148,87 @@ class Field:
         return [name for name in names if name in self.body]
 
 
-class HttpApi:
-    """The HTTP endpoints of one resident engine (engine.serve.daemon.EngineServer)."""
+class Backend(Protocol):
+    """What the endpoints need of an engine: one in this process (LocalBackend) or the team
+    engine's replicas (engine.serve.team.app.TeamBackend)."""
+
+    async def hello(self) -> dict[str, Any]:
+        """{"name", "started" (epoch seconds), "maxCanvas"}."""
+
+    async def submit(self, message: dict[str, Any]) -> AsyncIterator[Draft]:
+        """The drafts of an infill request (the socket protocol's fields), cancelled if the
+        reader stops before the last; ProtocolError (its code "busy" when the queue is full)
+        before any draft if the request is refused."""
+
+    def tokens(self, draft: Draft) -> int:
+        """The completion's tokens in the final draft."""
+
+
+class LocalBackend:
+    """The scheduler of one resident engine (engine.serve.daemon.EngineServer)."""
 
     def __init__(self, server: Any) -> None:
-        self.server = server  # engine, scheduler, name, limits, token, last_active
-        token = server.token
+        self.server = server  # engine, scheduler, name, limits, last_active
+
+    async def hello(self) -> dict[str, Any]:
+        return {"name": self.server.name, "started": int(self.server.scheduler.started),
+                "maxCanvas": self.server.limits.max_canvas}
+
+    def tokens(self, draft: Draft) -> int:
+        return len(self.server.engine.completion_ids(draft))
+
+    async def submit(self, message: dict[str, Any]) -> AsyncIterator[Draft]:
+        job = parse_request(message, "infill", self.server.limits, self.server.engine.decoder)
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Draft | ApiError] = asyncio.Queue()
+        job.on_draft = lambda d: loop.call_soon_threadsafe(queue.put_nowait, d)
+        job.on_error = lambda code, text: loop.call_soon_threadsafe(
+            queue.put_nowait, ApiError(500, text, None, code, "server_error"))
+        self.server.last_active = time.monotonic()
+        if not self.server.scheduler.submit(job):
+            raise ProtocolError("busy", "the engine's queue is full; try again")
+        return self._drafts(job, queue)
+
+    async def _drafts(self, job: Any, queue: asyncio.Queue) -> AsyncIterator[Draft]:
+        done = False
+        try:
+            while not done:
+                item = await queue.get()
+                if isinstance(item, ApiError):
+                    raise item
+                done = item.done
+                yield item
+        finally:
+            if not done:
+                self.server.scheduler.cancel(job)
+            self.server.last_active = time.monotonic()
+
+
+class HttpApi:
+    """The HTTP endpoints over one Backend. `app` checks the token (None: none is needed);
+    the team engine's Ingress, which checks its own, calls `endpoint`'s handlers."""
+
+    def __init__(self, backend: Backend, token: str | None) -> None:
+        self.backend = backend
         self.digest = hashlib.sha256(token.encode()).digest() if token else None
-        routes = [Route("/v1/completions", self.completions, methods=["POST"]),
-                  Route("/completions", self.completions, methods=["POST"]),
-                  Route("/v1/models", self.models, methods=["GET"]),
-                  Route("/infill", self.infill, methods=["POST"])]
+        self.routes = {("POST", "/v1/completions"): self.completions,
+                       ("POST", "/completions"): self.completions,
+                       ("GET", "/v1/models"): self.models,
+                       ("POST", "/infill"): self.infill}
+        routes = [Route(path, handler, methods=[method])
+                  for (method, path), handler in self.routes.items()]
         self.app: ASGIApp = _Guard(Starlette(routes=routes), self.digest)
+
+    def endpoint(self, method: str, path: str) -> Callable[[Request], Any] | None:
+        """The handler of `method path`, or None."""
+        return self.routes.get((method, path.rstrip("/") or "/"))
 
     # -- endpoints ------------------------------------------------------------------------
 
     async def models(self, request: Request) -> Response:
-        started = int(self.server.scheduler.started)
+        hello = await self.backend.hello()
         return JSONResponse({"object": "list", "data": [
-            {"id": self.server.name, "object": "model", "created": started,
+            {"id": hello["name"], "object": "model", "created": hello["started"],
              "owned_by": "dg-engine"}]})
 
     async def completions(self, request: Request) -> Response:
@@ -177,12 +242,13 @@ class HttpApi:
                     raise ApiError(400, "prompt: one string (a batch of prompts is not "
                                    "supported)", "prompt", "unsupported")
                 prompt = prompt[0]
-            job = self._job(prompt, body.get("suffix", str, ""),
-                            body.get("max_tokens", int, OPENAI_MAX_TOKENS), body,
-                            {"prefix": "prompt", "suffix": "suffix", "max_tokens": "max_tokens"})
             stops = body.stops()
             stream = body.get("stream", bool, False)
-            queue = self._submit(job)
+            name = (await self.backend.hello())["name"]
+            drafts = await self._submit(prompt, body.get("suffix", str, ""),
+                                        body.get("max_tokens", int, OPENAI_MAX_TOKENS), body,
+                                        {"prefix": "prompt", "suffix": "suffix",
+                                         "max_tokens": "max_tokens"})
         except ApiError as exc:
             return exc.response()
         ignored = body.ignored(OPENAI_IGNORED)
@@ -191,7 +257,7 @@ class HttpApi:
         def chunk(text: str, final: Draft | None, stopped: bool) -> dict[str, Any]:
             reason = None if final is None else _openai_reason(final, stopped)
             answer = {"id": ident, "object": "text_completion", "created": created,
-                      "model": self.server.name,
+                      "model": name,
                       "choices": [{"text": text, "index": 0, "logprobs": None,
                                    "finish_reason": reason}]}
             if final is not None:
@@ -199,8 +265,8 @@ class HttpApi:
             return answer
 
         if stream:
-            return self._stream(request, job, queue, stops, chunk, done_line=True)
-        return await self._whole(request, job, queue, stops, chunk)
+            return self._stream(drafts, stops, chunk, done_line=True)
+        return await self._whole(request, drafts, stops, chunk)
 
     async def infill(self, request: Request) -> Response:
         try:
@@ -216,14 +282,14 @@ class HttpApi:
             n_predict = body.get("n_predict", int, -1)
             stops = body.stops()
             stream = body.get("stream", bool, False)
+            name = (await self.backend.hello())["name"]
             if n_predict == 0:  # llama.vim's cache warm-up: nothing to write
-                return JSONResponse({"content": "", "stop": True, "model": self.server.name,
+                return JSONResponse({"content": "", "stop": True, "model": name,
                                      "tokens_predicted": 0, "stop_type": "limit"})
-            job = self._job(prefix, body.get("input_suffix", str, ""),
-                            n_predict if n_predict > 0 else LLAMA_N_PREDICT, body,
-                            {"prefix": "input_prefix", "suffix": "input_suffix",
-                             "max_tokens": "n_predict"})
-            queue = self._submit(job)
+            drafts = await self._submit(prefix, body.get("input_suffix", str, ""),
+                                        n_predict if n_predict > 0 else LLAMA_N_PREDICT, body,
+                                        {"prefix": "input_prefix", "suffix": "input_suffix",
+                                         "max_tokens": "n_predict"})
         except ApiError as exc:
             return exc.response()
         ignored = body.ignored(LLAMA_IGNORED)
@@ -231,32 +297,34 @@ class HttpApi:
         def chunk(text: str, final: Draft | None, stopped: bool) -> dict[str, Any]:
             if final is None:
                 return {"content": text, "stop": False}
-            return {"content": text, "stop": True, "model": self.server.name,
-                    "tokens_predicted": len(self.server.engine.completion_ids(final)),
+            return {"content": text, "stop": True, "model": name,
+                    "tokens_predicted": self.backend.tokens(final),
                     "stop_type": "word" if stopped else _llama_stop_type(final),
                     "dg": _extension(final, ignored)}
 
         if stream:
-            return self._stream(request, job, queue, stops, chunk, done_line=False)
-        return await self._whole(request, job, queue, stops, chunk)
+            return self._stream(drafts, stops, chunk, done_line=False)
+        return await self._whole(request, drafts, stops, chunk)
 
-    # -- the scheduler --------------------------------------------------------------------
+    # -- the engine -----------------------------------------------------------------------
 
-    def _job(self, prefix: str, suffix: str, max_tokens: int, body: Field,
-             names: dict[str, str]) -> Any:
-        """The scheduler Job of one request, bounded as the socket's are; `names` maps the
-        engine's field names to this API's, so that an error names the client's field."""
+    async def _submit(self, prefix: str, suffix: str, max_tokens: int, body: Field,
+                      names: dict[str, str]) -> AsyncIterator[Draft]:
+        """The drafts of one request, bounded as the socket's are; `names` maps the engine's
+        field names to this API's, so that an error names the client's field."""
         settings = dict(body.get("dg_settings", dict, {}))
         for name in ("temperature", "seed"):
             if body.body.get(name) is not None:
                 settings[name] = body.body[name]
-        limits = self.server.limits
-        canvas = min(max(CANVAS_LENGTH, 2 * max_tokens), limits.max_canvas)
+        max_canvas = (await self.backend.hello())["maxCanvas"]
+        canvas = min(max(CANVAS_LENGTH, 2 * max_tokens), max_canvas)
         message = {"prefix": prefix, "suffix": suffix, "max_tokens": max_tokens,
                    "canvas_length": canvas, "settings": settings}
         try:
-            return parse_request(message, "infill", limits, self.server.engine.decoder)
+            return await self.backend.submit(message)
         except ProtocolError as exc:
+            if exc.code == "busy":
+                raise ApiError(503, str(exc), None, "busy", "server_error") from None
             text = str(exc)
             field = re.match(r"[\w.]*", text).group(0)
             if field.startswith("settings."):
@@ -268,41 +336,12 @@ class HttpApi:
                 text = text.replace(field, param, 1)
             raise ApiError(400, text, param, "invalid_value") from None
 
-    def _submit(self, job: Any) -> asyncio.Queue:
-        """Queue `job` on the scheduler; its drafts (or an ApiError) arrive on the queue."""
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Draft | ApiError] = asyncio.Queue()
-        job.on_draft = lambda d: loop.call_soon_threadsafe(queue.put_nowait, d)
-        job.on_error = lambda code, text: loop.call_soon_threadsafe(
-            queue.put_nowait, ApiError(500, text, None, code, "server_error"))
-        self.server.last_active = time.monotonic()
-        if not self.server.scheduler.submit(job):
-            raise ApiError(503, "the engine's queue is full; try again", None, "busy",
-                           "server_error")
-        return queue
-
-    async def _drafts(self, job: Any, queue: asyncio.Queue) -> AsyncIterator[Draft]:
-        """The job's drafts as the scheduler makes them; the job is cancelled if the reader
-        stops before the last (a client gone, a stop string)."""
-        done = False
-        try:
-            while not done:
-                item = await queue.get()
-                if isinstance(item, ApiError):
-                    raise item
-                done = item.done
-                yield item
-        finally:
-            if not done:
-                self.server.scheduler.cancel(job)
-            self.server.last_active = time.monotonic()
-
-    async def _whole(self, request: Request, job: Any, queue: asyncio.Queue, stops: list[str],
+    async def _whole(self, request: Request, drafts: AsyncIterator[Draft], stops: list[str],
                      chunk: Callable[[str, Draft | None, bool], dict]) -> Response:
         """One answer once the hole is done; the client leaving first cancels it."""
 
         async def last() -> tuple[Draft, bool]:
-            async with contextlib.aclosing(self._drafts(job, queue)) as drafts:
+            async with contextlib.aclosing(drafts):
                 async for draft in drafts:
                     text, stopped = visible(draft.text, stops)
                     if stopped or draft.done:
@@ -324,15 +363,14 @@ class HttpApi:
             return exc.response()
         return JSONResponse(chunk(visible(draft.text, stops)[0], draft, stopped))
 
-    def _stream(self, request: Request, job: Any, queue: asyncio.Queue, stops: list[str],
-                chunk: Callable[[str, Draft | None, bool], dict], done_line: bool
-                ) -> Response:
+    def _stream(self, drafts: AsyncIterator[Draft], stops: list[str],
+                chunk: Callable[[str, Draft | None, bool], dict], done_line: bool) -> Response:
         """Server-sent events: the text as it is committed, then the final chunk."""
 
         async def events() -> AsyncIterator[str]:
             sent = ""
             try:
-                async with contextlib.aclosing(self._drafts(job, queue)) as drafts:
+                async with contextlib.aclosing(drafts):
                     async for draft in drafts:
                         text, stopped = visible(draft.text, stops)
                         final = draft.done or stopped
@@ -354,14 +392,21 @@ class HttpApi:
 
 
 class _Guard:
-    """Every path wants the token (when there is one) before a byte of body is read; any
-    other failure is OpenAI's error object too."""
+    """Every path wants a head within MAX_HEADER_BYTES and the token (when there is one)
+    before a byte of body is read; any other failure is OpenAI's error object too."""
 
     def __init__(self, app: ASGIApp, digest: bytes | None) -> None:
         self.app, self.digest = app, digest
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
+            return
+        # h11 bounds a head that arrives in pieces; one that arrives whole is measured here.
+        head = len(scope["raw_path"]) + len(scope["query_string"]) + sum(
+            len(name) + len(value) + 4 for name, value in scope["headers"])
+        if head > MAX_HEADER_BYTES:
+            await ApiError(431, f"the request head is over {MAX_HEADER_BYTES} bytes", None,
+                           "too_large").response()(scope, receive, send)
             return
         if self.digest is not None and not self._token_ok(scope):
             await ApiError(401, "this engine needs its token (Authorization: Bearer <token>)",
@@ -468,9 +513,55 @@ def http_server(server: Any, listen: str) -> Any:
             yield
 
     host, port = parse_listen(listen)
-    config = uvicorn.Config(HttpApi(server).app, host=host, port=port, http="h11",
+    config = uvicorn.Config(HttpApi(LocalBackend(server), server.token).app, host=host,
+                            port=port, http=_head_deadline(),
                             lifespan="off", access_log=False, log_level="warning",
                             limit_concurrency=server.max_connections, timeout_keep_alive=5,
                             timeout_graceful_shutdown=2,
                             h11_max_incomplete_event_size=MAX_HEADER_BYTES)
     return Server(config)
+
+
+def _head_deadline() -> type:
+    """uvicorn's h11 protocol with a deadline on each request head: uvicorn bounds a head's
+    size and the idle time after an answer, but a connection that never sends a head, or
+    trickles it a byte at a time, it keeps open for good. Here each head (the first, and each
+    next on a kept-alive connection) must be whole within HEADER_TIMEOUT of the connection
+    opening or the last answer, or the connection is closed."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeadDeadline(H11Protocol):
+        head_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            if self.cycle is not None and not self.cycle.response_complete:
+                self._disarm()  # the head is in: BODY_TIMEOUT bounds the rest
+
+        def on_response_complete(self) -> None:
+            self._arm()  # before the next pipelined head, which handle_events may take now
+            super().on_response_complete()
+
+        def _arm(self) -> None:
+            self._disarm()
+            self.head_timer = self.loop.call_later(HEADER_TIMEOUT, self._late)
+
+        def _disarm(self) -> None:
+            if self.head_timer is not None:
+                self.head_timer.cancel()
+                self.head_timer = None
+
+        def _late(self) -> None:
+            self.head_timer = None
+            if not self.transport.is_closing():
+                self.transport.close()
+
+    return HeadDeadline

@@ -411,3 +411,49 @@ def test_a_replica_whose_scheduler_is_dead_or_stuck_fails_its_health_check():
     Scheduler.state["live"] = 0  # idle is healthy however long
     clock[0] += 100
     replica.check_health()
+
+
+@pytest.fixture(scope="module")
+def inproc(dream_ckpt: Path):
+    from engine import Engine
+
+    return Engine.load(str(dream_ckpt), device="cpu", dtype="float32")
+
+
+def test_openai_completions_through_the_team_equal_the_engine_in_process(team, inproc):
+    openai = pytest.importorskip("openai")
+    import httpx
+
+    http = httpx.Client(verify=ssl.create_default_context(cafile=CA_FILE[-1]), timeout=120)
+    api = openai.OpenAI(base_url=f"{team}/v1", api_key=TOKEN, max_retries=0, http_client=http)
+    model = api.models.list().data[0].id
+    suffix = "\n\nprint(total(3))\n"
+    prefix = "def total(n):\n    return "
+    expected = inproc.infill(prefix, suffix, 8, seed=0).text
+    answer = api.completions.create(model=model, prompt=prefix, suffix=suffix, max_tokens=8,
+                                    seed=0)
+    assert answer.choices[0].text == expected
+    assert answer.model_extra["dg"]["passes"] >= 1
+
+    prefix = "def squares(n):\n    return "
+    expected = inproc.infill(prefix, suffix, 8, seed=0).text
+    chunks = list(api.completions.create(model=model, prompt=prefix, suffix=suffix,
+                                         max_tokens=8, seed=0, stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == expected
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+
+    body = {"input_prefix": "def cubes(n):\n    return ", "input_suffix": suffix,
+            "n_predict": 8, "seed": 0}
+    expected = inproc.infill(body["input_prefix"], suffix, 8, seed=0).text
+    answer = http.post(f"{team}/infill", json=body, headers={"Authorization": f"Bearer {TOKEN}"})
+    assert answer.status_code == 200 and answer.json()["content"] == expected
+
+
+@pytest.mark.parametrize("method,path", [("GET", "/v1/models"), ("POST", "/v1/completions"),
+                                         ("POST", "/infill")])
+def test_the_team_tool_paths_want_the_token(team, method, path):
+    import httpx
+
+    response = httpx.request(method, f"{team}{path}", json={"prompt": "x"}, timeout=60,
+                             verify=ssl.create_default_context(cafile=CA_FILE[-1]))
+    assert response.status_code == 401

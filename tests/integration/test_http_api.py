@@ -9,11 +9,13 @@ from keys/values it kept (SamplerSettings.share_prefix), which the in-process en
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -21,6 +23,7 @@ import pytest
 
 from engine.serve import protocol
 from engine.serve.endpoint import Endpoint
+from engine.serve.http_api import HEADER_TIMEOUT, MAX_HEADER_BYTES
 from tests.support.wait import wait_for
 
 openai = pytest.importorskip("openai")
@@ -255,3 +258,67 @@ def test_a_client_that_leaves_before_the_answer_cancels_its_denoising(served):
         httpx.post(f"{base}/infill", json=body, headers=_auth(), timeout=0.5)
     wait_for(lambda: _stats(sock)["cancelled"] > before, timeout=2.0,
              what="the request cancelled", interval=0.05)
+
+
+def _connect(base: str) -> socket.socket:
+    host, port = base.removeprefix("http://").rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=HEADER_TIMEOUT + 5)
+
+
+def _closed_after(conn: socket.socket, trickle: bytes = b"") -> float:
+    """Seconds until the server closes `conn`, sending it `trickle` a byte at a time."""
+    start = time.monotonic()
+    conn.settimeout(0.5)
+    for byte in trickle:
+        try:
+            if conn.recv(4096) == b"":
+                return time.monotonic() - start
+        except TimeoutError:
+            pass
+        try:
+            conn.sendall(bytes([byte]))
+        except OSError:  # reset: closed
+            return time.monotonic() - start
+    conn.settimeout(HEADER_TIMEOUT + 5)
+    with contextlib.suppress(ConnectionResetError):
+        while conn.recv(4096):
+            pass
+    return time.monotonic() - start
+
+
+def test_a_head_sent_a_byte_at_a_time_is_cut_at_the_deadline(served):
+    base, _, _ = served
+    head = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+            + b"X-Slow: " + b"a" * 200 + b"\r\n\r\n")
+    with _connect(base) as conn:
+        assert _closed_after(conn, head) < HEADER_TIMEOUT + 2
+
+
+def test_an_idle_connection_is_closed(served):
+    base, _, _ = served
+    with _connect(base) as conn:
+        assert _closed_after(conn) < HEADER_TIMEOUT + 2
+
+
+def test_an_oversized_head_sent_in_pieces_is_refused(served):
+    base, _, _ = served
+    head = (b"GET /v1/models HTTP/1.1\r\nHost: x\r\n"
+            + b"X-Big: " + b"a" * (MAX_HEADER_BYTES + 1) + b"\r\n\r\n")
+    with _connect(base) as conn:
+        with contextlib.suppress(OSError):  # reset before all of it is sent: refused too
+            for start in range(0, len(head), 1024):  # in pieces, as a slow client sends it
+                conn.sendall(head[start:start + 1024])
+                time.sleep(0.01)
+        answer = b""
+        with contextlib.suppress(ConnectionResetError):
+            while piece := conn.recv(4096):
+                answer += piece
+    assert answer == b"" or answer.split(b" ", 2)[1] in (b"400", b"431")
+
+
+def test_an_oversized_head_sent_whole_gets_431(served):
+    base, _, _ = served
+    response = httpx.get(f"{base}/v1/models", timeout=60,
+                         headers={**_auth(), "X-Big": "a" * (MAX_HEADER_BYTES + 1)})
+    assert response.status_code == 431
+    assert response.json()["error"]["code"] == "too_large"

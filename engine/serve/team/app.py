@@ -14,6 +14,8 @@
   `routing_key` (engine.serve.team.routing: the document the client names, else its prefix's
   start), and turns a replica lost mid-request into an "unavailable" error for that
   request alone: the client's next request goes to a live replica.
+  It also answers OpenAI's and llama.cpp's completion paths (engine.serve.http_api, over a
+  TeamBackend), routed the same way.
 - `StatusBoard` keeps the latest report of each replica for `dg-engine status URL`, and
   counts the requests refused for their token (here and at engine.serve.team.front).
 
@@ -43,9 +45,11 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from engine.serve import protocol
+from engine.serve.http_api import ApiError, HttpApi
 from engine.serve.limits import DEFAULT_REQUEST_TIMEOUT, Limits, free_memory, parse_request
 from engine.serve.team.remote import reply_line
 from engine.serve.team.routing import routing_key
+from engine.text.stops import completion_ids
 from engine.types import Draft
 
 APP_NAME = "dg-engine"
@@ -236,6 +240,7 @@ class Ingress:
         self.engines = engines
         self.board = board
         self.digest = bytes.fromhex(token_digest_hex)
+        self.api = HttpApi(TeamBackend(engines), None)  # the token is checked here
 
     def _authorized(self, header: str | None) -> bool:
         scheme, _, token = (header or "").partition(" ")
@@ -247,6 +252,8 @@ class Ingress:
             self.board.refuse.remote()  # counted on the board, with the front's
             return JSONResponse(_error(None, "unauthorized", "this engine needs the team's "
                                        "token (Authorization: Bearer)"), status_code=401)
+        if handler := self.api.endpoint(request.method, request.url.path):
+            return await handler(request)
         path = request.url.path.rstrip("/").rsplit("/v1/", 1)[-1]
         if request.method == "GET" and path == "hello":
             hello = await self.engines.hello.remote("")
@@ -290,6 +297,61 @@ class Ingress:
                                     f"request was lost ({type(exc).__name__}); try again"))
         finally:
             drafts.cancel()  # a no-op once the replica's generator has finished
+
+
+class TeamBackend:
+    """The replicas, for engine.serve.http_api's endpoints (OpenAI's and llama.cpp's): each
+    request goes to a replica as a POST /v1/stream one does, routed the same way."""
+
+    def __init__(self, engines: Any) -> None:
+        self.engines = engines
+        self.info: dict[str, Any] | None = None
+        self.started = int(time.time())
+
+    async def hello(self) -> dict[str, Any]:
+        if self.info is None:  # every replica loads the same model
+            hello = await self.engines.hello.remote("")
+            self.info = {"name": hello["model"], "started": self.started,
+                         "maxCanvas": hello["limits"]["maxCanvas"],
+                         "ends": set(hello["completion_ends"])}
+        return self.info
+
+    def tokens(self, draft: Draft) -> int:
+        return len(completion_ids(draft.token_ids, self.info["ends"]))
+
+    async def submit(self, message: dict[str, Any]) -> AsyncIterator[Draft]:
+        message = {"op": "infill", "id": 1} | message
+        replies = self.engines.options(stream=True).stream.remote(routing_key(message), message)
+        try:
+            first = await replies.__anext__()
+        except Exception as exc:  # noqa: BLE001 - no replica could take it
+            replies.cancel()
+            raise protocol.ProtocolError("busy", f"no replica answered ({type(exc).__name__})"
+                                         "; try again") from None
+        if first["type"] == "error":
+            replies.cancel()
+            raise protocol.ProtocolError(first["code"], first["message"])
+        return self._drafts(first, replies)
+
+    @staticmethod
+    async def _drafts(reply: dict[str, Any], replies: Any) -> AsyncIterator[Draft]:
+        try:
+            while True:
+                if reply["type"] == "error":
+                    raise ApiError(500, reply["message"], None, reply["code"], "server_error")
+                yield protocol.draft_from_wire(reply["draft"], reply.get("score"))
+                if reply["type"] == "result":
+                    return
+                try:
+                    reply = await replies.__anext__()
+                except StopAsyncIteration:
+                    return
+                except Exception as exc:  # noqa: BLE001 - the replica was lost mid-request
+                    raise ApiError(503, "the replica serving this request was lost "
+                                   f"({type(exc).__name__}); try again", None, "unavailable",
+                                   "server_error") from None
+        finally:
+            replies.cancel()  # the client went away or a stop string: the job leaves its batch
 
 
 def _error(request_id: Any, code: str, message: str) -> dict[str, Any]:
