@@ -28,6 +28,7 @@ from engine.serve.team.app import APP_NAME, AppOptions, build_app, token_digest 
 from engine.serve.team.remote import RemoteEngine, read_token  # noqa: E402
 from engine.serve.team.routing import rank, routing_key  # noqa: E402
 from engine.types import InfillRequest, RewriteRequest, SamplerSettings  # noqa: E402
+from tests.support.openai_checks import check_completions  # noqa: E402
 from tests.support.ray_cluster import free_port  # noqa: E402
 from tests.support.wait import wait_for  # noqa: E402
 
@@ -428,19 +429,8 @@ def test_openai_completions_through_the_team_equal_the_engine_in_process(team, i
     api = openai.OpenAI(base_url=f"{team}/v1", api_key=TOKEN, max_retries=0, http_client=http)
     model = api.models.list().data[0].id
     suffix = "\n\nprint(total(3))\n"
-    prefix = "def total(n):\n    return "
-    expected = inproc.infill(prefix, suffix, 8, seed=0).text
-    answer = api.completions.create(model=model, prompt=prefix, suffix=suffix, max_tokens=8,
-                                    seed=0)
-    assert answer.choices[0].text == expected
-    assert answer.model_extra["dg"]["passes"] >= 1
-
-    prefix = "def squares(n):\n    return "
-    expected = inproc.infill(prefix, suffix, 8, seed=0).text
-    chunks = list(api.completions.create(model=model, prompt=prefix, suffix=suffix,
-                                         max_tokens=8, seed=0, stream=True))
-    assert "".join(c.choices[0].text for c in chunks) == expected
-    assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+    check_completions(api, model, inproc, "def total(n):\n    return ",
+                      "def squares(n):\n    return ", suffix)
 
     body = {"input_prefix": "def cubes(n):\n    return ", "input_suffix": suffix,
             "n_predict": 8, "seed": 0}

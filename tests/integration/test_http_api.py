@@ -24,6 +24,7 @@ import pytest
 from engine.serve import protocol
 from engine.serve.endpoint import Endpoint
 from engine.serve.http_api import HEADER_TIMEOUT, MAX_HEADER_BYTES
+from tests.support.openai_checks import check_completions
 from tests.support.wait import wait_for
 
 openai = pytest.importorskip("openai")
@@ -101,22 +102,9 @@ def test_the_models_endpoint_names_the_loaded_model(served):
 
 def test_openai_completions_equal_the_engine_in_process(served, inproc):
     base, model, _ = served
-    client = _client(base)
-    prefix, suffix = "def add(a, b):\n    return ", "\n\nprint(add(1, 2))\n"
-    expected = inproc.infill(prefix, suffix, 8, seed=0).text
-    answer = client.completions.create(model=model, prompt=prefix, suffix=suffix,
-                                       max_tokens=8, seed=0)
-    assert answer.choices[0].text == expected
-    assert answer.choices[0].finish_reason in ("stop", "length")
-    assert answer.model_extra["dg"]["passes"] >= 1
-
-    prefix = "class Stack:\n    def push(self, item):\n        "
-    expected = inproc.infill(prefix, suffix, 8, seed=0).text
-    chunks = list(client.completions.create(model=model, prompt=prefix, suffix=suffix,
-                                            max_tokens=8, seed=0, stream=True))
-    assert "".join(c.choices[0].text for c in chunks) == expected
-    assert chunks[-1].choices[0].finish_reason in ("stop", "length")
-    assert "dg" in chunks[-1].model_extra
+    check_completions(_client(base), model, inproc, "def add(a, b):\n    return ",
+                      "class Stack:\n    def push(self, item):\n        ",
+                      "\n\nprint(add(1, 2))\n")
 
 
 def test_a_stop_string_cuts_the_text(served, inproc):
