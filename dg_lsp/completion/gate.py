@@ -83,14 +83,12 @@ def threshold(min_confidence: float, line_start: bool) -> float:
     return min_confidence * (LINE_START_SHARE if line_start else 1.0)
 
 
-def hides(score: Score | None, hole: str, text: str, repeated: bool,
-          min_confidence: float, line_start: bool = False) -> bool:
-    """Whether a completion scored `score`, in a hole of kind `hole`, whose suggestion after
-    post-processing is `text` (`repeated`: another line's text there), is not shown: its
-    `confidence` is below the `threshold` (`line_start`: see is_line_start)."""
-    if score is None or min_confidence <= 0:
+def hides(confidence: float | None, min_confidence: float, line_start: bool = False) -> bool:
+    """Whether a completion of `confidence` (see `confidence`; None: unscored, as from an engine
+    that predates scores) is not shown: below the `threshold` (`line_start`: is_line_start)."""
+    if confidence is None or min_confidence <= 0:
         return False
-    return confidence(score, hole, text, repeated) < threshold(min_confidence, line_start)
+    return confidence < threshold(min_confidence, line_start)
 
 
 @dataclass(frozen=True)

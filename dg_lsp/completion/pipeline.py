@@ -134,8 +134,7 @@ class Pipeline:
         repeated = suggestion.text in ctx.repeats
         confidence = None if last.score is None else gate.confidence(
             last.score, ctx.kind, suggestion.text, repeated)
-        below_gate = gate.hides(last.score, ctx.kind, suggestion.text, repeated,
-                                self.settings.min_confidence,
+        below_gate = gate.hides(confidence, self.settings.min_confidence,
                                 gate.is_line_start(ctx.line_prefix, ctx.kind))
         if below_gate and not asked:
             return Hidden(unsure(confidence), confidence)

@@ -134,15 +134,16 @@ def test_the_gate_hides_what_the_calibrator_is_unsure_of_and_zero_shows_everythi
     assert complete(0.5, 0.0) == "x + 1"
     assert complete(0.0, 0.0) == "x + 1"
     assert complete(None, 0.9) == "x + 1"  # an old engine's draft has no score: shown
-    assert not gate.hides(None, "block", "x", False, 0.9)
-    assert not gate.hides(Score(0.0, 0.0, 1, 1), "block", "x", False, 0.0)
+    assert not gate.hides(None, 0.9)  # unscored
+    assert not gate.hides(gate.confidence(Score(0.0, 0.0, 1, 1), "block", "x", False), 0.0)
 
 
 def test_the_gate_reads_the_suggestion_as_post_processed_not_the_raw_draft(hand_made):
     """The model writes two lines at a rest-of-line hole; the suggestion is the first (the
     unit): the calibrator sees 0 lines, p = 0.5, not sigmoid(-2) for the raw text's line."""
     assert complete(0.75, 0.4, text="x + 1\n    return y") == "x + 1"
-    assert gate.hides(Score(0.75, 0.9, 3, 3), "block", "x + 1\ny", False, 0.4)  # sigmoid(-2) = 0.12
+    assert gate.hides(gate.confidence(Score(0.75, 0.9, 3, 3), "block", "x + 1\ny", False),
+                      0.4)  # sigmoid(-2) = 0.12
 
 
 def test_the_calibrators_features_of_hand_made_completions():
@@ -242,9 +243,10 @@ def test_a_line_start_is_gated_at_half_the_threshold(hand_made):
     assert not gate.is_line_start("    x = ", "rest_of_line")
     assert gate.threshold(0.15, True) == 0.075 and gate.threshold(0.15, False) == 0.15
     unsure = Score(0.5, 0.9, 3, 3)  # "x + 1": p = sigmoid(-1) = 0.269
-    assert gate.hides(unsure, "rest_of_line", "x + 1", False, 0.3)
-    assert not gate.hides(unsure, "rest_of_line", "x + 1", False, 0.3, line_start=True)
-    assert gate.hides(unsure, "rest_of_line", "x + 1", False, 0.6, line_start=True)
+    p = gate.confidence(unsure, "rest_of_line", "x + 1", False)
+    assert gate.hides(p, 0.3)
+    assert not gate.hides(p, 0.3, line_start=True)
+    assert gate.hides(p, 0.6, line_start=True)
     # Through the pipeline: the cursor after a new line's indentation, then mid-line.
     for source, shown in (("def f(x):\n    \n", "x + 1"), (SOURCE, None)):
         request = CompletionRequest(source, source.index("\n", 10), language_for("python"))
