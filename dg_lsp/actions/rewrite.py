@@ -25,7 +25,6 @@ The one edit path for code actions, `dg-lsp rewrite` and batch mode:
 
 from __future__ import annotations
 
-import ast
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -37,13 +36,14 @@ from dg_lsp.actions.targets import (
     FIX_SYNTAX,
     ParsedText,
     Target,
-    error_count,
+    is_docstring,
 )
 from dg_lsp.completion import gate
 from dg_lsp.completion.postprocess import stutters
 from dg_lsp.context import char_budget, windows
 from dg_lsp.settings import Settings
 from dg_lsp.syntax import names
+from dg_lsp.syntax.errors import count_errors
 from engine.backend import Backend
 from engine.bounds import STRENGTH_RANGE
 from engine.text.units import bracket_depths, indent_width, leading_indent
@@ -91,7 +91,7 @@ def compute_edit(
     strength = DEFAULT_STRENGTH if strength is None else strength
     if problem := STRENGTH_RANGE.problem("strength", strength):
         raise RewriteError(problem)
-    before = error_count(doc)
+    before = count_errors(doc.tree)
     steps = 0
     unasked = None  # why the last parseable edit was refused
     unsure = None  # why the last edit the model was unsure of was refused
@@ -195,12 +195,8 @@ def _only_docstring(body: str, doc: ParsedText) -> bool:
     shown a function with no docstring, starts one and fills the body with it."""
     if doc.language is None or doc.language.name != "python":
         return False
-    try:
-        statements = ast.parse(textwrap.dedent(body.strip("\n"))).body
-    except SyntaxError:
-        return False
-    return all(isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
-               and isinstance(s.value.value, str) for s in statements)
+    alone = ParsedText(textwrap.dedent(body.strip("\n")), doc.language).tree
+    return all(is_docstring(statement) for statement in alone.root_node.named_children)
 
 
 def _attempts(target: Target, strength: float) -> list[tuple[float, dict]]:
@@ -271,7 +267,7 @@ def _parseable(doc: ParsedText, target: Target, text: str, errors_before: int) -
         if target.action != FIX_SYNTAX and not _same_nesting(candidate, original):
             continue  # an edit that closes brackets it did not open changes code outside it
         edited = doc.text[: target.start] + candidate + doc.text[target.end :]
-        if error_count(ParsedText(edited, doc.language)) <= allowed:
+        if count_errors(ParsedText(edited, doc.language).tree) <= allowed:
             return candidate
     return None
 

@@ -25,7 +25,6 @@ from itertools import accumulate
 import tree_sitter as ts
 
 from dg_lsp.context import detect_indent_unit
-from dg_lsp.syntax.errors import count_errors
 from dg_lsp.syntax.languages import LanguageSpec
 
 REWRITE, COMPLETE_BODY = "rewrite", "complete-body"
@@ -129,11 +128,6 @@ class ParsedText:
         return found
 
 
-def error_count(doc: ParsedText) -> int:
-    """ERROR and MISSING nodes in the document's tree (0 without a grammar)."""
-    return count_errors(doc.tree)
-
-
 # -- the targets ------------------------------------------------------------------------------
 
 
@@ -157,7 +151,7 @@ def body_target(doc: ParsedText, node: ts.Node, body: ts.Node, name: str) -> Tar
     if doc.language.name == "python":
         statements = body.named_children
         first = 0
-        if statements and _is_docstring(statements[0]):
+        if statements and is_docstring(statements[0]):
             first = 1
         rest = statements[first:]
         start = doc.char(statements[0].end_byte) if first else _colon_end(doc, body)
@@ -180,7 +174,7 @@ def docstring_target(doc: ParsedText, node: ts.Node, body: ts.Node | None, name:
     """Where the definition's docstring or doc comment goes; None when it has one."""
     text, lang = doc.text, doc.language.name
     if lang == "python":
-        if body is None or (body.named_children and _is_docstring(body.named_children[0])):
+        if body is None or (body.named_children and is_docstring(body.named_children[0])):
             return None
         inner = doc.indent_at(doc.char(node.start_byte)) + detect_indent_unit(text, doc.language)
         at = _colon_end(doc, body)
@@ -284,7 +278,8 @@ def _is_stub(code: str) -> bool:
     return all(_STUB_LINE.match(ln) for ln in lines)
 
 
-def _is_docstring(statement: ts.Node) -> bool:
+def is_docstring(statement: ts.Node) -> bool:
+    """Whether a Python statement is a string alone (a docstring where it opens a body)."""
     return (statement.type == "expression_statement" and statement.named_child_count == 1
             and statement.named_children[0].type in ("string", "concatenated_string"))
 

@@ -30,11 +30,11 @@ from dg_lsp.actions.targets import (
     ParsedText,
     Target,
     all_targets,
-    error_count,
     rewrite_target,
 )
 from dg_lsp.positions import UTF32, position_at
 from dg_lsp.settings import Settings
+from dg_lsp.syntax.errors import count_errors
 from dg_lsp.syntax.languages import LanguageSpec, language_for
 from engine.backend import Backend, CountingBackend
 
@@ -209,13 +209,13 @@ def merge(label: str, doc: ParsedText, outcomes: list[tuple[Record, Edit | None]
             record.result = "refused: overlaps an earlier edit in the file"
         else:
             chosen.append((record, edit))
-    allowed = error_count(doc)
+    allowed = count_errors(doc.tree)
     new = apply_edits(doc.text, [e for _, e in chosen])
-    if error_count(ParsedText(new, doc.language)) > allowed:
+    if count_errors(ParsedText(new, doc.language).tree) > allowed:
         kept: list[Edit] = []
         for record, edit in chosen:
             candidate = apply_edits(doc.text, kept + [edit])
-            if error_count(ParsedText(candidate, doc.language)) <= allowed:
+            if count_errors(ParsedText(candidate, doc.language).tree) <= allowed:
                 kept.append(edit)
             else:
                 record.result = "refused: conflicts with the file's other edits"

@@ -40,13 +40,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from dg_lsp.actions.targets import ParsedText, error_count
+from dg_lsp.actions.targets import ParsedText
 from dg_lsp.completion import gate
 from dg_lsp.completion.postprocess import stutters
 from dg_lsp.context import char_budget, windows
 from dg_lsp.next_edit.history import RecordedEdit
 from dg_lsp.settings import Settings
 from dg_lsp.syntax import names
+from dg_lsp.syntax.errors import count_errors
 from engine.backend import Backend
 from engine.edits.prompt import WORD, LineEdit, changed_words, infill_text, next_words
 from engine.edits.spans import (
@@ -170,7 +171,7 @@ def suggest(
         if gate.refusal(last.score, settings.min_edit_confidence) is not None:
             continue
         if errors is None:
-            errors = error_count(doc)
+            errors = count_errors(doc.tree)
         if _acceptable(doc, start, end, text, errors):
             return NextEdit(start, end, text, last.score, steps)
     return None
@@ -190,7 +191,7 @@ def _acceptable(doc: ParsedText, start: int, end: int, text: str, errors: int) -
     if doc.language is None:
         return True
     edited = ParsedText(doc.text[:start] + text + doc.text[end:], doc.language)
-    if error_count(edited) > errors:
+    if count_errors(edited.tree) > errors:
         return False
     first = len(doc.text[:start].encode("utf-8"))
     return not names.unknown_names(doc.language, edited.tree, first,

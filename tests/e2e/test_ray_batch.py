@@ -21,7 +21,8 @@ import pytest
 pytest.importorskip("ray.serve", reason="Ray is optional: pip install 'dg-lsp[distributed]'")
 pytestmark = pytest.mark.e2e  # a Ray cluster of its own
 
-from dg_lsp.actions.targets import ParsedText, error_count  # noqa: E402
+from dg_lsp.actions.targets import ParsedText  # noqa: E402
+from dg_lsp.syntax.errors import count_errors  # noqa: E402
 from dg_lsp.syntax.languages import language_for  # noqa: E402
 from engine.serve.team.remote import RemoteEngine  # noqa: E402
 from tests.support.ray_cluster import (  # noqa: E402
@@ -122,7 +123,7 @@ def test_a_batch_through_two_replicas_survives_one_killed_mid_run(tmp_path):  # 
         if label in edited:
             assert text != original[label]
             python = language_for(None, label)
-            assert error_count(ParsedText(text, python)) == 0
+            assert count_errors(ParsedText(text, python).tree) == 0
     assert len(edited) >= FILES // 2  # the model does write docstrings
     # The replica was lost mid-run: its requests were sent again, to the other one.
     assert report["retried"] >= 1, err

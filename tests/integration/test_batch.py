@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from dg_lsp.actions.rewrite import RewriteError, compute_edit
-from dg_lsp.actions.targets import DOCSTRING, ParsedText, all_targets, error_count
+from dg_lsp.actions.targets import DOCSTRING, ParsedText, all_targets
 from dg_lsp.batch.job import ACTION_NAMES, apply_edits
 from dg_lsp.cli import main
 from dg_lsp.settings import Settings
+from dg_lsp.syntax.errors import count_errors
 from dg_lsp.syntax.languages import language_for
 from tests.support.batch_repo import REPO, SHAPES, make_repo, snapshot
 from tests.support.paths import BUNDLED
@@ -93,8 +94,8 @@ def check_patch(tmp_path: Path, patch: str, expected: dict[str, str]) -> None:
         assert after[label].decode() == new, label
         if new != old.decode():
             language = language_for(None, label)
-            assert error_count(ParsedText(new, language)) <= error_count(
-                ParsedText(old.decode(), language))
+            assert count_errors(ParsedText(new, language).tree) <= count_errors(
+                ParsedText(old.decode(), language).tree)
             assert f"--- a/{label}\n+++ b/{label}\n" in patch
 
 

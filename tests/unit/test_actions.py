@@ -17,10 +17,10 @@ from dg_lsp.actions.targets import (
     REWRITE,
     ParsedText,
     all_targets,
-    error_count,
     targets_at,
 )
 from dg_lsp.settings import Settings
+from dg_lsp.syntax.errors import count_errors
 from dg_lsp.syntax.languages import language_for
 from engine.backend import StepsOnWorker
 from engine.types import InfillRequest
@@ -102,7 +102,7 @@ def test_targets_are_character_offsets_in_files_with_multibyte_text():
 
 def test_syntax_targets_are_whole_lines_of_each_broken_region():
     broken = doc("a = 1\nb = [1, 2\nc = 3\n")
-    assert error_count(broken) >= 1
+    assert count_errors(broken.tree) >= 1
     (target,) = all_targets(broken, FIX_SYNTAX)
     assert broken.text[target.start:target.end] == "b = [1, 2\nc = 3"
     assert all_targets(doc("a = 1\n"), FIX_SYNTAX) == []
@@ -190,7 +190,7 @@ def test_a_javascript_body_is_written_inside_its_braces_at_the_files_indentation
     assert "  increment() {\n    this.n += 1;\n    return this.n;\n  }\n}\n" in new
     prefix, suffix = backend.calls[0]
     assert prefix.endswith("  increment() {\n    ") and suffix.startswith("\n  }\n}")
-    assert error_count(ParsedText(new, language_for("javascript"))) == error_count(d)
+    assert count_errors(ParsedText(new, language_for("javascript")).tree) == count_errors(d.tree)
 
 
 def test_an_instruction_is_a_comment_line_above_the_hole():
