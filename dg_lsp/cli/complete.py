@@ -143,7 +143,7 @@ def explanation(ctx: Context, last: Draft | None, decided: Completion | Hidden,
         if line_start and min_confidence > 0 else "")
     if isinstance(decided, Hidden):
         lines.append(f"gate: hidden, {decided.reason}"
-                     + (f" < {bar}" if decided.reason.startswith("unsure") else ""))
+                     + (f" < {bar}" if decided.confidence is not None else ""))
     elif decided.confidence is None:
         lines.append("gate: shown (no score to gate on)")
     else:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import hmac
 import json
 import re
 import time
@@ -40,6 +39,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine.serve import protocol
+from engine.serve.endpoint import bearer_matches
 from engine.serve.limits import parse_request
 from engine.serve.protocol import ProtocolError
 from engine.types import CANVAS_LENGTH, Draft
@@ -415,10 +415,7 @@ class _Guard:
         await self.app(scope, receive, send)
 
     def _token_ok(self, scope: Scope) -> bool:
-        header = dict(scope["headers"]).get(b"authorization", b"")
-        scheme, _, token = header.partition(b" ")
-        given = hashlib.sha256(token.strip()).digest()
-        return scheme.lower() == b"bearer" and hmac.compare_digest(given, self.digest)
+        return bearer_matches(dict(scope["headers"]).get(b"authorization"), self.digest)
 
 
 async def _json_body(request: Request) -> dict[str, Any]:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import hmac
 import os
 import time
 from collections import deque
@@ -45,6 +44,7 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from engine.serve import protocol
+from engine.serve.endpoint import bearer_matches
 from engine.serve.http_api import ApiError, HttpApi
 from engine.serve.limits import DEFAULT_REQUEST_TIMEOUT, Limits, free_memory, parse_request
 from engine.serve.team.remote import reply_line
@@ -243,9 +243,7 @@ class Ingress:
         self.api = HttpApi(TeamBackend(engines), None)  # the token is checked here
 
     def _authorized(self, header: str | None) -> bool:
-        scheme, _, token = (header or "").partition(" ")
-        given = hashlib.sha256(token.strip().encode("utf-8", "surrogatepass")).digest()
-        return scheme.lower() == "bearer" and hmac.compare_digest(given, self.digest)
+        return bearer_matches(header, self.digest)
 
     async def __call__(self, request: HTTPRequest) -> Response:
         if not self._authorized(request.headers.get("authorization")):

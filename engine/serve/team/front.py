@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import json
 import ssl
 from collections import Counter
@@ -35,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.serve import protocol
+from engine.serve.endpoint import bearer_matches
 
 MAX_HEADER_BYTES = 16 * 1024  # a request head: the request line and every header together
 HEADER_TIMEOUT = 10.0  # seconds to send the request head (and finish a TLS handshake)
@@ -194,9 +193,7 @@ class Front:
         return upstream_head.encode("latin-1"), body
 
     def _authorized(self, header: str | None) -> bool:
-        scheme, _, token = (header or "").partition(" ")
-        given = hashlib.sha256(token.strip().encode("latin-1", "replace")).digest()
-        return scheme.lower() == "bearer" and hmac.compare_digest(given, self.digest)
+        return bearer_matches(header, self.digest)
 
     async def _relay(self, head: bytes, body: bytes, reader: asyncio.StreamReader,
                      writer: asyncio.StreamWriter) -> None:
