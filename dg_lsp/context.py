@@ -20,6 +20,7 @@ import tree_sitter as ts
 
 from dg_lsp.syntax.languages import LanguageSpec
 from engine.edits.spans import MAX_ALIKE_CHARS, MAX_ANALOGIES
+from engine.text.canvas import other_file_snippet
 from engine.text.units import CLOSERS
 from engine.types import SUFFIX_FRACTION
 
@@ -362,8 +363,7 @@ def _other_file_snippets(
     comment = language.line_comment
     chosen: list[str] = []
     for _, path, window in scored[:MAX_SNIPPETS]:
-        body = "\n".join(f"{comment} {line}".rstrip() for line in window.strip("\n").split("\n"))
-        snippet = f"{comment} Compare this snippet from {path}:\n{body}\n"
+        snippet = other_file_snippet(path, window, comment)
         if len(snippet) <= budget:
             chosen.append(snippet)
             budget -= len(snippet)

@@ -42,6 +42,7 @@ from engine.serve import protocol
 from engine.serve.endpoint import bearer_matches
 from engine.serve.limits import parse_request
 from engine.serve.protocol import ProtocolError
+from engine.text.canvas import other_file_snippet
 from engine.types import CANVAS_LENGTH, Draft
 
 MAX_BODY_BYTES = protocol.MAX_MESSAGE
@@ -96,8 +97,7 @@ def snippets(extra: list[dict[str, str]]) -> str:
             continue
         ext = name.rpartition(".")[2].lower()
         comment = "#" if ext in HASH_COMMENTS else "--" if ext in DASH_COMMENTS else "//"
-        body = "\n".join(f"{comment} {line}".rstrip() for line in text.strip("\n").split("\n"))
-        parts.append(f"{comment} Compare this snippet from {name}:\n{body}\n")
+        parts.append(other_file_snippet(name, text, comment))
     return "".join(parts)
 
 

@@ -214,3 +214,11 @@ def completion_text(canvas: Canvas, text: str) -> str:
     if canvas.heal_text and text.startswith(canvas.heal_text):
         text = text[len(canvas.heal_text) :]
     return text.replace("\n", "\r\n") if canvas.crlf else text
+
+
+def other_file_snippet(path: str, text: str, comment: str) -> str:
+    """Another file's text as the model reads it ahead of the prefix: commented out line by
+    line under the file's name, as code models have seen related files quoted (the language
+    server's other documents, llama.cpp's input_extra)."""
+    body = "\n".join(f"{comment} {line}".rstrip() for line in text.strip("\n").split("\n"))
+    return f"{comment} Compare this snippet from {path}:\n{body}\n"
