@@ -29,7 +29,7 @@ from engine.serve.team.remote import RemoteEngine, read_token  # noqa: E402
 from engine.serve.team.routing import rank, routing_key  # noqa: E402
 from engine.types import InfillRequest, RewriteRequest, SamplerSettings  # noqa: E402
 from tests.support.openai_checks import check_completions  # noqa: E402
-from tests.support.ray_cluster import free_port  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
 from tests.support.wait import wait_for  # noqa: E402
 
 TOKEN = "team-s3cret"

@@ -33,7 +33,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -45,6 +44,7 @@ import pytest
 
 from dg_lsp.settings import DEFAULT_MIN_CONFIDENCE
 from tests.support.nvim_harness import BUNDLED, FIB, ROOT, expected_completion, process_tree
+from tests.support.ports import free_port
 from tests.support.slow_load import SLOW_LOAD
 from tests.support.vscode import VSCODE, run
 
@@ -125,12 +125,6 @@ def skip_unless_ready() -> str:
         print(f"SKIP reason: {reason}")
         pytest.skip(reason)
     return browser
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def kill_tree(proc: subprocess.Popen[bytes]) -> None:

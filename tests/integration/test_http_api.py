@@ -25,6 +25,7 @@ from engine.serve import protocol
 from engine.serve.endpoint import Endpoint
 from engine.serve.http_api import HEADER_TIMEOUT, MAX_HEADER_BYTES
 from tests.support.openai_checks import check_completions
+from tests.support.ports import free_port
 from tests.support.wait import wait_for
 
 openai = pytest.importorskip("openai")
@@ -39,12 +40,6 @@ def inproc(dream_ckpt: Path):
     return Engine.load(str(dream_ckpt), device="cpu", dtype="float32")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def served(dream_ckpt: Path, tmp_path_factory: pytest.TempPathFactory):
     """(base URL, model name, Unix socket) of the module's engine."""
@@ -52,7 +47,7 @@ def served(dream_ckpt: Path, tmp_path_factory: pytest.TempPathFactory):
     token = folder / "token"
     token.write_text(TOKEN + "\n")
     token.chmod(0o600)
-    port, sock = _free_port(), folder / "engine.sock"
+    port, sock = free_port(), folder / "engine.sock"
     process = subprocess.Popen(
         [sys.executable, "-m", "engine.cli", "serve", "--model", str(dream_ckpt), "--device",
          "cpu", "--dtype", "float32", "--socket", str(sock), "--http", f"127.0.0.1:{port}",
@@ -232,7 +227,7 @@ def test_a_client_that_disconnects_cancels_its_denoising(served):
 def test_http_beyond_loopback_needs_a_token(dream_ckpt):
     result = subprocess.run(
         [sys.executable, "-m", "engine.cli", "serve", "--model", str(dream_ckpt), "--device",
-         "cpu", "--http", f"0.0.0.0:{_free_port()}"], capture_output=True, text=True,
+         "cpu", "--http", f"0.0.0.0:{free_port()}"], capture_output=True, text=True,
         timeout=120)
     assert result.returncode == 2
     assert "--token-file" in result.stderr and "0.0.0.0" in result.stderr

@@ -5,12 +5,10 @@ from __future__ import annotations
 import contextlib
 import http.client
 import os
-import random
 import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.ports import free_port
 from tests.support.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,21 +33,6 @@ def tmp_path() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="dgr-", dir="/tmp"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
-
-
-def free_port() -> int:
-    """A free port that Ray will not hand out meanwhile: the kernel's port 0 comes from the
-    ephemeral range (32768 and up), where Ray's own processes also take ports as they start,
-    so a port chosen that way was once taken before `dg-engine serve` bound it; Ray's workers
-    take 10002-19999 (its default min/max worker ports)."""
-    for port in random.sample(range(20000, 32000), 200):
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise OSError("no free port between 20000 and 32000")
 
 
 def documented_head_recipe() -> tuple[dict[str, str], list[str]]:
