@@ -22,7 +22,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Protocol
 
-from engine.types import Draft, InfillRequest, RewriteRequest
+from engine.types import Draft, HolesRequest, InfillRequest, RewriteRequest
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,12 @@ class Backend(Protocol):
                        *, document: str | None = None) -> Iterator[Draft]:
         """Drafts of `request.original` rewritten at `request.strength` (the share of its
         tokens generated again; 1.0: a fresh infill)."""
+        ...
+
+    def holes_stream(self, request: HolesRequest, cancel: Callable[[], bool] | None = None,
+                     *, document: str | None = None) -> Iterator[Draft]:
+        """Drafts of the request's holes, denoised jointly; each draft's `holes` holds every
+        hole's committed text."""
         ...
 
     def completion_ids(self, draft: Draft) -> list[int]:

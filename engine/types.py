@@ -122,6 +122,22 @@ class RewriteRequest:
 
 
 @dataclass(frozen=True)
+class HolesRequest:
+    """Fill several holes in one canvas: `texts[0]` (the prefix), a hole, `texts[1]` (code
+    kept between the holes), a hole, ..., `texts[-1]` (the suffix); len(texts) is
+    len(max_tokens) + 1. The holes are denoised jointly, each seeing the others' text as it
+    forms; each holds at most its `max_tokens` and ends on its own stop token or at its own
+    unit end (`until`, one per hole, or None for every hole's own end)."""
+
+    texts: tuple[str, ...]
+    max_tokens: tuple[int, ...]
+    settings: SamplerSettings = field(default_factory=SamplerSettings)
+    canvas_length: int = CANVAS_LENGTH
+    suffix_fraction: float = SUFFIX_FRACTION
+    until: tuple[UnitEnd | None, ...] | None = None
+
+
+@dataclass(frozen=True)
 class Score:
     """How sure the model was of a completion: the confidences (the probability the sampler
     gave a token when it committed it) of the completion's tokens, those it generated (a
@@ -156,6 +172,9 @@ class Draft:
     # The committed completion's Score; None where the family records none (AR, block) or an
     # engine that predates it sent none: the completion is shown as if ungated.
     score: Score | None = None
+    # A HolesRequest's committed text per hole (each up to its first gap or stop token), in
+    # order; () for the other requests.
+    holes: tuple[str, ...] = ()
 
 
 def last_draft(drafts: Iterator[Draft], stop: Callable[[], bool] | None = None
