@@ -71,8 +71,23 @@ class ApiError(Exception):
         self.status, self.param, self.code, self.kind = status, param, code, kind
 
     def response(self) -> JSONResponse:
-        return JSONResponse({"error": {"message": str(self), "type": self.kind,
-                                       "param": self.param, "code": self.code}}, self.status)
+        return JSONResponse(self.body(), self.status)
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": str(self), "type": self.kind, "param": self.param,
+                          "code": self.code}}
+
+
+# The paths and the HttpApi method serving each.
+ROUTES = {("POST", "/v1/completions"): "completions", ("POST", "/completions"): "completions",
+          ("GET", "/v1/models"): "models", ("POST", "/infill"): "infill"}
+
+
+def tool_path(target: str) -> bool:
+    """Whether `target` (a request's path, a query ignored) is one of these APIs': the team
+    engine's front and Ingress then refuse it with OpenAI's error object too."""
+    path = target.split("?", 1)[0].rstrip("/") or "/"
+    return any(path == known for _, known in ROUTES)
 
 
 def loopback(host: str) -> bool:
@@ -211,10 +226,7 @@ class HttpApi:
     def __init__(self, backend: Backend, token: str | None) -> None:
         self.backend = backend
         self.digest = hashlib.sha256(token.encode()).digest() if token else None
-        self.routes = {("POST", "/v1/completions"): self.completions,
-                       ("POST", "/completions"): self.completions,
-                       ("GET", "/v1/models"): self.models,
-                       ("POST", "/infill"): self.infill}
+        self.routes = {key: getattr(self, name) for key, name in ROUTES.items()}
         routes = [Route(path, handler, methods=[method])
                   for (method, path), handler in self.routes.items()]
         self.app: ASGIApp = _Guard(Starlette(routes=routes), self.digest)
@@ -382,8 +394,7 @@ class HttpApi:
                             yield _event(chunk("", draft, stopped))
                             break
             except ApiError as exc:
-                yield _event({"error": {"message": str(exc), "type": exc.kind,
-                                        "param": exc.param, "code": exc.code}})
+                yield _event(exc.body())
             if done_line:
                 yield "data: [DONE]\n\n"
 

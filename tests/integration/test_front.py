@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import shutil
 import socket
 import ssl
@@ -144,6 +145,22 @@ def test_no_path_answers_without_the_token_and_nothing_reaches_the_proxy(front, 
         reply = request(port, f"GET {path} HTTP/1.1\r\nHost: x\r\n{auth}")
         assert status(reply) == 401 and b'"unauthorized"' in reply and TOKEN.encode() not in reply
     assert upstream.heads == [] and the_front.refused == 3
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/completions/", "/infill?x=1",
+                                  "/v1/models"])
+def test_the_tools_paths_are_refused_with_openais_error_object(front, path):
+    the_front, upstream, port = front
+    reply = request(port, f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n")
+    assert status(reply) == 401
+    assert json.loads(reply.split(b"\r\n\r\n", 1)[1]) == {"error": {
+        "message": "this engine needs the team's token (Authorization: Bearer)",
+        "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}
+    reply = request(port, f"POST {path} HTTP/1.1\r\nHost: x\r\n{AUTH}"
+                    f"Content-Length: {LIMITS.max_body_bytes + 1}\r\n")
+    assert status(reply) == 413
+    assert json.loads(reply.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "too_large"
+    assert upstream.heads == []
 
 
 def test_an_oversized_header_is_refused_after_reading_a_bounded_part_of_it(front):

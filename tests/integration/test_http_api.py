@@ -24,6 +24,7 @@ import pytest
 from engine.serve import protocol
 from engine.serve.endpoint import Endpoint
 from engine.serve.http_api import HEADER_TIMEOUT, MAX_HEADER_BYTES
+from tests.support.continue_adapter import adapter_call, installed_adapter
 from tests.support.openai_checks import check_completions
 from tests.support.ports import free_port
 from tests.support.wait import wait_for
@@ -112,6 +113,30 @@ def test_a_stop_string_cuts_the_text(served, inproc):
                                               max_tokens=8, seed=0, stop=[stop])
     assert answer.choices[0].text == full[:full.find(stop)]
     assert answer.choices[0].finish_reason == "stop"
+
+
+# Continue's adapter calls, as its autocomplete makes them: `llamastack` (prompt + suffix to the
+# API base's `completions`, streamed: the FIM call of a provider Continue asks for FIM) and the
+# plain OpenAI client's completions with a suffix, streamed and not. Each with its own prefix.
+@pytest.mark.parametrize("provider,call,prefix", [
+    ("llamastack", "fimStream", "def area(r):\n    return "),
+    ("openai", "completionStream", "def volume(r):\n    return "),
+    ("openai", "completionNonStream", "def perimeter(r):\n    return "),
+])
+def test_continue_adapter_package_equals_the_engine_in_process(served, inproc, provider, call,
+                                                               prefix):
+    folder = installed_adapter()
+    base, model, _ = served
+    suffix, stops = "\n\nprint(area(2))\n", ["\n\n\n\n", "```"]
+    expected = inproc.infill(prefix, suffix, 8).text
+    assert expected and not any(stop in expected for stop in stops)
+    body = {"model": model, "prompt": prefix, "suffix": suffix, "max_tokens": 8,
+            "temperature": 0, "stop": stops, "stream": call != "completionNonStream"}
+    pieces = adapter_call(folder, {"provider": provider, "apiBase": f"{base}/v1/",
+                                   "apiKey": TOKEN}, call, body)
+    assert "".join(pieces) == expected
+    if call != "completionNonStream":
+        assert len(pieces) >= 2  # the text, then the final chunk
 
 
 def llama_vim_request(prefix: str, middle: str, suffix: str, stream: bool) -> dict:

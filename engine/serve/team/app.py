@@ -45,7 +45,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from engine.serve import protocol
 from engine.serve.endpoint import bearer_matches
-from engine.serve.http_api import ApiError, HttpApi
+from engine.serve.http_api import ApiError, HttpApi, tool_path
 from engine.serve.limits import DEFAULT_REQUEST_TIMEOUT, Limits, free_memory, parse_request
 from engine.serve.team.remote import reply_line
 from engine.serve.team.routing import routing_key
@@ -248,8 +248,10 @@ class Ingress:
     async def __call__(self, request: HTTPRequest) -> Response:
         if not self._authorized(request.headers.get("authorization")):
             self.board.refuse.remote()  # counted on the board, with the front's
-            return JSONResponse(_error(None, "unauthorized", "this engine needs the team's "
-                                       "token (Authorization: Bearer)"), status_code=401)
+            message = "this engine needs the team's token (Authorization: Bearer)"
+            if tool_path(request.url.path):  # the tools read OpenAI's error object
+                return ApiError(401, message, None, "invalid_api_key").response()
+            return JSONResponse(_error(None, "unauthorized", message), status_code=401)
         if handler := self.api.endpoint(request.method, request.url.path):
             return await handler(request)
         path = request.url.path.rstrip("/").rsplit("/v1/", 1)[-1]

@@ -18,8 +18,13 @@ that proxy to 127.0.0.1 and puts this small proxy on --listen. For each connecti
 5. sends the request to the loopback proxy with `Connection: close` and streams the answer
    back; the client closing its side closes the upstream one, which cancels the request.
 
-One request per connection, as engine.serve.team.remote's client makes them. The Ingress checks the
-token again: a local user on the head node can reach the loopback proxy directly.
+One request per connection, as engine.serve.team.remote's client makes them: the proxy answers
+the `Connection: close` it is sent with the same header, so keep-alive clients (the OpenAI
+ones) open a new connection for their next request. The Ingress checks the token again: a
+local user on the head node can reach the loopback proxy directly.
+
+Refusals are the engine's protocol errors, except on the tools' paths (engine.serve.http_api:
+/v1/completions, /v1/models, /infill), once the head is read: those get OpenAI's error object.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from dataclasses import dataclass
 
 from engine.serve import protocol
 from engine.serve.endpoint import bearer_matches
+from engine.serve.http_api import ApiError, tool_path
 
 MAX_HEADER_BYTES = 16 * 1024  # a request head: the request line and every header together
 HEADER_TIMEOUT = 10.0  # seconds to send the request head (and finish a TLS handshake)
@@ -54,11 +60,13 @@ class FrontLimits:
 
 
 class Refused(Exception):
-    """A request answered here with `status`, never sent upstream."""
+    """A request answered here with `status`, never sent upstream; `openai` once its path is
+    known to be one of the tools' (engine.serve.http_api), which read OpenAI's error object."""
 
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(message)
         self.status, self.code = status, code
+        self.openai = False
 
 
 REASONS = {401: "Unauthorized", 408: "Request Timeout", 411: "Length Required",
@@ -66,10 +74,20 @@ REASONS = {401: "Unauthorized", 408: "Request Timeout", 411: "Length Required",
            400: "Bad Request", 502: "Bad Gateway", 503: "Service Unavailable"}
 
 
-def answer(status: int, code: str, message: str) -> bytes:
-    """A complete HTTP/1.1 reply carrying one protocol error (what the Ingress would say)."""
-    body = json.dumps({"type": "error", "id": None, "code": code, "message": message}
-                      ).encode() + b"\n"
+# The front's error codes as OpenAI's error object names them (those engine.serve.http_api uses).
+OPENAI_CODES = {"unauthorized": "invalid_api_key", "too-large": "too_large",
+                "bad-request": "invalid_request"}
+
+
+def answer(status: int, code: str, message: str, openai: bool = False) -> bytes:
+    """A complete HTTP/1.1 reply carrying one error, as the Ingress would say it: a protocol
+    error, or on the tools' paths (`openai`) OpenAI's error object."""
+    if openai:
+        kind = "server_error" if status >= 500 else "invalid_request_error"
+        error = ApiError(status, message, None, OPENAI_CODES.get(code, code), kind).body()
+    else:
+        error = {"type": "error", "id": None, "code": code, "message": message}
+    body = json.dumps(error).encode() + b"\n"
     return (f"HTTP/1.1 {status} {REASONS[status]}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
 
@@ -140,7 +158,7 @@ class Front:
             head, body = await self._request(reader, writer)
             await self._relay(head, body, reader, writer)
         except Refused as exc:
-            await self._close(writer, answer(exc.status, exc.code, str(exc)))
+            await self._close(writer, answer(exc.status, exc.code, str(exc), exc.openai))
         except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, TimeoutError):
             pass  # the client went away, or never finished its TLS handshake
         finally:
@@ -164,6 +182,27 @@ class Front:
             raise Refused(408, "timeout", "no complete request head in "
                           f"{self.limits.header_timeout:g} s") from None
         line, headers = parse_head(head)
+        try:
+            length = self._checked(headers, writer)
+            try:
+                body = await asyncio.wait_for(reader.readexactly(length),
+                                              self.limits.body_timeout)
+            except TimeoutError:
+                raise Refused(408, "timeout", f"the body did not arrive in "
+                              f"{self.limits.body_timeout:g} s") from None
+        except Refused as exc:
+            exc.openai = tool_path(line.split(" ")[1])
+            raise
+        kept = [f"{name}: {value}" for name, value in headers.items()
+                if name not in ("connection", "keep-alive", "content-length", "host")]
+        host, port = self.upstream
+        upstream_head = "\r\n".join([line, f"host: {host}:{port}", *kept,
+                                     f"content-length: {length}", "connection: close",
+                                     "", ""])
+        return upstream_head.encode("latin-1"), body
+
+    def _checked(self, headers: dict[str, str], writer: asyncio.StreamWriter) -> int:
+        """The body's length, once the token and the length are found good."""
         if not self._authorized(headers.get("authorization")):
             self.refused += 1
             if self.on_refused is not None:
@@ -179,18 +218,7 @@ class Front:
         length = int(length_text)
         if length > self.limits.max_body_bytes:
             raise Refused(413, "too-large", f"request over {self.limits.max_body_bytes} bytes")
-        try:
-            body = await asyncio.wait_for(reader.readexactly(length), self.limits.body_timeout)
-        except TimeoutError:
-            raise Refused(408, "timeout", f"the body did not arrive in "
-                          f"{self.limits.body_timeout:g} s") from None
-        kept = [f"{name}: {value}" for name, value in headers.items()
-                if name not in ("connection", "keep-alive", "content-length", "host")]
-        host, port = self.upstream
-        upstream_head = "\r\n".join([line, f"host: {host}:{port}", *kept,
-                                     f"content-length: {length}", "connection: close",
-                                     "", ""])
-        return upstream_head.encode("latin-1"), body
+        return length
 
     def _authorized(self, header: str | None) -> bool:
         return bearer_matches(header, self.digest)
