@@ -34,7 +34,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--listen", metavar="HOST:PORT", help="also listen on TCP (needs a token)")
     parser.add_argument("--http", metavar="HOST:PORT",
                         help="also answer HTTP: OpenAI's /v1/completions and llama.cpp's "
-                        "/infill (127.0.0.1 unless --token-file; docs/usage.md)")
+                        "/infill (beyond 127.0.0.1: needs --token-file, and --tls-cert and "
+                        "--tls-key; docs/usage.md)")
+    parser.add_argument("--allow-http-without-tls", action="store_true",
+                        help="let --http listen beyond 127.0.0.1 without TLS, where a TLS "
+                        "proxy in front of it does that (warns: the token travels in clear)")
     parser.add_argument("--token-file", type=Path, help="file holding the token for --listen "
                         "and --http")
     parser.add_argument("--max-batch", type=int, default=8, help="requests denoised together")

@@ -30,6 +30,7 @@ import signal
 import socket
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from engine.serve import protocol
@@ -260,15 +261,25 @@ def serve_endpoint(args: argparse.Namespace, endpoint: Endpoint) -> int:
     """Hold the model and serve `endpoint` (and --listen) until idle or stopped."""
     token = None
     http = getattr(args, "http", None)
+    http_tls = None
     if http:
         from engine.serve.http_api import http_problem, loopback, parse_listen
+        from engine.serve.team.command import tls_context
 
-        if problem := http_problem(http, args.token_file is not None):
+        cert, key = getattr(args, "tls_cert", None), getattr(args, "tls_key", None)
+        try:
+            http_tls = (cert, key) if tls_context(cert, key) else None  # loads: checked now
+        except ValueError as exc:
+            print(f"dg-engine serve: {exc}", file=sys.stderr)
+            return 2
+        if problem := http_problem(http, args.token_file is not None, http_tls is not None,
+                                   getattr(args, "allow_http_without_tls", False)):
             print(f"dg-engine serve: {problem}", file=sys.stderr)
             return 2
-        if not loopback(parse_listen(http)[0]):
-            print(f"dg-engine serve: warning: --http {http} takes the token in clear; put TLS "
-                  "in front of it (docs/security.md)", file=sys.stderr)
+        if not loopback(parse_listen(http)[0]) and http_tls is None:
+            print(f"dg-engine serve: warning: --http {http} takes the token and the code in "
+                  "clear (--allow-http-without-tls): TLS must be done in front of it "
+                  "(docs/security.md)", file=sys.stderr)
     if args.listen or (http and args.token_file is not None):
         if args.token_file is None:
             print("dg-engine serve: --listen needs --token-file", file=sys.stderr)
@@ -311,7 +322,7 @@ def serve_endpoint(args: argparse.Namespace, endpoint: Endpoint) -> int:
         server = EngineServer(engine, scheduler, name, token, args.idle_exit, limits,
                               args.max_connections)
         try:
-            asyncio.run(_serve(server, endpoint, args.listen, http))
+            asyncio.run(_serve(server, endpoint, args.listen, http, http_tls))
         finally:
             scheduler.stop()
         print("dg-engine: stopped", file=sys.stderr, flush=True)
@@ -324,7 +335,7 @@ def serve_endpoint(args: argparse.Namespace, endpoint: Endpoint) -> int:
 
 
 async def _serve(server: EngineServer, endpoint: Endpoint, listen: str | None,
-                 http: str | None = None) -> None:
+                 http: str | None = None, http_tls: tuple[Path, Path] | None = None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, server.stopped.set)
@@ -344,15 +355,16 @@ async def _serve(server: EngineServer, endpoint: Endpoint, listen: str | None,
     if http:
         from engine.serve.http_api import http_server
 
-        web = http_server(server, http)
+        web = http_server(server, http, http_tls)
         web_task = asyncio.ensure_future(web.serve())
         while not web.started and not web_task.done():
             await asyncio.sleep(0.05)
         if web_task.done():  # the port is taken: uvicorn said so
             web_task.result()
             raise OSError(f"cannot listen on {http}")
+    scheme = "https" if http_tls else "http"
     print(f"dg-engine: serving {server.name} on {server.engine.device} at {endpoint.socket}"
-          + (f" and {listen}" if listen else "") + (f" and http://{http}" if http else ""),
+          + (f" and {listen}" if listen else "") + (f" and {scheme}://{http}" if http else ""),
           file=sys.stderr, flush=True)
     watch = asyncio.ensure_future(server.idle_watch())
     await server.stopped.wait()

@@ -30,6 +30,7 @@ import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 from starlette.applications import Starlette
@@ -498,21 +499,31 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-def http_problem(listen: str, has_token: bool) -> str | None:
-    """Why `dg-engine serve --http listen` must not start, or None."""
+def http_problem(listen: str, has_token: bool, has_tls: bool = False,
+                 allow_plain: bool = False) -> str | None:
+    """Why `dg-engine serve --http listen` must not start, or None: beyond this machine it
+    needs the token, and TLS unless `allow_plain` (--allow-http-without-tls) says TLS is done
+    in front of it."""
     try:
         host, _ = parse_listen(listen)
     except ValueError as exc:
         return str(exc)
-    if not loopback(host) and not has_token:
+    if loopback(host):
+        return None
+    if not has_token:
         return (f"--http {listen} listens beyond this machine: give --token-file (clients "
                 "then send it as Authorization: Bearer, their API key), or listen on "
                 "127.0.0.1")
+    if not has_tls and not allow_plain:
+        return (f"--http {listen} listens beyond this machine: give --tls-cert and --tls-key "
+                "(the token and the code would travel in clear), or --allow-http-without-tls "
+                "where a TLS proxy in front of it does that, or listen on 127.0.0.1")
     return None
 
 
-def http_server(server: Any, listen: str) -> Any:
-    """The uvicorn server of `server`'s HTTP API, to run in the daemon's event loop."""
+def http_server(server: Any, listen: str, tls: tuple[Path, Path] | None = None) -> Any:
+    """The uvicorn server of `server`'s HTTP API, to run in the daemon's event loop; HTTPS
+    with `tls` (the certificate and its key)."""
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -526,7 +537,9 @@ def http_server(server: Any, listen: str) -> Any:
                             lifespan="off", access_log=False, log_level="warning",
                             limit_concurrency=server.max_connections, timeout_keep_alive=5,
                             timeout_graceful_shutdown=2,
-                            h11_max_incomplete_event_size=MAX_HEADER_BYTES)
+                            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+                            ssl_certfile=str(tls[0]) if tls else None,
+                            ssl_keyfile=str(tls[1]) if tls else None)
     return Server(config)
 
 

@@ -1,7 +1,8 @@
 """The engine as a Ray Serve application (engine.serve.team.app), on a local Ray cluster.
 
 One module-wide deployment: two CPU replicas of the tiny Dream checkpoint behind the HTTP
-ingress, reached by URL with a token, as a team's dg-lsp reaches it. The cluster is small
+ingress and the front `dg-engine serve --ray` puts on the team's URL, reached by that URL with
+a token, as a team's dg-lsp and other tools reach it. The cluster is small
 (2 CPUs, half a CPU per replica) and shut down after the module.
 """
 
@@ -9,13 +10,12 @@ from __future__ import annotations
 
 import http.client
 import json
-import shutil
 import ssl
-import subprocess
 import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,11 +25,15 @@ pytestmark = pytest.mark.e2e  # a local Ray cluster
 
 from engine.serve.client import EngineUnavailable  # noqa: E402
 from engine.serve.team.app import APP_NAME, AppOptions, build_app, token_digest  # noqa: E402
+from engine.serve.team.command import tls_context  # noqa: E402
+from engine.serve.team.front import Front  # noqa: E402
 from engine.serve.team.remote import RemoteEngine, read_token  # noqa: E402
 from engine.serve.team.routing import rank, routing_key  # noqa: E402
 from engine.types import InfillRequest, RewriteRequest, SamplerSettings  # noqa: E402
+from tests.support.front_thread import front_in_thread  # noqa: E402
 from tests.support.openai_checks import check_completions  # noqa: E402
 from tests.support.ports import free_port  # noqa: E402
+from tests.support.tls import self_signed  # noqa: E402
 from tests.support.wait import wait_for  # noqa: E402
 
 TOKEN = "team-s3cret"
@@ -48,34 +52,30 @@ def token_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1 and its key."""
-    folder = tmp_path_factory.mktemp("tls")
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    if shutil.which("openssl") is None:
-        pytest.skip("needs openssl to make a certificate")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True,
-                   capture_output=True)
-    return cert, key
+    return self_signed(tmp_path_factory.mktemp("tls"))
 
 
 @pytest.fixture(scope="module")
 def team(dream_ckpt: Path, certificate: tuple[Path, Path]) -> str:
-    """The URL of a two-replica deployment, over TLS (every test then goes through it)."""
-    port = free_port()  # outside the ports Ray's processes take as they start
+    """The URL of a two-replica deployment as `dg-engine serve --ray` sets it up: Ray Serve's
+    proxy on loopback, the front (with TLS) on the URL, which every test then goes through."""
+    # Outside the ports Ray's processes take as they start.
+    port, serve_port = free_port(), free_port()
     ray.init(num_cpus=2, include_dashboard=False, logging_level="warning", log_to_driver=False)
     try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port,
-                                  "ssl_certfile": str(certificate[0]),
-                                  "ssl_keyfile": str(certificate[1])})
+        serve.start(http_options={"host": "127.0.0.1", "port": serve_port})
         options = AppOptions(model=str(dream_ckpt), device="cpu", dtype="float32",
                              token_digest=token_digest(TOKEN), replicas=2, cpus=0.5, threads=1,
                              health_period=1.0, report_period=REPORT)
         serve.run(build_app(options), name=APP_NAME, route_prefix="/")
+        board = serve.get_deployment_handle("StatusBoard", APP_NAME)
+        front = Front(("127.0.0.1", serve_port), options.token_digest,
+                      on_refused=lambda: board.refuse.remote())
         url = f"https://127.0.0.1:{port}"
         CA_FILE.append(str(certificate[0]))
-        wait_for(lambda: len(client(url).status()["replicas"]) == 2, 60, interval=0.2)
-        yield url
+        with front_in_thread(front, port, tls_context(*certificate)):
+            wait_for(lambda: len(client(url).status()["replicas"]) == 2, 60, interval=0.2)
+            yield url
     finally:
         serve.shutdown()
         ray.shutdown()
@@ -421,29 +421,70 @@ def inproc(dream_ckpt: Path):
     return Engine.load(str(dream_ckpt), device="cpu", dtype="float32")
 
 
-def test_openai_completions_through_the_team_equal_the_engine_in_process(team, inproc):
-    openai = pytest.importorskip("openai")
+def tools_client() -> Any:
+    """An HTTP client of the team's URL that trusts its certificate, as the tools' are."""
     import httpx
 
-    http = httpx.Client(verify=ssl.create_default_context(cafile=CA_FILE[-1]), timeout=120)
+    return httpx.Client(verify=ssl.create_default_context(cafile=CA_FILE[-1]), timeout=120)
+
+
+def test_openai_completions_through_the_team_equal_the_engine_in_process(team, inproc):
+    openai = pytest.importorskip("openai")
+
+    http = tools_client()
+    # One client, one connection pool, several requests: the front answers each on a
+    # connection of its own and says so (Connection: close), which the client honours.
     api = openai.OpenAI(base_url=f"{team}/v1", api_key=TOKEN, max_retries=0, http_client=http)
     model = api.models.list().data[0].id
     suffix = "\n\nprint(total(3))\n"
     check_completions(api, model, inproc, "def total(n):\n    return ",
                       "def squares(n):\n    return ", suffix)
 
-    body = {"input_prefix": "def cubes(n):\n    return ", "input_suffix": suffix,
-            "n_predict": 8, "seed": 0}
-    expected = inproc.infill(body["input_prefix"], suffix, 8, seed=0).text
-    answer = http.post(f"{team}/infill", json=body, headers={"Authorization": f"Bearer {TOKEN}"})
-    assert answer.status_code == 200 and answer.json()["content"] == expected
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    for prefix, stream in (("def cubes(n):\n    return ", False),
+                           ("def halves(n):\n    return ", True)):
+        expected = inproc.infill(prefix, suffix, 8, seed=0).text
+        body = {"input_prefix": prefix, "input_suffix": suffix, "n_predict": 8, "seed": 0,
+                "stream": stream}
+        with http.stream("POST", f"{team}/infill", json=body, headers=auth) as answer:
+            assert answer.status_code == 200 and answer.headers["connection"] == "close"
+            lines = [json.loads(line.removeprefix("data: ")) for line in answer.iter_lines()
+                     if line.strip()]
+        assert "".join(chunk["content"] for chunk in lines) == expected
+        assert lines[-1]["stop"] is True and len(lines) >= (2 if stream else 1)
+
+
+def test_a_tool_client_that_disconnects_cancels_its_denoising_on_its_replica(team):
+    before = settled(team)
+    # One token per pass over a long hole: it is still denoising when the client leaves.
+    body = {"prompt": "z = ", "max_tokens": 500, "stream": True,
+            "dg_settings": {"sampler": "topk", "k": 1}}
+    with tools_client().stream("POST", f"{team}/v1/completions", json=body,
+                               headers={"Authorization": f"Bearer {TOKEN}"}) as response:
+        assert response.status_code == 200
+        next(response.iter_lines())
+    wait_for(lambda: replica_totals(team)["cancelled"] > before["cancelled"], timeout=2.0,
+             what="the request cancelled on its replica", interval=0.05)
+    after = settled(team)
+    assert after["completed"] == before["completed"]
+    assert after["forwardPasses"] - before["forwardPasses"] < 500
 
 
 @pytest.mark.parametrize("method,path", [("GET", "/v1/models"), ("POST", "/v1/completions"),
                                          ("POST", "/infill")])
-def test_the_team_tool_paths_want_the_token(team, method, path):
-    import httpx
-
-    response = httpx.request(method, f"{team}{path}", json={"prompt": "x"}, timeout=60,
-                             verify=ssl.create_default_context(cafile=CA_FILE[-1]))
+def test_the_team_tool_paths_want_the_token_and_say_so_as_openai_does(team, method, path):
+    response = tools_client().request(method, f"{team}{path}", json={"prompt": "x"},
+                                      headers={"Authorization": "Bearer wrong"})
     assert response.status_code == 401
+    assert response.json() == {"error": {
+        "message": "this engine needs the team's token (Authorization: Bearer)",
+        "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}
+
+
+def test_the_openai_client_with_a_wrong_key_gets_its_authentication_error(team):
+    openai = pytest.importorskip("openai")
+    api = openai.OpenAI(base_url=f"{team}/v1", api_key="wrong", max_retries=0,
+                        http_client=tools_client())
+    with pytest.raises(openai.AuthenticationError) as caught:
+        api.completions.create(model="any", prompt="x", max_tokens=4)
+    assert caught.value.body["code"] == "invalid_api_key"

@@ -11,10 +11,8 @@ import asyncio
 import contextlib
 import hashlib
 import json
-import shutil
 import socket
 import ssl
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -22,6 +20,7 @@ from collections.abc import Iterator
 import pytest
 
 from engine.serve.team.front import Front, FrontLimits
+from tests.support.tls import self_signed
 from tests.support.wait import wait_for
 
 TOKEN = "front-s3cret"
@@ -235,13 +234,7 @@ def test_a_client_that_goes_away_mid_answer_closes_the_upstream_connection(front
 
 
 def test_with_a_certificate_the_front_speaks_tls_after_its_caps(tmp_path):
-    if shutil.which("openssl") is None:
-        pytest.skip("needs openssl to make a certificate")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True,
-                   capture_output=True)
+    cert, key = self_signed(tmp_path)
     server_side = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_side.load_cert_chain(cert, key)
     client_side = ssl.create_default_context(cafile=str(cert))

@@ -13,10 +13,13 @@ import contextlib
 import json
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -27,6 +30,7 @@ from engine.serve.http_api import HEADER_TIMEOUT, MAX_HEADER_BYTES
 from tests.support.continue_adapter import adapter_call, installed_adapter
 from tests.support.openai_checks import check_completions
 from tests.support.ports import free_port
+from tests.support.tls import self_signed
 from tests.support.wait import wait_for
 
 openai = pytest.importorskip("openai")
@@ -41,31 +45,49 @@ def inproc(dream_ckpt: Path):
     return Engine.load(str(dream_ckpt), device="cpu", dtype="float32")
 
 
+def token_file(folder: Path) -> Path:
+    token = folder / "token"
+    token.write_text(TOKEN + "\n")
+    token.chmod(0o600)
+    return token
+
+
+@contextlib.contextmanager
+def engine_process(ckpt: Path, folder: Path, host: str, *options: str,
+                   verify: Any = True) -> Iterator[tuple[str, subprocess.Popen]]:
+    """A resident engine of `ckpt` answering HTTP(S) on `host` (with the token and `options`):
+    (its URL on loopback, the process, whose stderr is kept in folder/engine.log)."""
+    port, scheme = free_port(), "https" if "--tls-cert" in options else "http"
+    with (folder / "engine.log").open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "engine.cli", "serve", "--model", str(ckpt), "--device",
+             "cpu", "--dtype", "float32", "--socket", str(folder / "engine.sock"), "--http",
+             f"{host}:{port}", "--token-file", str(token_file(folder)), *options],
+            stderr=log)
+    base = f"{scheme}://127.0.0.1:{port}"
+
+    def up() -> bool:
+        assert process.poll() is None, (folder / "engine.log").read_text()[-3000:]
+        try:
+            return httpx.get(f"{base}/v1/models", headers=_auth(), timeout=5,
+                             verify=verify).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        wait_for(up, timeout=600, what="the engine's HTTP listener", interval=0.2)
+        yield base, process
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=120)
+
+
 @pytest.fixture(scope="module")
 def served(dream_ckpt: Path, tmp_path_factory: pytest.TempPathFactory):
     """(base URL, model name, Unix socket) of the module's engine."""
     folder = tmp_path_factory.mktemp("http")
-    token = folder / "token"
-    token.write_text(TOKEN + "\n")
-    token.chmod(0o600)
-    port, sock = free_port(), folder / "engine.sock"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "engine.cli", "serve", "--model", str(dream_ckpt), "--device",
-         "cpu", "--dtype", "float32", "--socket", str(sock), "--http", f"127.0.0.1:{port}",
-         "--token-file", str(token)])
-    base = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        assert process.poll() is None, "the engine exited"
-        try:
-            return httpx.get(f"{base}/v1/models", headers=_auth(), timeout=5).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    wait_for(up, timeout=600, what="the engine's HTTP listener", interval=0.2)
-    yield base, str(dream_ckpt), sock
-    process.send_signal(signal.SIGTERM)
-    process.wait(timeout=120)
+    with engine_process(dream_ckpt, folder, "127.0.0.1") as (base, _):
+        yield base, str(dream_ckpt), folder / "engine.sock"
 
 
 def _auth(token: str = TOKEN) -> dict[str, str]:
@@ -249,13 +271,46 @@ def test_a_client_that_disconnects_cancels_its_denoising(served):
     assert _stats(sock)["live"] == 0
 
 
-def test_http_beyond_loopback_needs_a_token(dream_ckpt):
-    result = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "serve", "--model", str(dream_ckpt), "--device",
-         "cpu", "--http", f"0.0.0.0:{free_port()}"], capture_output=True, text=True,
-        timeout=120)
-    assert result.returncode == 2
-    assert "--token-file" in result.stderr and "0.0.0.0" in result.stderr
+def test_http_beyond_loopback_needs_a_token_and_tls_or_the_explicit_flag(dream_ckpt, tmp_path,
+                                                                       capsys):
+    from engine.cli import main
+
+    serve = ["serve", "--model", str(dream_ckpt), "--device", "cpu", "--socket",
+             str(tmp_path / "engine.sock"), "--http", f"0.0.0.0:{free_port()}"]
+    assert main(serve) == 2  # refused before the model is loaded
+    said = capsys.readouterr().err
+    assert "--token-file" in said and "0.0.0.0" in said
+    serve += ["--token-file", str(token_file(tmp_path))]
+    assert main(serve) == 2
+    said = capsys.readouterr().err
+    assert "--tls-cert" in said and "--allow-http-without-tls" in said
+    missing = ["--tls-cert", str(tmp_path / "none.pem"), "--tls-key", str(tmp_path / "none.key")]
+    assert main(serve + missing) == 2
+    assert "cannot load the certificate" in capsys.readouterr().err
+    assert main(serve + missing[:2]) == 2
+    assert "--tls-cert and --tls-key go together" in capsys.readouterr().err
+
+
+def test_http_beyond_loopback_with_tls_completes_over_https(dream_ckpt, inproc, tmp_path):
+    cert, key = self_signed(tmp_path)
+    trusted = ssl.create_default_context(cafile=str(cert))
+    with engine_process(dream_ckpt, tmp_path, "0.0.0.0", "--tls-cert", str(cert), "--tls-key",
+                        str(key), verify=trusted) as (base, _):
+        api = openai.OpenAI(base_url=f"{base}/v1", api_key=TOKEN, max_retries=0,
+                            http_client=httpx.Client(verify=trusted, timeout=120))
+        prefix = "def mean(xs):\n    return "
+        answer = api.completions.create(model=str(dream_ckpt), prompt=prefix, suffix="\n",
+                                        max_tokens=8, seed=0)
+        assert answer.choices[0].text == inproc.infill(prefix, "\n", 8, seed=0).text
+        with pytest.raises(httpx.TransportError):  # plain HTTP does not reach it
+            httpx.get(base.replace("https:", "http:") + "/v1/models", headers=_auth(),
+                      timeout=10)
+
+
+def test_http_beyond_loopback_without_tls_on_the_explicit_flag_warns(dream_ckpt, tmp_path):
+    with engine_process(dream_ckpt, tmp_path, "0.0.0.0", "--allow-http-without-tls"):
+        said = (tmp_path / "engine.log").read_text()
+    assert "warning: --http 0.0.0.0:" in said and "in clear" in said
 
 
 def test_a_client_that_leaves_before_the_answer_cancels_its_denoising(served):

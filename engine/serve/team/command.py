@@ -55,7 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        "(default 30)")
     group.add_argument("--replica-cpus", type=float, default=1.0,
                        help="CPUs each replica reserves when the cluster has no GPU")
-    group.add_argument("--tls-cert", type=Path, help="serve HTTPS with this certificate")
+    group.add_argument("--tls-cert", type=Path, help="serve HTTPS with this certificate "
+                       "(--ray's --listen, and --http)")
     group.add_argument("--tls-key", type=Path, help="the certificate's private key")
     group.add_argument("--serve-port", type=int, default=DEFAULT_SERVE_PORT,
                        help="the loopback port of Ray Serve's own proxy, behind the front "
