@@ -52,11 +52,12 @@ BODY_TIMEOUT = 10.0  # seconds to send the body once the head is in
 MAX_HEADER_BYTES = 16 * 1024  # a request head: the request line and every header together
 OPENAI_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 LLAMA_N_PREDICT = 32  # the engine's default hole where llama.cpp's n_predict is -1 (unbounded)
-# Fields of each API that clients send and that change nothing here (llama.vim sends them all).
+# Fields of each API that clients send and that change nothing here (llama.vim sends them
+# all; llama.vscode asks for n_cmpl completions, and gets one).
 OPENAI_IGNORED = ("top_p", "frequency_penalty", "presence_penalty", "logprobs", "echo",
                   "best_of", "logit_bias", "user", "stream_options")
 LLAMA_IGNORED = ("top_p", "top_k", "min_p", "samplers", "n_indent", "cache_prompt",
-                 "t_max_prompt_ms", "t_max_predict_ms", "id_slot", "response_fields")
+                 "t_max_prompt_ms", "t_max_predict_ms", "id_slot", "response_fields", "n_cmpl")
 # Line-comment markers by file extension, for input_extra's snippets; others get "//".
 HASH_COMMENTS = {"py", "pyi", "rb", "sh", "bash", "zsh", "pl", "r", "jl", "toml", "yaml", "yml",
                  "cmake", "nim", "ex", "exs", "ps1", "tf", "mk"}
