@@ -30,6 +30,7 @@ from engine.serve.team.front import Front  # noqa: E402
 from engine.serve.team.remote import RemoteEngine, read_token  # noqa: E402
 from engine.serve.team.routing import rank, routing_key  # noqa: E402
 from engine.types import InfillRequest, RewriteRequest, SamplerSettings  # noqa: E402
+from tests.support.continue_adapter import adapter_call, installed_adapter  # noqa: E402
 from tests.support.front_thread import front_in_thread  # noqa: E402
 from tests.support.openai_checks import check_completions  # noqa: E402
 from tests.support.ports import free_port  # noqa: E402
@@ -452,6 +453,17 @@ def test_openai_completions_through_the_team_equal_the_engine_in_process(team, i
                      if line.strip()]
         assert "".join(chunk["content"] for chunk in lines) == expected
         assert lines[-1]["stop"] is True and len(lines) >= (2 if stream else 1)
+
+
+def test_continues_adapter_through_the_team_equals_the_engine_in_process(team, inproc):
+    folder = installed_adapter()
+    prefix, suffix = "def doubled(n):\n    return ", "\n\nprint(doubled(3))\n"
+    config = {"provider": "llamastack", "apiBase": f"{team}/v1/", "apiKey": TOKEN,
+              "requestOptions": {"caBundlePath": CA_FILE[-1]}}
+    body = {"model": "bundled", "prompt": prefix, "suffix": suffix, "max_tokens": 8,
+            "temperature": 0, "stream": True}
+    pieces = adapter_call(folder, config, "fimStream", body)
+    assert "".join(pieces) == inproc.infill(prefix, suffix, 8).text
 
 
 def test_a_tool_client_that_disconnects_cancels_its_denoising_on_its_replica(team):
