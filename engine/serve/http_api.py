@@ -4,7 +4,9 @@
     GET  /v1/models        the loaded model
     POST /infill           llama.cpp's server: input_prefix, input_suffix, input_extra, prompt
 
-Continue, twinny and other OpenAI clients call the first; llama.vim and llama.vscode the last.
+OpenAI clients that send the suffix as a field (Continue's `llamastack` provider, the `openai`
+package) call the first; llama.vim and llama.vscode the last. The port itself (where it may
+listen, TLS, its deadlines) is engine.serve.http_listen's.
 Requests become the same scheduler Jobs the Unix socket's do (engine.serve.limits.parse_request,
 same bounds and deadline), in the same process, so editors and HTTP tools batch together
 (LocalBackend); the team engine's Ingress serves the same endpoints over its replicas
@@ -30,7 +32,6 @@ import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any, Protocol
 
 from starlette.applications import Starlette
@@ -90,18 +91,6 @@ def tool_path(target: str) -> bool:
     engine's front and Ingress then refuse it with OpenAI's error object too."""
     path = target.split("?", 1)[0].rstrip("/") or "/"
     return any(path == known for _, known in ROUTES)
-
-
-def loopback(host: str) -> bool:
-    """Whether `host` (of --http) is this machine only."""
-    import ipaddress
-
-    if host in ("localhost", ""):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def snippets(extra: list[dict[str, str]]) -> str:
@@ -487,103 +476,3 @@ def _extension(draft: Draft, ignored: list[str]) -> dict[str, Any]:
     if ignored:
         extension["ignored"] = ignored
     return extension
-
-
-# -- the listener -------------------------------------------------------------------------------
-
-
-def parse_listen(listen: str) -> tuple[str, int]:
-    """(host, port) of a HOST:PORT; ValueError saying what is wrong."""
-    host, _, port = listen.rpartition(":")
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"--http wants HOST:PORT, not {listen!r}")
-    return host.strip("[]") or "127.0.0.1", int(port)
-
-
-def http_problem(listen: str, has_token: bool, has_tls: bool = False,
-                 allow_plain: bool = False) -> str | None:
-    """Why `dg-engine serve --http listen` must not start, or None: beyond this machine it
-    needs the token, and TLS unless `allow_plain` (--allow-http-without-tls) says TLS is done
-    in front of it."""
-    try:
-        host, _ = parse_listen(listen)
-    except ValueError as exc:
-        return str(exc)
-    if loopback(host):
-        return None
-    if not has_token:
-        return (f"--http {listen} listens beyond this machine: give --token-file (clients "
-                "then send it as Authorization: Bearer, their API key), or listen on "
-                "127.0.0.1")
-    if not has_tls and not allow_plain:
-        return (f"--http {listen} listens beyond this machine: give --tls-cert and --tls-key "
-                "(the token and the code would travel in clear), or --allow-http-without-tls "
-                "where a TLS proxy in front of it does that, or listen on 127.0.0.1")
-    return None
-
-
-def http_server(server: Any, listen: str, tls: tuple[Path, Path] | None = None) -> Any:
-    """The uvicorn server of `server`'s HTTP API, to run in the daemon's event loop; HTTPS
-    with `tls` (the certificate and its key)."""
-    import uvicorn
-
-    class Server(uvicorn.Server):
-        @contextlib.contextmanager
-        def capture_signals(self):  # the daemon's loop owns SIGTERM and SIGINT
-            yield
-
-    host, port = parse_listen(listen)
-    config = uvicorn.Config(HttpApi(LocalBackend(server), server.token).app, host=host,
-                            port=port, http=_head_deadline(),
-                            lifespan="off", access_log=False, log_level="warning",
-                            limit_concurrency=server.max_connections, timeout_keep_alive=5,
-                            timeout_graceful_shutdown=2,
-                            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
-                            ssl_certfile=str(tls[0]) if tls else None,
-                            ssl_keyfile=str(tls[1]) if tls else None)
-    return Server(config)
-
-
-def _head_deadline() -> type:
-    """uvicorn's h11 protocol with a deadline on each request head: uvicorn bounds a head's
-    size and the idle time after an answer, but a connection that never sends a head, or
-    trickles it a byte at a time, it keeps open for good. Here each head (the first, and each
-    next on a kept-alive connection) must be whole within HEADER_TIMEOUT of the connection
-    opening or the last answer, or the connection is closed."""
-    from uvicorn.protocols.http.h11_impl import H11Protocol
-
-    class HeadDeadline(H11Protocol):
-        head_timer: asyncio.TimerHandle | None = None
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            self._arm()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            super().connection_lost(exc)
-
-        def handle_events(self) -> None:
-            super().handle_events()
-            if self.cycle is not None and not self.cycle.response_complete:
-                self._disarm()  # the head is in: BODY_TIMEOUT bounds the rest
-
-        def on_response_complete(self) -> None:
-            self._arm()  # before the next pipelined head, which handle_events may take now
-            super().on_response_complete()
-
-        def _arm(self) -> None:
-            self._disarm()
-            self.head_timer = self.loop.call_later(HEADER_TIMEOUT, self._late)
-
-        def _disarm(self) -> None:
-            if self.head_timer is not None:
-                self.head_timer.cancel()
-                self.head_timer = None
-
-        def _late(self) -> None:
-            self.head_timer = None
-            if not self.transport.is_closing():
-                self.transport.close()
-
-    return HeadDeadline

@@ -305,6 +305,8 @@ def test_http_beyond_loopback_with_tls_completes_over_https(dream_ckpt, inproc, 
         with pytest.raises(httpx.TransportError):  # plain HTTP does not reach it
             httpx.get(base.replace("https:", "http:") + "/v1/models", headers=_auth(),
                       timeout=10)
+        with _connect(base.replace("https:", "http:")) as conn:  # no TLS handshake: cut
+            assert _closed_after(conn) < HEADER_TIMEOUT + 2
 
 
 def test_http_beyond_loopback_without_tls_on_the_explicit_flag_warns(dream_ckpt, tmp_path):
