@@ -115,8 +115,15 @@ def _stub(doc: ParsedText, node: ts.Node, capture: str,
 def _innermost(functions: list, node: ts.Node) -> tuple[ts.Node, ts.Node, str] | None:
     """The innermost (function, body, name) whose body holds `node`."""
     holding = [f for f in functions
-               if f[1].start_byte <= node.start_byte and node.end_byte <= f[1].end_byte]
+               if _body_start(*f[:2]) <= node.start_byte and node.end_byte <= f[1].end_byte]
     return min(holding, key=lambda f: f[1].end_byte - f[1].start_byte, default=None)
+
+
+def _body_start(function: ts.Node, body: ts.Node) -> int:
+    """Where the body begins: after Python's `:` (a comment on the body's first line belongs
+    to the function there, not to its block), else at the body's own start."""
+    colon = next((c for c in function.children if c.type == ":"), None)
+    return colon.end_byte if colon is not None else body.start_byte
 
 
 def _only_stubs(doc: ParsedText, body: ts.Node, capture: str) -> bool:
