@@ -66,10 +66,12 @@ def hole_targets(doc: ParsedText, start: int, end: int) -> list[Target]:
     return found
 
 
-def all_hole_targets(doc: ParsedText) -> list[Target]:
-    """One target per outermost function holding holes, in document order (batch mode)."""
+def all_hole_targets(doc: ParsedText, start: int = 0, end: int | None = None
+                     ) -> list[Target]:
+    """One target per outermost function holding holes (those meeting [start, end], default
+    the whole document), in document order: `dg-lsp fill`, batch mode."""
     groups: dict[tuple[int, int], list[Stub]] = {}
-    for stub in find_stubs(doc):
+    for stub in stubs_in(doc, start, len(doc.text) if end is None else end):
         groups.setdefault(stub.outer, []).append(stub)
     return [_target(FILL_FUNCTION, stubs) for _, stubs in sorted(groups.items())]
 
