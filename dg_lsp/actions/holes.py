@@ -184,16 +184,18 @@ def shape_fill(written: str, indent: str, outer: str) -> str:
 
 def holes_stream(backend: Backend, request: HolesRequest, cancel: Callable[[], bool] | None,
                  document: str | None) -> Iterator[Draft]:
-    """The backend's drafts of `request`; RewriteError when the engine cannot fill several
-    holes at once (one that predates them)."""
-    stream = getattr(backend, "holes_stream", None)
-    if stream is not None:
-        return stream(request, cancel, document=document)
-    if isinstance(backend, WrappedBackend):
-        # A wrapper from before holes (counting, stepping on a worker): its own wrapping
-        # around the engine's stream.
-        return backend._wrap(holes_stream(backend.backend, request, cancel, document))
-    raise RewriteError("this engine cannot fill several holes at once (it predates them)")
+    """The backend's drafts of `request`; RewriteError when the engine under its wrappers
+    (counting, stepping on a worker) cannot fill several holes at once (one that predates
+    them)."""
+    engine = backend
+    while isinstance(engine, WrappedBackend):
+        engine = engine.backend
+    if not hasattr(engine, "holes_stream"):
+        raise RewriteError("this engine cannot fill several holes at once (it predates them)")
+    if hasattr(backend, "holes_stream"):
+        return backend.holes_stream(request, cancel, document=document)
+    # A wrapper from before holes: its own wrapping around the engine's stream.
+    return backend._wrap(holes_stream(backend.backend, request, cancel, document))
 
 
 def _target(action: str, stubs: list[Stub]) -> Target:

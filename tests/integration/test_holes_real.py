@@ -81,7 +81,7 @@ def test_the_fill_action_over_lsp_is_the_one_computed_here(wire, bundled_engine)
     filled = apply(SOURCE, change["edits"])
     assert filled == SOURCE[:expected.start] + expected.text + SOURCE[expected.end:]
     parsed = ParsedText(filled, language_for("python"))
-    assert count_errors(parsed.tree) == 0
+    assert count_errors(parsed.tree) <= count_errors(doc.tree)  # `a = ` is broken already
     assert [s.function for s in find_stubs(parsed)] == []
 
 
