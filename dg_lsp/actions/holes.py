@@ -47,7 +47,8 @@ MAX_HOLE_TOKENS = 512
 
 def hole_targets(doc: ParsedText, start: int, end: int) -> list[Target]:
     """The fill actions at the selection [start, end) (a cursor when equal): every hole of the
-    innermost function around `start` that has one, and every hole the selection meets."""
+    innermost function around `start` that has one, and every hole the selection meets. A lone
+    stub that is a whole body is "Complete function body"'s: no fill action is offered for it."""
     stubs = find_stubs(doc)
     if not stubs:
         return []
@@ -58,12 +59,17 @@ def hole_targets(doc: ParsedText, start: int, end: int) -> list[Target]:
                        key=lambda span: span[1] - span[0]):
         inside = [s for s in stubs if a <= s.start and s.end <= b]
         if inside:
-            found.append(_target(FILL_FUNCTION, inside))
+            if not _body_only(inside):
+                found.append(_target(FILL_FUNCTION, inside))
             break
     selected = [s for s in stubs if s.start < end and start < s.end] if end > start else []
-    if selected:
+    if selected and not _body_only(selected):
         found.append(_target(FILL_SELECTION, selected))
     return found
+
+
+def _body_only(stubs: list[Stub]) -> bool:
+    return len(stubs) == 1 and stubs[0].size == BODY
 
 
 def all_hole_targets(doc: ParsedText, start: int = 0, end: int | None = None

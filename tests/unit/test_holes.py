@@ -113,8 +113,11 @@ def test_the_fill_actions_are_offered_where_holes_are():
     assert [(t.action, t.title) for t in hole_targets(d, start, start + 5)] == [
         (FILL_FUNCTION, "Fill every hole in this function"),
         (FILL_SELECTION, "Fill every hole in the selection")]
-    body = doc("def f():\n    ...\n")
-    assert {t.action for t in hole_targets(body, 10, 10)} == {FILL_FUNCTION}
+    # a lone body stub is "Complete function body"'s; two functions' body stubs are holes
+    body = doc("def f():\n    ...\n\ndef g():\n    ...\n")
+    assert hole_targets(body, 10, 10) == []
+    assert COMPLETE_BODY in [t.action for t in targets_at(body, 10, 10)]
+    assert [t.action for t in hole_targets(body, 0, len(body.text))] == [FILL_SELECTION]
     assert [t.name for t in all_hole_targets(d)] == ["mean"]
 
 
@@ -147,7 +150,7 @@ def test_every_hole_is_filled_in_one_request_and_one_edit():
 def test_a_body_stub_gets_a_body_sized_hole_and_braces_keep_their_closer():
     text = "fn area(w: u32, h: u32) -> u32 {\n    todo!()\n}\n"
     d = doc(text, "rust")
-    (target,) = hole_targets(d, 5, 5)
+    (target,) = all_hole_targets(d)  # as `dg-lsp fill` and batch mode fill it
     backend = Scripted(holes("w * h\n}\n\nfn more() {"))
     edit = fill_edit(backend, d, target, Settings())
     assert apply(text, edit.parts) == "fn area(w: u32, h: u32) -> u32 {\n    w * h\n}\n"
