@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from dg_lsp.actions import signature
 from dg_lsp.actions.targets import (
@@ -72,6 +72,9 @@ class Edit:
     end: int
     text: str
     steps: int  # forward passes the model ran
+    # The same edit as separate (start, end, text) replacements, where it is made of several
+    # (the fills of stub holes, dg_lsp.actions.holes): an editor gets one TextEdit each.
+    parts: list[tuple[int, int, str]] = field(default_factory=list)
 
 
 def compute_edit(

@@ -30,11 +30,15 @@ from dg_lsp.syntax.languages import LanguageSpec
 REWRITE, COMPLETE_BODY = "rewrite", "complete-body"
 DOCSTRING, FIX_SYNTAX = "docstring", "fix-syntax"
 ACTIONS = (REWRITE, COMPLETE_BODY, DOCSTRING, FIX_SYNTAX)
+# Every stub hole of a function, or of a selection, filled in one request (dg_lsp.actions.holes).
+FILL_FUNCTION, FILL_SELECTION = "fill-holes", "fill-holes-selection"
 TITLES = {
     REWRITE: "Rewrite selection",
     COMPLETE_BODY: "Complete function body",
     DOCSTRING: "Add docstring",
     FIX_SYNTAX: "Fix syntax error here",
+    FILL_FUNCTION: "Fill every hole in this function",
+    FILL_SELECTION: "Fill every hole in the selection",
 }
 MAX_FIX_LINES = 20  # a larger broken region is not one the model can repair in one hole
 BODY_TOKENS, DOC_TOKENS = 96, 48
@@ -64,7 +68,8 @@ class Target:
 
     @property
     def title(self) -> str:
-        return TITLES[self.action] + (f" of {self.name}" if self.name else "")
+        named = self.name and self.action not in (FILL_FUNCTION, FILL_SELECTION)
+        return TITLES[self.action] + (f" of {self.name}" if named else "")
 
 
 class ParsedText:

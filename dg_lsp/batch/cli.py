@@ -20,8 +20,13 @@ them) goes to stderr, redrawn in place on a terminal, else a line every PROGRESS
 (a CI log); the run ends with a summary there: targets, files edited / unchanged / failed (each
 failure with its reason), replicas, seconds, files per minute.
 
-Exit status: 0 done, 1 `--check` found changes, 2 bad input or no engine (nothing written),
-3 a target failed with an error (not a refusal) or a Ray worker died, 130 interrupted.
+`--action fill-holes` fills each function's stub holes together (dg_lsp.actions.holes); with
+`--check` it runs no model: it lists every hole (`FILE:LINE: hole: TEXT`) and exits 1 while
+any remains, so CI can flag stubs.
+
+Exit status: 0 done, 1 `--check` found changes (fill-holes: holes), 2 bad input or no engine
+(nothing written), 3 a target failed with an error (not a refusal) or a Ray worker died, 130
+interrupted.
 
 Here the command line and the run's course; the work is prepared in dg_lsp.batch.plan, run in
 dg_lsp.batch.runners, and written and reported in dg_lsp.batch.report.
@@ -34,9 +39,11 @@ import sys
 import time
 from pathlib import Path
 
+from dg_lsp.actions.stubs import stubs_in
+from dg_lsp.actions.targets import FILL_FUNCTION
 from dg_lsp.batch import shared
 from dg_lsp.batch.job import ACTION_NAMES, FileResult
-from dg_lsp.batch.plan import BadInput, prepare
+from dg_lsp.batch.plan import BadInput, Plan, prepare
 from dg_lsp.batch.report import Progress, report, withhold, write_file
 from dg_lsp.batch.runners import RunFailed, run_inproc, run_ray, run_shared
 from dg_lsp.settings import (
@@ -93,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
     for label, reason in skipped:
         if reason != "unknown language":
             print(f"dg-lsp batch: skipped {label}: {reason}", file=sys.stderr)
+    if args.check and job.action == FILL_FUNCTION:
+        return _list_holes(plans)
 
     results: dict[str, FileResult] = {}
     written: list[str] = []
@@ -131,3 +140,16 @@ def run(args: argparse.Namespace) -> int:
         return 3
     progress.close()
     return report(args, results, skipped, idle, time.perf_counter() - started)
+
+
+def _list_holes(plans: dict[str, Plan]) -> int:
+    """`--action fill-holes --check`: every hole, no model; 1 while any remains."""
+    count = 0
+    for label in sorted(plans):
+        _, doc, targets = plans[label]
+        for target in targets:
+            for stub in stubs_in(doc, target.start, target.end):
+                print(f"{label}:{stub.line + 1}: hole: {doc.text[stub.start:stub.end]}")
+                count += 1
+    print(f"dg-lsp batch: {count} holes in {len(plans)} files", file=sys.stderr)
+    return 1 if count else 0

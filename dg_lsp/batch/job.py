@@ -21,10 +21,12 @@ from typing import Any
 
 import tree_sitter as ts
 
-from dg_lsp.actions.rewrite import Edit, RewriteError, compute_edit
+from dg_lsp.actions.holes import action_edit, all_hole_targets
+from dg_lsp.actions.rewrite import Edit, RewriteError
 from dg_lsp.actions.targets import (
     COMPLETE_BODY,
     DOCSTRING,
+    FILL_FUNCTION,
     FIX_SYNTAX,
     REWRITE,
     ParsedText,
@@ -40,7 +42,7 @@ from engine.backend import Backend, CountingBackend
 
 # The command line's action names → actions.py's.
 ACTION_NAMES = {"docstrings": DOCSTRING, "complete-bodies": COMPLETE_BODY,
-                "fix-syntax": FIX_SYNTAX, "rewrite": REWRITE}
+                "fix-syntax": FIX_SYNTAX, "rewrite": REWRITE, "fill-holes": FILL_FUNCTION}
 
 
 class QueryError(Exception):
@@ -51,7 +53,8 @@ class QueryError(Exception):
 class BatchJob:
     """What to do to every file (picklable: Ray workers receive it as it is)."""
 
-    action: str  # one of actions.py's: "docstring", "complete-body", "fix-syntax", "rewrite"
+    action: str  # one of actions.py's: "docstring", "complete-body", "fix-syntax", "rewrite",
+    # or "fill-holes" (dg_lsp.actions.holes)
     settings: Settings = field(default_factory=Settings)
     query: str | None = None  # the source of a user .scm query
     instruction: str | None = None
@@ -140,6 +143,8 @@ def compile_query(source: str, language: LanguageSpec, action: str) -> ts.Query:
 
 def file_targets(doc: ParsedText, action: str, query: ts.Query | None) -> list[Target]:
     """The file's targets in document order (nested rewrite captures: the outermost)."""
+    if action == FILL_FUNCTION:  # each function's stub holes, filled together
+        return all_hole_targets(doc)
     if action != REWRITE:
         return all_targets(doc, action, query)
     if query is None:
@@ -180,8 +185,8 @@ def run_target(backend: Backend, doc: ParsedText, label: str, target: Target, jo
     started = time.perf_counter()
     edit = None
     try:
-        edit = compute_edit(counting, doc, target, job.settings, job.instruction, job.strength,
-                            cancel)
+        edit = action_edit(counting, doc, target, job.settings, job.instruction, job.strength,
+                           cancel)
         record.result = "edited"
     except RewriteError as exc:
         record.result = f"refused: {exc}"

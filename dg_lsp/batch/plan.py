@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from dg_lsp.actions.targets import FIX_SYNTAX, REWRITE, ParsedText, Target
+from dg_lsp.actions.targets import FILL_FUNCTION, FIX_SYNTAX, REWRITE, ParsedText, Target
 from dg_lsp.batch.discover import discover
 from dg_lsp.batch.job import ACTION_NAMES, BatchJob, Queries, QueryError, file_targets
 from dg_lsp.files import Source, SourceError, read_source
@@ -33,6 +33,8 @@ def prepare(args: argparse.Namespace
                        "code to rewrite)")
     if action == FIX_SYNTAX and args.query is not None:
         raise BadInput("--query does not apply to fix-syntax (its targets are syntax errors)")
+    if action == FILL_FUNCTION and args.query is not None:
+        raise BadInput("--query does not apply to fill-holes (its targets are stub holes)")
     try:
         check_engine_arguments(args.engine, args.token_file, args.paths)
     except ValueError as exc:

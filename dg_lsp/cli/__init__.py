@@ -13,6 +13,7 @@ SUBCOMMAND_MODULES = [
     "dg_lsp.lsp.server",
     "dg_lsp.cli.complete",
     "dg_lsp.cli.rewrite",
+    "dg_lsp.cli.fill",
     "dg_lsp.batch.cli",
     "dg_lsp.measure.eval.cli",
     "dg_lsp.measure.bench",

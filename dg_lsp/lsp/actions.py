@@ -2,7 +2,8 @@
 which actions apply at a range (without running the model), their edits (resolved lazily or,
 for clients that cannot resolve, at once).
 
-The model runs in dg_lsp.actions.rewrite (`compute_edit`) on a thread of its own, each denoising
+The model runs in dg_lsp.actions.rewrite (`compute_edit`; the fill actions: dg_lsp.actions.holes)
+on a thread of its own, each denoising
 step on the engine's worker, so completions in other documents step between a rewrite's steps.
 A refused edit is an LSP error the user is shown (RequestFailed, or ContentModified when the
 document changed while the model ran).
@@ -17,7 +18,8 @@ from typing import Any
 from lsprotocol import types
 from pygls.exceptions import JsonRpcContentModified, JsonRpcException
 
-from dg_lsp.actions.rewrite import MAX_DOCUMENT_CHARS, RewriteError, compute_edit
+from dg_lsp.actions.holes import action_edit, hole_targets
+from dg_lsp.actions.rewrite import MAX_DOCUMENT_CHARS, RewriteError
 from dg_lsp.actions.targets import FIX_SYNTAX, REWRITE, ParsedText, Target, targets_at
 from dg_lsp.lsp.documents import short_path
 from dg_lsp.lsp.state import DgLanguageServer
@@ -215,7 +217,7 @@ async def rewrite(
         # On a thread of its own, each step on the engine's worker: completions in other
         # documents take their steps between this rewrite's instead of after all of them.
         edit = await loop.run_in_executor(
-            None, compute_edit, server.engine.stepped(backend), doc, target, server.settings,
+            None, action_edit, server.engine.stepped(backend), doc, target, server.settings,
             instruction, strength, stop.is_set)
     except asyncio.CancelledError:
         stop.set()
@@ -229,11 +231,13 @@ async def rewrite(
     # range is read on the text it was computed on.
     _check_version(server, uri, version, revision)
     enc = server.position_encoding
-    text_edit = types.TextEdit(types.Range(position_at(doc.text, edit.start, enc),
-                                           position_at(doc.text, edit.end, enc)), edit.text)
+    # The fills of several holes: one TextEdit each, so the code between them is untouched.
+    text_edits = [types.TextEdit(types.Range(position_at(doc.text, start, enc),
+                                             position_at(doc.text, end, enc)), text)
+                  for start, end, text in edit.parts or [(edit.start, edit.end, edit.text)]]
     current = server.documents.get(uri)
     return types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
-        types.OptionalVersionedTextDocumentIdentifier(uri, current.version), [text_edit])])
+        types.OptionalVersionedTextDocumentIdentifier(uri, current.version), text_edits)])
 
 
 def _targets(server: DgLanguageServer, uri: str, lsp_range: types.Range
@@ -253,7 +257,7 @@ def _targets(server: DgLanguageServer, uri: str, lsp_range: types.Range
     language = language_for(doc.language_id, uri)
     parsed = ParsedText(doc.text, language, server.trees.tree(uri, doc.text, language),
                         uri)
-    return parsed, targets_at(parsed, start, end)
+    return parsed, targets_at(parsed, start, end) + hole_targets(parsed, start, end)
 
 
 def _check_version(server: DgLanguageServer, uri: str, version: int | None,

@@ -13,6 +13,11 @@ speak (Neovim's copilot-lsp, dg-lsp's own plugins):
   sequence; an empty list when there is nothing to suggest);
 - notification INLINE_EDIT_SHOWN `{item: {command}}` when the client shows one;
 - the edit's `command` (INLINE_EDIT_ACCEPTED) is run by the client when the user accepts it.
+
+A completion at every cursor (dg_lsp.lsp.holes): request FILL_HOLES `{textDocument: {uri,
+version?}, positions: [Position]}`; answer `{items: [{position, text, range}]}`, one item per
+position in the order given, `text` replacing `range` (from the position on; "" where the model
+wrote nothing usable there).
 """
 
 from __future__ import annotations
@@ -25,8 +30,9 @@ from lsprotocol import types
 INLINE_EDIT = "textDocument/copilotInlineEdit"
 INLINE_EDIT_SHOWN = "textDocument/didShowInlineEdit"
 INLINE_EDIT_ACCEPTED = "dg-lsp.inlineEditAccepted"
+FILL_HOLES = "dg-lsp/fillHoles"
 # What initialize advertises under `experimental`.
-CAPABILITY = {"copilotInlineEdit": True}
+CAPABILITY = {"copilotInlineEdit": True, "fillHoles": True}
 
 
 @attrs.define
@@ -73,8 +79,35 @@ class InlineEditShownNotification:
     jsonrpc: str = "2.0"
 
 
+@attrs.define
+class FillHolesParams:
+    text_document: types.OptionalVersionedTextDocumentIdentifier
+    positions: list[types.Position]
+
+
+@attrs.define
+class FilledHole:
+    position: types.Position  # as the client sent it
+    text: str  # replaces `range` ("" where the model wrote nothing usable)
+    range: types.Range
+
+
+@attrs.define
+class FilledHoles:
+    items: list[FilledHole]  # no default: the converter leaves a default out of the answer
+
+
+@attrs.define
+class FillHolesRequest:
+    id: int | str
+    params: FillHolesParams
+    method: Literal["dg-lsp/fillHoles"] = FILL_HOLES
+    jsonrpc: str = "2.0"
+
+
 # The message type of each method, for DgProtocol.get_message_type.
 MESSAGE_TYPES: dict[str, type[Any]] = {
     INLINE_EDIT: InlineEditRequest,
     INLINE_EDIT_SHOWN: InlineEditShownNotification,
+    FILL_HOLES: FillHolesRequest,
 }

@@ -8,6 +8,7 @@ delegate to the features:
 - dg_lsp.lsp.completion: `textDocument/inlineCompletion` and `textDocument/completion`
 - dg_lsp.lsp.next_edit: `textDocument/copilotInlineEdit` (its messages: dg_lsp.lsp.messages)
 - dg_lsp.lsp.actions: code actions, their resolution, the rewrite-with-instruction command
+- dg_lsp.lsp.holes: `dg-lsp/fillHoles`, a completion at every cursor in one request
 
 Completions and next edits live as dg_lsp.lsp.lifecycle says; each denoising pass runs on the
 engine's single worker thread and is awaited, so `$/cancelRequest`, or a newer request for the
@@ -26,7 +27,7 @@ from typing import Any
 
 from lsprotocol import types
 
-from dg_lsp.lsp import actions, completion, next_edit
+from dg_lsp.lsp import actions, completion, holes, next_edit
 from dg_lsp.lsp.actions import REWRITE_COMMAND
 from dg_lsp.lsp.state import DgLanguageServer
 from dg_lsp.settings import parse_settings
@@ -56,7 +57,7 @@ def create_server(backend: Backend | None = None) -> DgLanguageServer:
     def stats(ls: DgLanguageServer, *args: Any) -> dict[str, int | None]:
         return ls.stats_report()
 
-    for kind in (completion, next_edit, actions):
+    for kind in (completion, next_edit, actions, holes):
         kind.register(server)
     return server
 

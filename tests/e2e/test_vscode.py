@@ -24,7 +24,7 @@ from tests.support.vscode import ROOT, VSCODE, run
 
 pytestmark = pytest.mark.e2e  # npm builds the extension; its tests drive a real server
 
-UNIT_TESTS, E2E_TESTS = 27, 4
+UNIT_TESTS, E2E_TESTS = 31, 4
 
 
 def test_vscode_extension_builds_and_passes_its_tests(tmp_path: Path):

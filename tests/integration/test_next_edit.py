@@ -57,7 +57,8 @@ async def ask(client: LanguageClient, uri: str, version: int | None, line: int, 
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_the_method_is_advertised_and_answers_with_copilots_shape(server):
-    assert server.initialize_result.capabilities.experimental == {"copilotInlineEdit": True}
+    assert server.initialize_result.capabilities.experimental == {"copilotInlineEdit": True,
+                                                                  "fillHoles": True}
     uri, version = open_and_rename(server)
     result = await ask(server, uri, version, 1, 9)
     edits = result.edits if hasattr(result, "edits") else result["edits"]

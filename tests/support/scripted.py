@@ -22,8 +22,15 @@ def steps_of(text: str, steps: int) -> list[Draft]:
                   finish_reason="stop" if step == steps else "") for step in range(1, steps + 1)]
 
 
+def holes(*texts: str, steps: int = 3, score: Score | None = None) -> list[Draft]:
+    """A holes request's answer (Scripted.holes_stream): one finished draft after `steps`
+    passes, each hole's text in order."""
+    return [Draft(step=steps, token_ids=[], committed=0, text="", done=True,
+                  finish_reason="stop", score=score, holes=texts)]
+
+
 class Scripted:
-    """Each request (infill or rewrite) takes the next answer:
+    """Each request (infill, rewrite or holes) takes the next answer:
 
     - a text: one finished draft, scored `score`;
     - (text, lowest): one finished draft whose every confidence is `lowest` (None: no score,
@@ -34,9 +41,10 @@ class Scripted:
     - an exception: raised after a first empty draft, as by an engine lost mid-request; it
       stays the answer to every later request (a lost engine stays lost).
 
-    Drafts of a list come `step_seconds` apart. What it was asked is kept: `requests` (as
-    sent), `documents` (the document each named), `closed` (the requests whose stream was
-    closed), `taken` (the drafts taken).
+    A holes request (HolesRequest: several holes in one canvas) is answered with `holes(...)`,
+    each hole's text. Drafts of a list come `step_seconds` apart. What it was asked is kept:
+    `requests` (as sent), `documents` (the document each named), `closed` (the requests whose
+    stream was closed), `taken` (the drafts taken).
     """
 
     engine_info = EngineInfo(model="scripted", family="masked", device="cpu", resident=False,
@@ -70,6 +78,11 @@ class Scripted:
         return self._closing(request, self._drafts())
 
     rewrite_stream = infill_stream
+
+    def holes_stream(self, request, cancel=None, document=None) -> Iterator[Draft]:
+        if len(request.texts) != len(request.max_tokens) + 1:  # as the engine refuses it
+            raise ValueError(f"{len(request.texts)} texts for {len(request.max_tokens)} holes")
+        return self.infill_stream(request, cancel, document)
 
     def _closing(self, request, drafts: Iterator[Draft]) -> Iterator[Draft]:
         try:

@@ -3,7 +3,8 @@
  * completions come from the server's `textDocument/inlineCompletion`), shows the engine's
  * state in the status bar (or why a suggestion was not shown: src/status.ts), maps `dg-lsp.*` settings to the server's settings, and asks for
  * the instruction of "Rewrite selection with instruction…" before the command reaches the
- * server, and shows the server's next-edit suggestions (src/nextEditView.ts).
+ * server, and shows the server's next-edit suggestions (src/nextEditView.ts); "Complete at
+ * every cursor" inserts each cursor's own text from one request (src/cursors.ts).
  */
 
 import * as vscode from 'vscode';
@@ -16,6 +17,7 @@ import {
   State,
 } from 'vscode-languageclient/node';
 
+import { FILL_HOLES_REQUEST, cursorEdits, fillHolesParams, parseFills } from './cursors';
 import { ExtensionConfig, SECTION, needsRestart, readConfig, serverCommand, serverSettings } from './config';
 import { NextEditView } from './nextEditView';
 import { REWRITE_COMMAND, checkInstruction, missingInstruction, rewriteArgs, withInstruction } from './rewrite';
@@ -38,6 +40,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.commands.registerCommand('dg-lsp.showOutput', () => controller?.output.show(true)),
     vscode.commands.registerCommand('dg-lsp.restart', () => controller?.restart()),
     vscode.commands.registerCommand('dg-lsp.rewriteSelection', () => controller?.rewriteSelection()),
+    vscode.commands.registerCommand('dg-lsp.completeAtEveryCursor', () => controller?.completeAtEveryCursor()),
     vscode.workspace.onDidChangeConfiguration((event) => {
       if (event.affectsConfiguration(SECTION)) {
         void controller?.configurationChanged();
@@ -209,6 +212,53 @@ class Controller implements vscode.Disposable {
       { location: vscode.ProgressLocation.Notification, title: 'dg-lsp: rewriting…' },
       () => client.sendRequest(ExecuteCommandRequest.type, { command: REWRITE_COMMAND, arguments: [args] }),
     );
+  }
+
+  /** The editor command: each cursor's own completion, from one request, in one edit. */
+  async completeAtEveryCursor(): Promise<void> {
+    const editor = vscode.window.activeTextEditor;
+    const client = this.client;
+    if (editor === undefined) {
+      return;
+    }
+    if (client === undefined || !client.isRunning()) {
+      void vscode.window.showErrorMessage('dg-lsp: the language server is not running.');
+      return;
+    }
+    const { document } = editor;
+    const version = document.version;
+    const params = fillHolesParams(
+      client.code2ProtocolConverter.asUri(document.uri),
+      version,
+      editor.selections.map((selection) => client.code2ProtocolConverter.asPosition(selection.active)),
+    );
+    let answer: unknown;
+    try {
+      answer = await vscode.window.withProgress(
+        { location: vscode.ProgressLocation.Window, title: 'dg-lsp: completing at every cursor…' },
+        () => client.sendRequest(FILL_HOLES_REQUEST, params),
+      );
+    } catch {
+      return; // refused: the server has shown the user why
+    }
+    const fills = parseFills(answer);
+    if (fills === undefined) {
+      this.output.appendLine(`dg-lsp/fillHoles: an answer of an unknown shape: ${JSON.stringify(answer)}`);
+      return;
+    }
+    const edits = cursorEdits(fills);
+    if (edits.length === 0) {
+      void vscode.window.showInformationMessage('dg-lsp: the model wrote nothing usable at the cursors.');
+      return;
+    }
+    if (document.version !== version) {
+      return; // typed meanwhile: the ranges were computed on other text
+    }
+    await editor.edit((builder) => {
+      for (const edit of edits) {
+        builder.replace(client.protocol2CodeConverter.asRange(edit.range), edit.text);
+      }
+    });
   }
 
   private show(state: string, message = ''): void {

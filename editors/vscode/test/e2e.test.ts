@@ -227,7 +227,7 @@ describe('dg-lsp over vscode-languageserver-protocol', () => {
     assert.deepEqual(result, applied[0].edit);
   });
   test('next edit: after a rename, copilotInlineEdit answers for the version it was asked', { timeout: STEP_TIMEOUT_MS }, async () => {
-    assert.deepEqual(capabilities.experimental, { copilotInlineEdit: true });
+    assert.deepEqual(capabilities.experimental, { copilotInlineEdit: true, fillHoles: true });
     assert.ok(capabilities.executeCommandProvider?.commands.includes(ACCEPTED_COMMAND));
     await connection.sendNotification(DidOpenTextDocumentNotification.type, {
       textDocument: { uri: pricesUri, languageId: 'python', version: 1, text: PRICES },

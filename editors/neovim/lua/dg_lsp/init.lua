@@ -8,6 +8,10 @@
 --     0.11, marked with its confidence when below the gate; inserted elsewhere),
 --   * :DgRewrite [instruction]: rewrite the selected lines with an instruction (asked for when
 --     not given), also used by the server's "Rewrite selection with instruction…" code action,
+--   * :DgFillHoles [marks]: a completion at every cursor, each its own, from one
+--     dg-lsp/fillHoles request, applied as one edit: the cursors are the marks named
+--     (`:DgFillHoles a b`), else each line of the visual block where `A` would append (each
+--     line's end for a linewise range), else the cursor; require("dg_lsp").fill_holes(),
 --   * next-edit suggestions (textDocument/copilotInlineEdit): after a change, the edit it implies
 --     elsewhere (the next `count` of a rename), drawn where it applies; <Tab> goes there, then
 --     applies it; :DgNextEdit, :DgNextEditAccept, :DgNextEditDismiss,
@@ -22,6 +26,7 @@ local M = {}
 
 M.name = "dg_lsp"
 M.rewrite_command = "dg-lsp.rewriteWithInstruction"
+M.fill_holes_method = "dg-lsp/fillHoles"
 
 M.defaults = {
   -- How to start the server: the `dg-lsp` console script on PATH.
@@ -226,6 +231,90 @@ function M.rewrite(opts)
     args.instruction = opts.args
   end
   M.rewrite_with_prompt(client, bufnr, args)
+end
+
+-- The LSP positions :DgFillHoles completes at (see the top of this file); nil and a reason
+-- when a mark is not set.
+function M.fill_positions(bufnr, opts, encoding)
+  local places = {} -- { 0-based row, 0-based byte column }
+  local marks = vim.split(opts.args or "", "%s+", { trimempty = true })
+  if #marks > 0 then
+    for _, name in ipairs(marks) do
+      local mark = vim.api.nvim_buf_get_mark(bufnr, name)
+      if mark[1] == 0 then
+        return nil, "mark " .. name .. " is not set in this buffer"
+      end
+      table.insert(places, { mark[1] - 1, mark[2] })
+    end
+  elseif opts.range and opts.range > 0 then
+    local vstart, vend = vim.fn.getpos("'<"), vim.fn.getpos("'>")
+    local block = vim.fn.visualmode() == "\22" and vstart[2] == opts.line1 and vend[2] == opts.line2
+    -- a block's right edge: '< and '> hold its corners' bytes (1-based), `$` a huge column
+    local edge = block and math.max(vstart[3], vend[3]) or math.huge
+    for row = opts.line1 - 1, opts.line2 - 1 do
+      table.insert(places, { row, math.min(edge, #buf_line(bufnr, row)) })
+    end
+  else
+    local row, col = unpack(vim.api.nvim_win_get_cursor(0))
+    table.insert(places, { row - 1, col })
+  end
+  local positions = {}
+  for _, place in ipairs(places) do
+    local line = buf_line(bufnr, place[1])
+    table.insert(positions, { line = place[1], character = to_lsp_col(line, math.min(place[2], #line), encoding) })
+  end
+  return positions
+end
+
+-- Each position's own completion (LSP positions), from one dg-lsp/fillHoles request, applied
+-- as one edit while the buffer is unchanged; fires User DgFillHolesDone.
+function M.fill_holes(bufnr, positions)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  local client = client_for(bufnr)
+  if client == nil then
+    notify("no dg-lsp server is attached to this buffer", vim.log.levels.WARN)
+    return done("DgFillHolesDone")
+  end
+  local version = buf_version(bufnr)
+  local params = { textDocument = { uri = vim.uri_from_bufnr(bufnr), version = version }, positions = positions }
+  request(client, M.fill_holes_method, params, function(err, result)
+    if err then
+      notify("completing at every cursor failed: " .. (err.message or vim.inspect(err)), vim.log.levels.WARN)
+    elseif buf_version(bufnr) ~= version then
+      notify("the buffer changed while the model ran; nothing was inserted", vim.log.levels.WARN)
+    else
+      local edits, seen = {}, {}
+      for _, item in ipairs(type(result) == "table" and result.items or {}) do
+        local key = item.range.start.line .. ":" .. item.range.start.character
+        if item.text ~= "" and not seen[key] then
+          seen[key] = true
+          table.insert(edits, { range = item.range, newText = item.text })
+        end
+      end
+      if #edits == 0 then
+        notify("the model wrote nothing usable at the cursors")
+      else
+        vim.lsp.util.apply_text_edits(edits, bufnr, encoding_of(client))
+      end
+    end
+    done("DgFillHolesDone")
+  end, bufnr)
+end
+
+-- :DgFillHoles [marks]
+function M.fill_holes_command(opts)
+  local bufnr = vim.api.nvim_get_current_buf()
+  local client = client_for(bufnr)
+  if client == nil then
+    notify("no dg-lsp server is attached to this buffer", vim.log.levels.WARN)
+    return
+  end
+  local positions, reason = M.fill_positions(bufnr, opts, encoding_of(client))
+  if positions == nil then
+    notify(reason, vim.log.levels.WARN)
+    return
+  end
+  M.fill_holes(bufnr, positions)
 end
 
 -- Inserts the model's suggestion at the cursor: textDocument/inlineCompletion asked for
@@ -1026,6 +1115,9 @@ function M.setup(opts)
 
   vim.api.nvim_create_user_command("DgRewrite", M.rewrite, {
     range = true, nargs = "?", desc = "dg-lsp: rewrite the selection with an instruction",
+  })
+  vim.api.nvim_create_user_command("DgFillHoles", M.fill_holes_command, {
+    range = true, nargs = "*", desc = "dg-lsp: a completion at every cursor (marks, visual block)",
   })
   vim.api.nvim_create_user_command("DgComplete", function() M.complete() end, {
     desc = "dg-lsp: insert the completion at the cursor",

@@ -1,0 +1,76 @@
+"""`dg-lsp/fillHoles`: a completion at every cursor, each its own, in one request
+(dg_lsp.actions.cursors; the messages: dg_lsp.lsp.messages).
+
+The user asked for it by hand (the editors' "Complete at every cursor"), so a refusal is an
+LSP error the user is shown, as a code action's is (dg_lsp.lsp.actions): the document not open
+or changed while the model ran (ContentModified), a position outside it, too many cursors, an
+engine that cannot fill several holes at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from lsprotocol import types
+
+from dg_lsp.actions.cursors import complete_at_cursors
+from dg_lsp.actions.rewrite import MAX_DOCUMENT_CHARS, RewriteError
+from dg_lsp.actions.targets import ParsedText
+from dg_lsp.lsp.actions import _check_version, _refuse
+from dg_lsp.lsp.documents import short_path
+from dg_lsp.lsp.messages import FILL_HOLES, FilledHole, FilledHoles, FillHolesParams
+from dg_lsp.lsp.state import DgLanguageServer
+from dg_lsp.positions import offset_at, position_at
+from dg_lsp.syntax.languages import language_for
+from engine.serve.client import EngineUnavailable
+
+
+def register(server: DgLanguageServer) -> None:
+    @server.feature(FILL_HOLES)
+    async def fill_holes_request(ls: DgLanguageServer, params: FillHolesParams) -> FilledHoles:
+        return await fill_holes(ls, params)
+
+
+async def fill_holes(server: DgLanguageServer, params: FillHolesParams) -> FilledHoles:
+    """Each position's own completion, in the order the positions were given."""
+    uri, version = params.text_document.uri, params.text_document.version
+    _check_version(server, uri, version)
+    doc = server.documents.get(uri)
+    if len(doc.text) > MAX_DOCUMENT_CHARS or not doc.is_valid_text or "\x00" in doc.text:
+        raise _refuse(server, f"cannot complete in {short_path(uri)}: too large, binary or "
+                      "not valid Unicode")
+    encoding = server.position_encoding
+    offsets = [offset_at(doc.text, p, encoding) for p in params.positions]
+    if any(offset is None for offset in offsets):
+        outside = next(p for p, o in zip(params.positions, offsets, strict=True) if o is None)
+        raise _refuse(server, f"position {outside.line}:{outside.character} is outside "
+                      f"{short_path(uri)}")
+    text, revision = doc.text, doc.revision
+    backend = await server.engine.backend()
+    if backend is None:
+        raise _refuse(server, "the model is not loaded")
+    language = language_for(doc.language_id, uri)
+    parsed = ParsedText(text, language, server.trees.tree(uri, text, language), uri)
+    stop = threading.Event()
+    try:
+        fills = await asyncio.get_running_loop().run_in_executor(
+            None, complete_at_cursors, server.engine.stepped(backend), parsed, offsets,
+            server.settings, stop.is_set)
+    except asyncio.CancelledError:
+        stop.set()
+        raise
+    except RewriteError as exc:
+        raise _refuse(server, str(exc)) from exc
+    except EngineUnavailable as exc:
+        server.engine.lost(exc, backend)
+        raise _refuse(server, "the engine stopped; try again") from exc
+    _check_version(server, uri, version, revision)
+    items = []
+    for position, offset, found in zip(params.positions, offsets, fills.suggestions,
+                                       strict=True):
+        end = offset + (found.replace if found is not None else 0)
+        items.append(FilledHole(position, found.text if found is not None else "",
+                                types.Range(position_at(text, offset, encoding),
+                                            position_at(text, end, encoding))))
+    return FilledHoles(items)
