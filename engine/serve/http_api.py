@@ -5,7 +5,9 @@
     POST /infill           llama.cpp's server: input_prefix, input_suffix, input_extra, prompt
 
 OpenAI clients that send the suffix as a field (Continue's `llamastack` provider, the `openai`
-package) call the first; llama.vim and llama.vscode the last. The port itself (where it may
+package) call the first; llama.vim and llama.vscode the last. Where there is no suffix, a
+prompt written in a code model's FIM template (twinny, Continue's `openai` provider) is split
+back into prefix and suffix (engine.serve.fim_templates). The port itself (where it may
 listen, TLS, its deadlines) is engine.serve.http_listen's.
 Requests become the same scheduler Jobs the Unix socket's do (engine.serve.limits.parse_request,
 same bounds and deadline), in the same process, so editors and HTTP tools batch together
@@ -42,6 +44,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine.serve import protocol
 from engine.serve.endpoint import bearer_matches
+from engine.serve.fim_templates import split_fim
 from engine.serve.limits import parse_request
 from engine.serve.protocol import ProtocolError
 from engine.text.canvas import other_file_snippet
@@ -245,10 +248,13 @@ class HttpApi:
                     raise ApiError(400, "prompt: one string (a batch of prompts is not "
                                    "supported)", "prompt", "unsupported")
                 prompt = prompt[0]
+            suffix = body.get("suffix", str, "")
+            if not suffix:  # twinny, Continue's openai provider: a FIM template in the prompt
+                prompt, suffix = split_fim(prompt) or (prompt, suffix)
             stops = body.stops()
             stream = body.get("stream", bool, False)
             name = (await self.backend.hello())["name"]
-            drafts = await self._submit(prompt, body.get("suffix", str, ""),
+            drafts = await self._submit(prompt, suffix,
                                         body.get("max_tokens", int, OPENAI_MAX_TOKENS), body,
                                         {"prefix": "prompt", "suffix": "suffix",
                                          "max_tokens": "max_tokens"})
@@ -280,16 +286,20 @@ class HttpApi:
                        for c in extra):
                 raise ApiError(400, "input_extra: expected [{filename, text}]", "input_extra",
                                "invalid_type")
-            prefix = (snippets(extra) + body.get("input_prefix", str, "")
-                      + body.get("prompt", str, ""))
-            n_predict = body.get("n_predict", int, -1)
+            prefix, suffix = body.get("input_prefix", str, ""), body.get("input_suffix", str, "")
+            prompt = body.get("prompt", str, "")
+            if not prefix and not suffix:  # twinny's llamacpp provider: a template in prompt
+                prompt, suffix = split_fim(prompt) or (prompt, suffix)
+            prefix = snippets(extra) + prefix + prompt
+            # llama.cpp's server takes max_tokens for n_predict too (twinny's llamacpp sends it)
+            n_predict = body.get("n_predict", int, body.get("max_tokens", int, -1))
             stops = body.stops()
             stream = body.get("stream", bool, False)
             name = (await self.backend.hello())["name"]
             if n_predict == 0:  # llama.vim's cache warm-up: nothing to write
                 return JSONResponse({"content": "", "stop": True, "model": name,
                                      "tokens_predicted": 0, "stop_type": "limit"})
-            drafts = await self._submit(prefix, body.get("input_suffix", str, ""),
+            drafts = await self._submit(prefix, suffix,
                                         n_predict if n_predict > 0 else LLAMA_N_PREDICT, body,
                                         {"prefix": "input_prefix", "suffix": "input_suffix",
                                          "max_tokens": "n_predict"})

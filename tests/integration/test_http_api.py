@@ -161,6 +161,66 @@ def test_continue_adapter_package_equals_the_engine_in_process(served, inproc, p
         assert len(pieces) >= 2  # the text, then the final chunk
 
 
+# Prompts written in a code model's FIM template with no suffix field, as twinny and Continue's
+# `provider: openai` send them: split back, they complete as the same prefix and suffix do.
+@pytest.mark.parametrize("template,name,stream", [
+    ("<fim_prefix>{p}<fim_suffix>{s}<fim_middle>", "half", False),
+    ("<PRE> {p} <SUF>{s} <MID>", "double", True),
+    ("[SUFFIX]{s}[PREFIX]{p}", "negate", False),
+])
+def test_openai_client_with_a_fim_template_in_the_prompt_equals_prefix_and_suffix(
+        served, inproc, template, name, stream):
+    base, model, _ = served
+    prefix, suffix = f"def {name}(x):\n    return ", f"\n\nprint({name}(1))\n"
+    expected = inproc.infill(prefix, suffix, 8, seed=0).text
+    answer = _client(base).completions.create(
+        model=model, prompt=template.format(p=prefix, s=suffix), max_tokens=8, seed=0,
+        stream=stream)
+    chunks = list(answer) if stream else [answer]
+    assert "".join(c.choices[0].text for c in chunks) == expected
+
+
+def test_continue_openai_provider_autocomplete_with_its_template(served, inproc):
+    """Continue's autocomplete with `provider: openai`: its default template (stableCode, for a
+    model name it does not know) in `prompt`, no suffix, through its adapter's completions."""
+    folder = installed_adapter()
+    base, model, _ = served
+    prefix, suffix = "def diameter(r):\n    return ", "\n\nprint(diameter(2))\n"
+    stops = ["<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<file_sep>", "<|endoftext|>",
+             "</fim_middle>", "</code>"]  # the template's own
+    expected = inproc.infill(prefix, suffix, 8).text
+    assert expected and not any(stop in expected for stop in stops)
+    body = {"model": model, "prompt": f"<fim_prefix>{prefix}<fim_suffix>{suffix}<fim_middle>",
+            "max_tokens": 8, "temperature": 0, "stop": stops, "stream": True}
+    pieces = adapter_call(folder, {"provider": "openai", "apiBase": f"{base}/v1/",
+                                   "apiKey": TOKEN}, "completionStream", body)
+    assert "".join(pieces) == expected
+
+
+@pytest.mark.parametrize("path,prompt,prefix,suffix,field", [
+    # provider lmstudio (its body; the codellama template, twinny's default, as twinny writes it)
+    ("/v1/completions", "<PRE> \ndef cube(x):\n    return  <SUF> \nprint(cube(3))\n <MID>",
+     "\ndef cube(x):\n    return ", " \nprint(cube(3))\n", "text"),
+    # provider llamacpp with path /infill (its body; the codeqwen template)
+    ("/infill", "<|fim_prefix|>def square(x):\n    return <|fim_suffix|>\nprint(square(3))\n"
+     "<|fim_middle|>", "def square(x):\n    return ", "\nprint(square(3))\n", "content"),
+])
+def test_twinny_request_shapes_equal_the_engine_in_process(served, inproc, path, prompt, prefix,
+                                                          suffix, field):
+    """twinny's FIM requests (src/extension/provider-options.ts), streamed as it reads them."""
+    base, model, _ = served
+    expected = inproc.infill(prefix, suffix, 8).text
+    body = {"prompt": prompt, "stream": True, "temperature": 0, "max_tokens": 8}
+    if path == "/v1/completions":
+        body["model"] = model
+    with httpx.stream("POST", f"{base}{path}", json=body, headers=_auth(),
+                      timeout=120) as response:
+        assert response.status_code == 200
+        events = [e for e in _events(response) if e != "[DONE]"]
+    texts = [e["choices"][0]["text"] if field == "text" else e["content"] for e in events]
+    assert "".join(texts) == expected
+
+
 def llama_vim_request(prefix: str, middle: str, suffix: str, stream: bool) -> dict:
     """The body llama.vim's FIM request sends (its autoload/llama.vim)."""
     return {"id_slot": 0, "input_prefix": prefix, "input_suffix": suffix,
