@@ -204,3 +204,12 @@ class InfillResult:
     tokens_per_step: float
     finish_reason: str  # "stop" (model ended the hole), "length" (hole full), "cancelled"
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
+
+
+@dataclass
+class HolesResult:
+    """A HolesRequest run to its end (engine.Engine.fill_holes)."""
+
+    texts: tuple[str, ...]  # each hole's text, in order
+    steps: int  # forward passes of the model, every hole's together
+    finish_reason: str  # "stop" (every hole ended on its stop or unit), "length", "cancelled"

@@ -204,6 +204,66 @@ def layout(
                   crlf=crlf, max_length=canvas_length)
 
 
+@dataclass
+class HolesCanvas:
+    """Several holes in one canvas: `canvas`'s hole is the span from the first hole's start to
+    the last one's end, holding the code kept between the holes (`tokens`, `committed`: the
+    span's tokens, masks in the holes, and which are kept); `holes`: each hole's [start, end)
+    in the span."""
+
+    canvas: Canvas
+    tokens: list[int]
+    committed: list[bool]
+    holes: list[tuple[int, int]]
+
+
+def holes_layout(
+    tokenizer: Tokenizer,
+    config: ModelConfig,
+    texts: Sequence[str],
+    hole_lens: Sequence[int],
+    canvas_length: int = CANVAS_LENGTH,
+    suffix_fraction: float = SUFFIX_FRACTION,
+    vocab: VocabText | None = None,
+) -> HolesCanvas:
+    """`[BOS] texts[0] MASK*n0 texts[1] MASK*n1 ... texts[-1]` in at most `canvas_length`
+    tokens: the holes and the code between them whole (ValueError when they do not fit), the
+    prefix and the suffix cut as `layout` cuts them. Only the first hole is healed (`vocab`):
+    the code kept before a later hole is the user's, whole, and usually ends a line."""
+    mask = config.mask_token_id if config.mask_token_id is not None else -1
+    use_bos = expects_bos(config)
+    crlf = any("\r\n" in text for text in texts)
+    texts = [to_lf(text) for text in texts]
+    kept = [tokenizer.encode(text) for text in texts[1:-1]]
+    fixed = sum(hole_lens) + sum(map(len, kept)) + (1 if use_bos else 0)
+    if fixed > canvas_length or min(hole_lens, default=0) < 1:
+        raise ValueError(f"{len(hole_lens)} holes of {sum(hole_lens)} tokens and the "
+                         f"{sum(map(len, kept))} tokens of code kept between them do not fit "
+                         f"a canvas of {canvas_length} tokens")
+    prefix_ids, suffix_ids = tokenizer.encode(texts[0]), tokenizer.encode(texts[-1])
+    heal_text = ""
+    if vocab is not None:
+        prefix_ids, heal_text = heal(tokenizer, vocab, prefix_ids)
+    n_prefix, n_suffix = split_budget(len(prefix_ids), len(suffix_ids), canvas_length - fixed,
+                                      suffix_fraction)
+    prefix_ids = keep_tail(tokenizer, prefix_ids, n_prefix)
+    suffix_ids = keep_head(tokenizer, suffix_ids, n_suffix)
+    tokens: list[int] = []
+    committed: list[bool] = []
+    holes: list[tuple[int, int]] = []
+    for i, n in enumerate(hole_lens):
+        if i:
+            tokens += kept[i - 1]
+            committed += [True] * len(kept[i - 1])
+        holes.append((len(tokens), len(tokens) + n))
+        tokens += [mask] * n
+        committed += [False] * n
+    head = ([config.bos_token_id] if use_bos else []) + prefix_ids
+    canvas = Canvas(ids=head + tokens + suffix_ids, hole_start=len(head), hole_len=len(tokens),
+                    heal_text=heal_text, crlf=crlf, max_length=canvas_length)
+    return HolesCanvas(canvas, tokens, committed, holes)
+
+
 def to_lf(text: str) -> str:
     """`text` with CRLF line ends as LF: the model reads LF (`completion_text` restores CRLF)."""
     return text.replace("\r\n", "\n")
