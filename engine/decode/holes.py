@@ -155,7 +155,7 @@ class SequentialHoles:
 
     def _infill(self, k: int) -> InfillRequest:
         r = self.request
-        prefix = r.texts[0] + spliced(r.texts, self.filled) + r.texts[k]
+        prefix = "".join(t + f for t, f in zip(r.texts, self.filled, strict=False)) + r.texts[k]
         suffix = "".join(r.texts[k + 1 :])
         return InfillRequest(prefix, suffix, r.max_tokens[k], r.settings, r.canvas_length,
                              r.suffix_fraction, self.units[k])
