@@ -345,6 +345,7 @@ class MaskedDenoiser:
         proposed[lo:hi] = proposed_range
         proposed_confidence = hole.confidence.clone()
         proposed_confidence[lo:hi] = confidence.float()
+        commit = self._at_least(commit, proposed_confidence)
         if self.choices is not None:
             commit = choose(self.choices, hole, self.pad_id, lo, proposed, proposed_confidence)
         elif settings.stop_run and self.expand_id is None:
@@ -369,6 +370,11 @@ class MaskedDenoiser:
         elif settings.min_tokens > 0 and self.stop_list:  # choices set their own lengths
             self._no_early_stop(logits, lo)
         return logits
+
+    def _at_least(self, commit: Tensor, confidence: Tensor) -> Tensor:
+        """The positions a step commits, given the sampler's picks `commit` (a hole of several
+        adds its own minimum: engine.decode.holes)."""
+        return commit
 
     def _stop_run(self, region: Tensor, commit: Tensor, proposed: Tensor) -> Tensor:
         """The stop run committed with this step's picks (engine.decode.hole.stop_run)."""

@@ -10,11 +10,17 @@ commits across all of them at once. The rules that end a hole apply to each hole
 - a stop token committed in hole k pads the rest of hole k, not the kept code or later holes;
 - the stop run (engine.decode.hole.stop_run) is each hole's trailing run of stop tokens;
 - min_tokens forbids a stop in each hole's first positions;
+- the sampler's minimum of one position a step is one per hole still masked (its most
+  confident), so each hole advances as it would alone;
 - once hole k's committed text holds its unit end (`HolesRequest.until[k]`), the rest of the
-  hole is padded: no pass is spent on text the client cuts away;
-- only the first hole is healed (engine.text.canvas.holes_layout).
+  hole is padded: no pass is spent on text the client cuts away; a line's rest is padded as
+  soon as any of its positions holds a newline (the positions after it are cut away whatever
+  those before it become), where one InfillRequest waits for the text before it;
+- every hole is healed (engine.text.canvas.holes_layout): its first token completes the last
+  token of the text before it, dropped from the canvas, and its text is shown without it.
 
-A request with one hole decodes exactly as the InfillRequest with the same text, size and unit.
+A request with one hole decodes exactly as the InfillRequest with the same text and size (and
+unit, but a line's, which ends the hole earlier here).
 
 One after another (`SequentialHoles`: the AR baseline, the block family, and DreamOn, whose
 growing and shrinking hole would move the kept code between holes): hole k is an InfillRequest
@@ -41,7 +47,7 @@ from engine.decode.hole import stop_early_in, stop_run
 from engine.decode.runner import Steps
 from engine.text.canvas import HolesCanvas, completion_text, to_lf
 from engine.text.stops import completion_ids
-from engine.text.units import settled, unit_ended
+from engine.text.units import LINE, settled, unit_ended
 from engine.types import Draft, HolesRequest, InfillRequest, UnitEnd, score_of
 
 
@@ -72,9 +78,37 @@ class HolesDenoiser(MaskedDenoiser):
         request's; `units`: each hole's unit end."""
         super().__init__(*args, start=(layout.tokens, layout.committed), **kwargs)
         self.holes = layout.holes
+        self.heals = layout.heals
+        # A later hole's first token completes the text healed from the code before it (the
+        # first hole's is the canvas's, applied by MaskedDenoiser's constraints).
+        self.firsts: dict[int, Tensor] = {}
+        for k, heal in enumerate(layout.heals[1:], start=1):
+            if heal:
+                first = torch.zeros(self.model.cfg.vocab_size, dtype=torch.bool,
+                                    device=self.device)
+                first[kwargs["vocab"].ids_starting_with(heal)] = True
+                self.firsts[k] = first
         self.texts = [to_lf(text) for text in texts]
         self.units = list(units)
         self.ended = [False] * len(self.holes)  # by a stop token or its unit end
+
+    def _constrained(self, logits: Tensor, lo: int, steps_left: int | None) -> Tensor:
+        logits = super()._constrained(logits, lo, steps_left)
+        for k, first in self.firsts.items():
+            row = self.holes[k][0] - lo
+            if 0 <= row < logits.shape[0] and not bool(self.hole.committed[row + lo]):
+                logits[row, ~first] = float("-inf")
+        return logits
+
+    def _at_least(self, commit: Tensor, confidence: Tensor) -> Tensor:
+        # The sampler's one position a step is one per hole: each hole advances at least as
+        # fast as it would alone, so the holes together take about the passes of the longest.
+        masked = self.hole.masked()
+        for a, b in self.holes:
+            if bool(masked[a:b].any()) and not bool(commit[a:b].any()):
+                scores = confidence[a:b].masked_fill(~masked[a:b], -1.0)
+                commit[a + int(scores.argmax())] = True
+        return commit
 
     def _stop_run(self, region: Tensor, commit: Tensor, proposed: Tensor) -> Tensor:
         extra = torch.zeros_like(commit)
@@ -94,17 +128,42 @@ class HolesDenoiser(MaskedDenoiser):
         region = hole.x[hole.start : hole.end]
         pad = self.pad_id if self.pad_id is not None else self.stop_list[0]
         for k, (a, b) in enumerate(self.holes):
-            if self.ended[k]:
-                continue
             if stop_early_in(region[a:b], hole.committed[a:b], self.stop_ids, self.pad_id):
                 self.ended[k] = True
-            elif self.units[k] is not None and unit_ended(self.hole_text(k), self.units[k]):
+            if bool(hole.committed[a:b].all()) or self.units[k] is None:
+                continue
+            if unit_ended(self.hole_text(k), self.units[k]):
                 # The rest of the hole is cut away by the client: pad it, spend no pass on it.
                 rest = ~hole.committed[a:b]
-                region[a:b][rest] = pad
-                hole.committed[a:b] |= rest
-                self.ended[k] = True
+            elif self.units[k].kind == LINE and (p := self._first_newline(k)) is not None:
+                # A line ends at its first newline: whatever the positions before it become,
+                # those after it are cut away.
+                rest = ~hole.committed[a:b]
+                rest[: p + 1] = False
+                if not bool(rest.any()):
+                    continue
+            else:
+                continue
+            region[a:b][rest] = pad
+            hole.committed[a:b] |= rest
+            self.ended[k] = True
         self.stopped = all(self.ended)
+
+    def _first_newline(self, k: int) -> int | None:
+        """The first position of hole k committed to a token that holds a newline (the healed
+        text of its first token aside: that newline is the line before the hole's)."""
+        a, b = self.holes[k]
+        tokens = self.hole.x[self.hole.start + a : self.hole.start + b].tolist()
+        for p, (token, done) in enumerate(zip(tokens, self.hole.committed[a:b].tolist(),
+                                              strict=True)):
+            if not done or token in self.stop_ids:
+                continue
+            text = self.tokenizer.decode([token])
+            if p == 0 and self.heals[k]:
+                text = text[len(self.heals[k]) :]
+            if "\n" in text:
+                return p
+        return None
 
     def _hole_ids(self, k: int) -> list[int]:
         a, b = self.holes[k]
@@ -118,6 +177,8 @@ class HolesDenoiser(MaskedDenoiser):
         text = self.tokenizer.decode(self._hole_ids(k))
         if k == 0:
             return completion_text(self.canvas, text)
+        if self.heals[k] and text.startswith(self.heals[k]):
+            text = text[len(self.heals[k]) :]
         return text.replace("\n", "\r\n") if self.canvas.crlf else text
 
     def draft(self, done: bool = False, reason: str = "") -> Draft:

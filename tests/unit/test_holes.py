@@ -29,7 +29,8 @@ from engine.types import (
 )
 from tests.support.tiny_checkpoints import write_dream_checkpoint
 
-TEXTS = ("def f(x):", "\n    y = x + 1\n", "\n")  # '):' heals to nothing
+# Neither '):' nor '1' heals (no longer token starts with them): each hole starts afresh.
+TEXTS = ("def f(x):", "\n    y = x + 1", "\n")
 LINE = UnitEnd("line")
 
 
@@ -76,7 +77,7 @@ def words(engine: Engine, *texts: str) -> list[int]:
 
 def test_a_stop_in_one_hole_pads_that_hole_alone(dream: Engine) -> None:
     steps = joint(dream, HolesRequest(TEXTS, (4, 4), SamplerSettings(stop_run=False)))
-    assert steps.canvas.heal_text == ""
+    assert steps.heals == ["", ""]
     (a0, b0), (a1, b1) = steps.holes
     kept = span_tokens(steps)[b0:a1]
     stop, pad = dream.config.eos_token_id, steps.pad_id
@@ -103,14 +104,29 @@ def test_a_hole_that_holds_its_unit_end_is_padded_and_the_others_go_on(dream: En
     newline, x, y = words(dream, "\n", "x", "y")
     rows = [(x, 30.0), (newline, 30.0), (y, 2.0), (y, 2.0)]  # hole 0: 'x\n' committed
     rows += [(t, 1.0) for t in kept]
-    rows += [(y, 3.0)] * 4
+    rows += [(y, 3.0), (y, 3.0), (y, 4.0), (y, 3.0)]  # below hole 0's: the sampler's k=2
     draft = steps.advance(chosen_logits(steps, rows))
     tokens, committed = span_tokens(steps), steps.hole.committed.tolist()
     assert tokens[a0:b0] == [x, newline, steps.pad_id, steps.pad_id]
     assert committed[a0:b0] == [True] * 4
-    assert committed[a1:b1] == [False] * 4
+    # Every hole still masked commits at least its most confident position a step.
+    assert committed[a1:b1] == [False, False, True, False]
     assert draft.holes == ("x\n", "")
     assert not draft.done and steps.ended == [True, False]
+
+
+def test_a_later_hole_is_healed_from_the_code_before_it(dream: Engine) -> None:
+    steps = joint(dream, HolesRequest(("def f(x):", "\n    y = x\n", "\n"), (3, 3)))
+    assert steps.heals == ["", "\n"]
+    (a0, b0), (a1, b1) = steps.holes
+    kept = span_tokens(steps)[b0:a1]
+    assert dream.tokenizer.decode(kept) == "\n    y = x"  # its newline is the hole's now
+    x, newline = words(dream, "x", "\n")
+    logits = chosen_logits(steps, [(x, 30.0)] * (b1 + 0))
+    logits[a1, newline] = 20.0  # below x, which cannot complete the healed newline
+    draft = steps.advance(logits)
+    assert span_tokens(steps)[a1:b1] == [newline, x, x]
+    assert draft.holes == ("xxx", "xx")  # the healed newline is the kept code's
 
 
 def test_min_tokens_forbids_a_stop_at_the_start_of_every_hole(dream: Engine) -> None:
@@ -127,7 +143,7 @@ def test_min_tokens_forbids_a_stop_at_the_start_of_every_hole(dream: Engine) -> 
 
 def test_one_hole_decodes_as_the_infill_it_stands_for(bundled_engine: Engine) -> None:
     prefix, suffix = "class Stack:\n    def __init__(self):\n", "\n    def push(self, x):\n"
-    for until in (None, LINE):
+    for until in (None, UnitEnd("brackets")):
         here = last_draft(bundled_engine.infill_stream(InfillRequest(prefix, suffix, 16,
                                                                      until=until)))
         holes = last_draft(bundled_engine.holes_stream(HolesRequest(
