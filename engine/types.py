@@ -173,7 +173,9 @@ class Draft:
     # engine that predates it sent none: the completion is shown as if ungated.
     score: Score | None = None
     # A HolesRequest's committed text per hole (each up to its first gap or stop token), in
-    # order; () for the other requests.
+    # order; () for the other requests. A HolesRequest's draft has in `text` the code from the
+    # first hole to the last with these in place, in `token_ids` every hole's completion tokens
+    # (engine.decode.holes).
     holes: tuple[str, ...] = ()
 
 

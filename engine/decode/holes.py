@@ -228,7 +228,8 @@ class SequentialHoles:
         draft = settled(self.current.step(), self.units[k])
         holes = (*self.filled, draft.text)
         passes = self.passes + draft.step
-        ends = self.decoder.stop_ids() | {self.decoder.config.mask_token_id}
+        mask = self.decoder.config.mask_token_id
+        ends = self.decoder.stop_ids() | ({mask} if mask is not None else set())
         ids = self.ids + completion_ids(draft.token_ids, ends)
         if draft.done:
             self.current.close()
