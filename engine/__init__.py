@@ -1,10 +1,18 @@
 """dg-engine: loads diffusion code models and denoises holes in code."""
 
 from engine.models.config import CheckpointError, ModelConfig
-from engine.types import Draft, InfillRequest, InfillResult, RewriteRequest, SamplerSettings
+from engine.types import (
+    Draft,
+    HolesRequest,
+    HolesResult,
+    InfillRequest,
+    InfillResult,
+    RewriteRequest,
+    SamplerSettings,
+)
 
-__all__ = ["CheckpointError", "Draft", "Engine", "InfillRequest", "InfillResult", "ModelConfig",
-           "RewriteRequest", "SamplerSettings"]
+__all__ = ["CheckpointError", "Draft", "Engine", "HolesRequest", "HolesResult", "InfillRequest",
+           "InfillResult", "ModelConfig", "RewriteRequest", "SamplerSettings"]
 
 
 def __getattr__(name: str):

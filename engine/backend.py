@@ -92,6 +92,10 @@ class WrappedBackend:
                        *, document: str | None = None) -> Iterator[Draft]:
         return self._wrap(self.backend.rewrite_stream(request, cancel, document=document))
 
+    def holes_stream(self, request: HolesRequest, cancel: Callable[[], bool] | None = None,
+                     *, document: str | None = None) -> Iterator[Draft]:
+        return self._wrap(self.backend.holes_stream(request, cancel, document=document))
+
     def completion_ids(self, draft: Draft) -> list[int]:
         return self.backend.completion_ids(draft)
 

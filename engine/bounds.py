@@ -74,6 +74,10 @@ CANVAS_LENGTH_RANGE = Bounds(64, 8192, integer=True)
 SUFFIX_FRACTION_RANGE = Bounds(0, 0.95)
 STRENGTH_RANGE = Bounds(0, 1)  # a rewrite's share of tokens written again
 HOLE_SIZE_RANGE = Bounds(1, 1024, integer=True)
+# A request with several holes (engine.types.HolesRequest): how many, and their tokens in all
+# (each hole is one HOLE_SIZE_RANGE); the stubs of one function, not a file's worth of masks.
+HOLE_COUNT_RANGE = Bounds(1, 16, integer=True)
+MASKED_TOKENS_RANGE = Bounds(1, 2048, integer=True)
 # The confidence gate: a completion whose calibrated probability of being close to right, or
 # an edit whose least confident generated token, is below it is not shown (dg_lsp.completion.gate;
 # 0 shows everything).
@@ -109,3 +113,20 @@ EDITS_RANGE = Bounds(0, 10**8, integer=True)
 HOLES_RANGE = Bounds(1, 10**8, integer=True)
 WINDOW_RANGE = Bounds(1, 1024, integer=True)
 CERTAINTY_RANGE = Bounds(0, 100)
+
+
+def holes_problem(texts: int, max_tokens: Any) -> str | None:
+    """Why a request with `texts` texts around holes of `max_tokens` tokens each is not one
+    the engine serves (None when it is): one more text than holes, the holes' count, each
+    hole's size and their tokens in all within their ranges."""
+    if not isinstance(max_tokens, list | tuple):
+        return f"max_tokens: expected a list of integers, got {max_tokens!r:.60}"
+    if problem := HOLE_COUNT_RANGE.problem("holes", len(max_tokens)):
+        return problem
+    if texts != len(max_tokens) + 1:
+        return (f"texts: expected one more text than holes ({len(max_tokens) + 1}: the prefix, "
+                f"the code between the holes, the suffix), got {texts}")
+    for i, n in enumerate(max_tokens):
+        if problem := HOLE_SIZE_RANGE.problem(f"max_tokens[{i}]", n):
+            return problem
+    return MASKED_TOKENS_RANGE.problem("max_tokens in all", sum(max_tokens))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -38,10 +38,13 @@ from engine.types import (
     CANVAS_LENGTH,
     SUFFIX_FRACTION,
     Draft,
+    HolesRequest,
+    HolesResult,
     InfillRequest,
     InfillResult,
     RewriteRequest,
     SamplerSettings,
+    UnitEnd,
     last_draft,
 )
 
@@ -145,6 +148,26 @@ class Engine:
         """Drafts of `request.original` rewritten at `request.strength` (engine.text.remask)."""
         return self._stream(request, cancel)
 
+    def holes_stream(self, request: HolesRequest, cancel: Callable[[], bool] | None = None,
+                     *, document: str | None = None) -> Iterator[Draft]:
+        """Drafts of the request's holes, denoised jointly where the family can
+        (engine.decode.holes); each draft's `holes` holds every hole's committed text."""
+        return self._stream(request, cancel)
+
+    def fill_holes(self, texts: Sequence[str], max_tokens: Sequence[int],
+                   settings: SamplerSettings | None = None,
+                   until: Sequence[UnitEnd | None] | None = None,
+                   canvas_length: int = CANVAS_LENGTH,
+                   suffix_fraction: float = SUFFIX_FRACTION) -> HolesResult:
+        """Fill the holes between `texts` (prefix, the code between the holes, suffix): the
+        HolesRequest these arguments make, run to its end."""
+        request = HolesRequest(tuple(texts), tuple(max_tokens), settings or SamplerSettings(),
+                               canvas_length, suffix_fraction,
+                               None if until is None else tuple(until))
+        last = last_draft(self.holes_stream(request))
+        assert last is not None  # every request ends with a final Draft
+        return HolesResult(last.holes, last.step, last.finish_reason)
+
     def infill(
         self,
         prefix: str,
@@ -181,14 +204,14 @@ class Engine:
             timings=timings,
         )
 
-    def live(self, request: InfillRequest | RewriteRequest,
+    def live(self, request: InfillRequest | RewriteRequest | HolesRequest,
              cancel: Callable[[], bool] | None = None, deadline: float | None = None,
              alone: bool = False, **options: Any) -> Live:
         """`request` being decoded, for `runner` to step (options: as `Decoder.start`)."""
         until = request.until if isinstance(request, InfillRequest) else None
         return Live(self.decoder.start(request, **options), until, cancel, deadline, alone)
 
-    def _stream(self, request: InfillRequest | RewriteRequest,
+    def _stream(self, request: InfillRequest | RewriteRequest | HolesRequest,
                 cancel: Callable[[], bool] | None, **options: Any) -> Iterator[Draft]:
         # A generator: nothing (not even the canvas) is computed until the first draft is
         # asked for, and a request that cannot be laid out raises there.

@@ -173,7 +173,9 @@ class Draft:
     # engine that predates it sent none: the completion is shown as if ungated.
     score: Score | None = None
     # A HolesRequest's committed text per hole (each up to its first gap or stop token), in
-    # order; () for the other requests.
+    # order; () for the other requests. A HolesRequest's draft has in `text` the code from the
+    # first hole to the last with these in place, in `token_ids` every hole's completion tokens
+    # (engine.decode.holes).
     holes: tuple[str, ...] = ()
 
 
@@ -204,3 +206,12 @@ class InfillResult:
     tokens_per_step: float
     finish_reason: str  # "stop" (model ended the hole), "length" (hole full), "cancelled"
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
+
+
+@dataclass
+class HolesResult:
+    """A HolesRequest run to its end (engine.Engine.fill_holes)."""
+
+    texts: tuple[str, ...]  # each hole's text, in order
+    steps: int  # forward passes of the model, every hole's together
+    finish_reason: str  # "stop" (every hole ended on its stop or unit), "length", "cancelled"

@@ -345,10 +345,11 @@ class MaskedDenoiser:
         proposed[lo:hi] = proposed_range
         proposed_confidence = hole.confidence.clone()
         proposed_confidence[lo:hi] = confidence.float()
+        commit = self._at_least(commit, proposed_confidence)
         if self.choices is not None:
             commit = choose(self.choices, hole, self.pad_id, lo, proposed, proposed_confidence)
         elif settings.stop_run and self.expand_id is None:
-            commit |= stop_run(region, hole.committed, commit, proposed, self.stop_tensor)
+            commit |= self._stop_run(region, commit, proposed)
         region[commit] = proposed[commit]
         hole.confidence[commit] = proposed_confidence[commit]
         hole.committed |= commit
@@ -366,9 +367,23 @@ class MaskedDenoiser:
         self.constraints.apply(logits, starts_hole=lo == 0)
         if self.choices is not None:
             follow_choices(self.choices, self.hole, logits, lo)
-        elif settings.min_tokens > lo and self.stop_list:  # choices set their own lengths
-            logits[: settings.min_tokens - lo, self.stop_list] = float("-inf")
+        elif settings.min_tokens > 0 and self.stop_list:  # choices set their own lengths
+            self._no_early_stop(logits, lo)
         return logits
+
+    def _at_least(self, commit: Tensor, confidence: Tensor) -> Tensor:
+        """The positions a step commits, given the sampler's picks `commit` (a hole of several
+        adds its own minimum: engine.decode.holes)."""
+        return commit
+
+    def _stop_run(self, region: Tensor, commit: Tensor, proposed: Tensor) -> Tensor:
+        """The stop run committed with this step's picks (engine.decode.hole.stop_run)."""
+        return stop_run(region, self.hole.committed, commit, proposed, self.stop_tensor)
+
+    def _no_early_stop(self, logits: Tensor, lo: int) -> None:
+        """No stop token in the hole's first `min_tokens` positions (logits from lo on)."""
+        if self.settings.min_tokens > lo:
+            logits[: self.settings.min_tokens - lo, self.stop_list] = float("-inf")
 
     def _after_commit(self) -> None:
         """DreamOn's edits of the hole, or the early stop after a committed stop token."""

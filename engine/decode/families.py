@@ -13,6 +13,9 @@ family a model is.
   (engine.decode.ar); it cannot keep tokens inside what it writes, so a rewrite is a fresh infill.
 - BlockDecoder: DiffusionGemma denoises canvases after the prompt (engine.models.block);
   rewrites start from the original tokens and renoise a seeded share of them.
+
+A request with several holes (HolesRequest) is denoised jointly in one canvas by the masked
+family and filled one hole after another by the others (`holes`, engine.decode.holes).
 """
 
 from __future__ import annotations
@@ -25,18 +28,19 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from engine.bounds import STRENGTH_RANGE
+from engine.bounds import STRENGTH_RANGE, holes_problem
 from engine.decode.ar import FIM_TOKENS, decode_ar
 from engine.decode.denoise import MaskedDenoiser
+from engine.decode.holes import HolesDenoiser, SequentialHoles, units_of
 from engine.decode.kv_cache import PrefixCache
 from engine.decode.runner import DraftSteps, Steps
 from engine.models.config import ModelConfig
 from engine.models.transformer import Transformer, shift_logits
-from engine.text.canvas import Canvas, VocabText, completion_text, layout, to_lf
+from engine.text.canvas import Canvas, VocabText, completion_text, holes_layout, layout, to_lf
 from engine.text.choices import Choices
 from engine.text.remask import default_max_tokens, least_likely_kept, seeded_kept
 from engine.text.tokenizer import EOS, Tokenizer
-from engine.types import Draft, InfillRequest, RewriteRequest, SamplerSettings
+from engine.types import Draft, HolesRequest, InfillRequest, RewriteRequest, SamplerSettings
 
 # What a decoder lays out a canvas from: either request has prefix, suffix, canvas_length and
 # suffix_fraction.
@@ -83,13 +87,16 @@ class Decoder:
         return layout(self.tokenizer, self.config, request.prefix, request.suffix, hole,
                       request.canvas_length, request.suffix_fraction, vocab=self.vocab)
 
-    def start(self, request: Request, *, stop_early: bool = True,
+    def start(self, request: Request | HolesRequest, *, stop_early: bool = True,
               timings: dict[str, float] | None = None) -> Steps:
         """`request`'s Steps: its canvas laid out, no pass run yet (but a partial rewrite's
-        scoring pass). `stop_early=False`: stop tokens are forbidden and the hole is filled
-        to `max_tokens` (the evaluation's fixed-length protocol). `timings` collects seconds
-        per stage."""
+        scoring pass); a HolesRequest's holes as `holes` fills them. `stop_early=False`: stop
+        tokens are forbidden and the hole is filled to `max_tokens` (the evaluation's
+        fixed-length protocol). `timings` collects seconds per stage."""
         timings = {} if timings is None else timings
+        if isinstance(request, HolesRequest):
+            self.check_holes(request)
+            return self.holes(request, timings)
         if isinstance(request, RewriteRequest):
             return self._rewrite(request, timings)
         t0 = time.perf_counter()
@@ -116,6 +123,21 @@ class Decoder:
              stop_early: bool, timings: dict[str, float]) -> Steps:
         """The Steps that fill `canvas`'s hole."""
         raise NotImplementedError
+
+    def holes(self, request: HolesRequest, timings: dict[str, float]) -> Steps:
+        """The Steps that fill a request's holes; this default fills them one after another
+        (engine.decode.holes.SequentialHoles)."""
+        return SequentialHoles(self, request)
+
+    def check_holes(self, request: HolesRequest) -> None:
+        """ValueError when `request` is not one this decoder can lay out (the wrong number of
+        texts or units, holes out of range, the code between them too long for its canvas);
+        no pass is run."""
+        if problem := holes_problem(len(request.texts), request.max_tokens):
+            raise ValueError(problem)
+        units_of(request)
+        holes_layout(self.tokenizer, self.config, request.texts, request.max_tokens,
+                     request.canvas_length, request.suffix_fraction)
 
     def _rewrite(self, request: RewriteRequest, timings: dict[str, float]) -> Steps:
         if problem := STRENGTH_RANGE.problem("strength", request.strength):
@@ -178,6 +200,20 @@ class MaskedDecoder(_TransformerDecoder):
         return MaskedDenoiser(self.model, self.config, self.tokenizer, canvas, settings,
                               self.stop_ids(), stop_early=stop_early, vocab=self.vocab,
                               timings=timings, prefix_cache=self.prefix_cache)
+
+    def holes(self, request: HolesRequest, timings: dict[str, float]) -> Steps:
+        if self.config.expand_token_id is not None:
+            # DreamOn's holes grow and shrink, moving the code kept between them: one after
+            # another, each grows as a single hole does.
+            return super().holes(request, timings)
+        t0 = time.perf_counter()
+        layout = holes_layout(self.tokenizer, self.config, request.texts, request.max_tokens,
+                              request.canvas_length, request.suffix_fraction, vocab=self.vocab)
+        timings["tokenize"] = time.perf_counter() - t0
+        return HolesDenoiser(self.model, self.config, self.tokenizer, layout.canvas,
+                             request.settings, self.stop_ids(), vocab=self.vocab,
+                             timings=timings, prefix_cache=self.prefix_cache, layout=layout,
+                             texts=request.texts, units=units_of(request))
 
     def rewrite_kept(self, request: RewriteRequest, original_ids: list[int], hole_len: int
                      ) -> MaskedDenoiser:

@@ -116,17 +116,23 @@ def stop_run(region: Tensor, committed: Tensor, commit: Tensor, proposed: Tensor
 
 def stop_early(hole: Hole, stop_ids: set[int], pad_id: int | None) -> bool:
     """Pad everything after the first committed stop token; whether there is one."""
-    region = hole.x[hole.start : hole.end]
-    is_stop = torch.zeros_like(hole.committed)
+    return stop_early_in(hole.x[hole.start : hole.end], hole.committed, stop_ids, pad_id)
+
+
+def stop_early_in(region: Tensor, committed: Tensor, stop_ids: set[int], pad_id: int | None
+                  ) -> bool:
+    """`stop_early` on the positions `region` of a hole (views, edited in place), with their
+    `committed` flags: one hole of several in a canvas (engine.decode.holes)."""
+    is_stop = torch.zeros_like(committed)
     for t in stop_ids:
         is_stop |= region == t
-    is_stop &= hole.committed
+    is_stop &= committed
     if not bool(is_stop.any()):
         return False
     first = int(is_stop.nonzero()[0])
     if pad_id is not None:
         region[first + 1 :] = pad_id
-    hole.committed[first + 1 :] = True
+    committed[first + 1 :] = True
     return True
 
 

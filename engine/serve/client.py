@@ -40,7 +40,7 @@ from engine.serve.endpoint import (
     open_private,
 )
 from engine.text.stops import completion_ids
-from engine.types import Draft, InfillRequest, RewriteRequest
+from engine.types import Draft, HolesRequest, InfillRequest, RewriteRequest
 
 START_TIMEOUT = 600.0  # seconds to wait for a starting engine to load a model
 IDLE_EXIT = 1800.0  # an engine started by a client exits after this long without clients
@@ -93,6 +93,10 @@ class WireBackend:
 
     def rewrite_stream(self, request: RewriteRequest, cancel: Callable[[], bool] | None = None,
                        *, document: str | None = None) -> Iterator[Draft]:
+        return self._stream(protocol.to_wire(request, document), cancel)
+
+    def holes_stream(self, request: HolesRequest, cancel: Callable[[], bool] | None = None,
+                     *, document: str | None = None) -> Iterator[Draft]:
         return self._stream(protocol.to_wire(request, document), cancel)
 
     def completion_ids(self, draft: Draft) -> list[int]:

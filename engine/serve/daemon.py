@@ -206,7 +206,7 @@ class EngineServer:
             if job is not None:
                 self.scheduler.cancel(job)
             return {"type": "ok", "id": request_id}
-        if op in ("infill", "rewrite"):
+        if op in ("infill", "rewrite", "holes"):
             if request_id in jobs:
                 raise ProtocolError("bad-request", f"request id {request_id!r} is in use")
             job = parse_request(message, op, self.limits, self.engine.decoder)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from engine.bounds import CANVAS_LENGTH_RANGE
 from engine.serve import protocol
 from engine.serve.protocol import ProtocolError
-from engine.types import RewriteRequest
+from engine.types import HolesRequest, RewriteRequest
 
 if TYPE_CHECKING:  # they import torch: loaded only to serve
     from engine.decode.families import Decoder
@@ -38,14 +38,17 @@ class Limits:
 
 
 def parse_request(message: dict[str, Any], op: str, limits: Limits, decoder: Decoder) -> Job:
-    """The scheduler's Job for an infill or rewrite message; ProtocolError when the message
+    """The scheduler's Job for an infill, rewrite or holes message; ProtocolError when the message
     is malformed (protocol.from_wire) or over this engine's limits."""
     from engine.serve.scheduler import PRIORITIES, Job, request_bytes
 
     request = protocol.from_wire(dict(message, op=op))
     canvas_length = request.canvas_length
-    # A rewrite without max_tokens is sized from its original: it is held to the default.
-    max_tokens = request.max_tokens if request.max_tokens is not None else 32
+    if isinstance(request, HolesRequest):
+        max_tokens = sum(request.max_tokens)  # the masks in all
+    else:
+        # A rewrite without max_tokens is sized from its original: it is held to the default.
+        max_tokens = request.max_tokens if request.max_tokens is not None else 32
     low = int(CANVAS_LENGTH_RANGE.low)
     high = min(int(CANVAS_LENGTH_RANGE.high), limits.max_canvas)
     if not low <= canvas_length <= high:
@@ -70,7 +73,10 @@ def parse_request(message: dict[str, Any], op: str, limits: Limits, decoder: Dec
     if isinstance(request, RewriteRequest) and len(request.original) > keep:
         raise ProtocolError("bad-request", f"original: {len(request.original)} characters do "
                             f"not fit a canvas of {canvas_length} tokens")
-    request = replace(request, prefix=request.prefix[-keep:], suffix=request.suffix[:keep])
+    if isinstance(request, HolesRequest):
+        request = _holes_fit(request, keep, decoder)
+    else:
+        request = replace(request, prefix=request.prefix[-keep:], suffix=request.suffix[:keep])
     return Job(request, priority, deadline=time.monotonic() + limits.request_timeout)
 
 
@@ -81,3 +87,19 @@ def free_memory(device: Any) -> int:
 
         return torch.cuda.mem_get_info(device)[0]
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def _holes_fit(request: HolesRequest, keep: int, decoder: Decoder) -> HolesRequest:
+    """`request` with its prefix and suffix trimmed as an infill's are; ProtocolError when the
+    code kept between its holes does not fit its canvas whole (laid out here, no pass run)."""
+    kept = sum(map(len, request.texts[1:-1]))
+    if kept > keep:
+        raise ProtocolError("bad-request", f"texts: the {kept} characters kept between the "
+                            f"holes do not fit a canvas of {request.canvas_length} tokens")
+    texts = (request.texts[0][-keep:], *request.texts[1:-1], request.texts[-1][:keep])
+    request = replace(request, texts=texts)
+    try:
+        decoder.check_holes(request)
+    except ValueError as exc:
+        raise ProtocolError("bad-request", str(exc)) from None
+    return request

@@ -18,6 +18,15 @@ connection):
      "canvas_length": int, "suffix_fraction": float, "settings": {SamplerSettings fields},
      "priority": "interactive"|"batch", "stream": bool}
     {"op": "rewrite", "id": 3, ...infill fields..., "original": str, "strength": float}
+    {"op": "holes", "id": 8, "texts": [str], "max_tokens": [int], "canvas_length": int,
+     "suffix_fraction": float, "settings": {...}, "until": [unit or null] (optional),
+     "priority": ..., "stream": bool}
+
+A "holes" message is one engine.types.HolesRequest: the prefix, the code kept between the
+holes and the suffix (`texts`, one more than the holes), each hole's size, and each hole's unit
+end (one "until" object, below, or null per hole). Its drafts carry "holes" (each hole's
+committed text, in order); other drafts leave it out. The number of holes and their tokens in
+all are bounded (engine.bounds.holes_problem); an engine that predates it answers "unknown-op".
 
 An infill or rewrite message is one engine.types.InfillRequest or RewriteRequest, field for
 field (`to_wire`, `from_wire`); "id", "stream" and "priority" are the connection's, and
@@ -82,13 +91,14 @@ import socket
 import struct
 from typing import Any
 
-from engine.bounds import STRENGTH_RANGE, SUFFIX_FRACTION_RANGE, bounds_of
+from engine.bounds import STRENGTH_RANGE, SUFFIX_FRACTION_RANGE, bounds_of, holes_problem
 from engine.text.units import UNIT_KINDS
 from engine.types import (
     CANVAS_LENGTH,
     SAMPLERS,
     SUFFIX_FRACTION,
     Draft,
+    HolesRequest,
     InfillRequest,
     RewriteRequest,
     SamplerSettings,
@@ -283,9 +293,9 @@ def document_key(document: str) -> str:
                            digest_size=16).hexdigest()
 
 
-def to_wire(request: InfillRequest | RewriteRequest, document: str | None = None
+def to_wire(request: InfillRequest | RewriteRequest | HolesRequest, document: str | None = None
             ) -> dict[str, Any]:
-    """An "infill" or "rewrite" message of `request` (every client builds it here; the id,
+    """An "infill", "rewrite" or "holes" message of `request` (every client builds it here; the id,
     "stream" and "priority" are the client's), with `document_key(document)` beside it."""
     message = _request_to_wire(request)
     if document:
@@ -293,7 +303,17 @@ def to_wire(request: InfillRequest | RewriteRequest, document: str | None = None
     return message
 
 
-def _request_to_wire(request: InfillRequest | RewriteRequest) -> dict[str, Any]:
+def _request_to_wire(request: InfillRequest | RewriteRequest | HolesRequest) -> dict[str, Any]:
+    if isinstance(request, HolesRequest):
+        message = {"op": "holes", "texts": list(request.texts),
+                   "max_tokens": list(request.max_tokens),
+                   "canvas_length": request.canvas_length,
+                   "suffix_fraction": request.suffix_fraction,
+                   "settings": settings_to_wire(request.settings)}
+        if request.until is not None:
+            message["until"] = [None if unit is None else dataclasses.asdict(unit)
+                                for unit in request.until]
+        return message
     if isinstance(request, RewriteRequest):
         message = {"op": "rewrite", "prefix": request.prefix, "suffix": request.suffix,
                    "original": request.original, "strength": request.strength,
@@ -314,16 +334,58 @@ def _request_to_wire(request: InfillRequest | RewriteRequest) -> dict[str, Any]:
     return message
 
 
-def from_wire(message: dict[str, Any]) -> InfillRequest | RewriteRequest:
-    """The request an "infill" or "rewrite" message holds, every field typed and in its
-    range; ProtocolError ("bad-request") naming the first that is not. What this engine can
+def from_wire(message: dict[str, Any]) -> InfillRequest | RewriteRequest | HolesRequest:
+    """The request an "infill", "rewrite" or "holes" message holds, every field typed and in
+    its range; ProtocolError ("bad-request") naming the first that is not. What this engine can
     serve (its canvas, its memory) is the engine's to check (engine.serve.daemon)."""
+    field = _field_reader(message)
+    document = field("document", str, "")  # the router's (engine.serve.team.routing)
+    check_text("document", document)
+    if len(document) > MAX_DOCUMENT:
+        raise ProtocolError("bad-request", f"document: at most {MAX_DOCUMENT} characters")
+    canvas_length = field("canvas_length", int, CANVAS_LENGTH)
+    suffix_fraction = field("suffix_fraction", (int, float), SUFFIX_FRACTION)
+    if problem := SUFFIX_FRACTION_RANGE.problem("suffix_fraction", suffix_fraction):
+        raise ProtocolError("bad-request", problem)
+    settings = settings_from_wire(message.get("settings"))
+    if message.get("op") == "holes":
+        return _holes_from_wire(message, settings, canvas_length, float(suffix_fraction))
+    return _infill_from_wire(message, settings, canvas_length, float(suffix_fraction))
 
+
+def _field_reader(message: dict[str, Any]) -> Any:
     def field(name: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
         value = message.get(name, default)
         if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
             raise ProtocolError("bad-request", f"{name}: expected {kind}, got {value!r:.60}")
         return value
+
+    return field
+
+
+def _holes_from_wire(message: dict[str, Any], settings: SamplerSettings, canvas_length: int,
+                     suffix_fraction: float) -> HolesRequest:
+    field = _field_reader(message)
+    texts, max_tokens = field("texts", list), field("max_tokens", list)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise ProtocolError("bad-request", f"texts[{i}]: expected a string, got {text!r:.60}")
+        check_text(f"texts[{i}]", text)
+    if problem := holes_problem(len(texts), max_tokens):
+        raise ProtocolError("bad-request", problem)
+    until = field("until", (list, type(None)))
+    if until is not None:
+        if len(until) != len(max_tokens):
+            raise ProtocolError("bad-request", f"until: expected one unit (or null) per hole "
+                                f"({len(max_tokens)}), got {len(until)}")
+        until = tuple(unit_from_wire(unit) for unit in until)
+    return HolesRequest(tuple(texts), tuple(max_tokens), settings, canvas_length,
+                        suffix_fraction, until)
+
+
+def _infill_from_wire(message: dict[str, Any], settings: SamplerSettings, canvas_length: int,
+                      suffix_fraction: float) -> InfillRequest | RewriteRequest:
+    field = _field_reader(message)
 
     def text(name: str, default: str | None = "") -> str:
         value = field(name, str, default)
@@ -331,18 +393,9 @@ def from_wire(message: dict[str, Any]) -> InfillRequest | RewriteRequest:
         return value
 
     prefix, suffix = text("prefix"), text("suffix")
-    document = text("document")  # the router's (engine.serve.team.routing), not the request's
-    if len(document) > MAX_DOCUMENT:
-        raise ProtocolError("bad-request", f"document: at most {MAX_DOCUMENT} characters")
     rewrite = message.get("op") == "rewrite"
     max_tokens = (field("max_tokens", (int, type(None))) if rewrite
                   else field("max_tokens", int, 32))
-    canvas_length = field("canvas_length", int, CANVAS_LENGTH)
-    suffix_fraction = field("suffix_fraction", (int, float), SUFFIX_FRACTION)
-    if problem := SUFFIX_FRACTION_RANGE.problem("suffix_fraction", suffix_fraction):
-        raise ProtocolError("bad-request", problem)
-    suffix_fraction = float(suffix_fraction)
-    settings = settings_from_wire(message.get("settings"))
     if rewrite:
         original = text("original", None)
         strength = field("strength", (int, float), 1.0)
@@ -388,13 +441,21 @@ def draft_message(kind: str, request_id: Any, draft: Draft) -> dict[str, Any]:
 def draft_to_wire(draft: Draft) -> dict[str, Any]:
     raw = dataclasses.asdict(draft)
     del raw["score"]
+    if not draft.holes:  # only a "holes" request's drafts carry them
+        del raw["holes"]
     return raw
+
+
+_DRAFT_FIELDS = {f.name for f in dataclasses.fields(Draft)} - {"score"}
 
 
 def draft_from_wire(raw: dict[str, Any], score: Any = None) -> Draft:
     """The Draft of a reply's "draft" and "score" fields; a score that is missing (an engine
-    that predates it) or malformed is None: the completion is shown ungated."""
-    return Draft(**raw, score=score_from_wire(score))
+    that predates it) or malformed is None: the completion is shown ungated. Fields this
+    client does not know (a newer engine's) are left out."""
+    known = {name: value for name, value in raw.items() if name in _DRAFT_FIELDS}
+    known["holes"] = tuple(known.get("holes", ()))
+    return Draft(**known, score=score_from_wire(score))
 
 
 def score_from_wire(raw: Any) -> Score | None:

@@ -43,7 +43,7 @@ import torch
 from engine.decode.runner import Live, empty_draft, stop_reason
 from engine.engine import Engine
 from engine.models.config import ModelConfig
-from engine.types import Draft, InfillRequest, RewriteRequest
+from engine.types import Draft, HolesRequest, InfillRequest, RewriteRequest
 
 INTERACTIVE, BATCH, LARGE = "interactive", "batch", "large"
 PRIORITIES = (INTERACTIVE, BATCH)
@@ -57,7 +57,7 @@ BACKGROUND_SHARE = 4  # background work waits this many times its last step's du
 class Job:
     """One request as the scheduler sees it: the request, unchanged, and the job's state."""
 
-    request: InfillRequest | RewriteRequest
+    request: InfillRequest | RewriteRequest | HolesRequest
     priority: str = INTERACTIVE
     # Called on the scheduler thread with every Draft (the last has done=True), or with an
     # error (code, message) instead.

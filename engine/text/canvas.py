@@ -204,6 +204,72 @@ def layout(
                   crlf=crlf, max_length=canvas_length)
 
 
+@dataclass
+class HolesCanvas:
+    """Several holes in one canvas: `canvas`'s hole is the span from the first hole's start to
+    the last one's end, holding the code kept between the holes (`tokens`, `committed`: the
+    span's tokens, masks in the holes, and which are kept); `holes`: each hole's [start, end)
+    in the span."""
+
+    canvas: Canvas
+    tokens: list[int]
+    committed: list[bool]
+    holes: list[tuple[int, int]]
+    heals: list[str]  # the text each hole's first token must start with (canvas.heal_text first)
+
+
+def holes_layout(
+    tokenizer: Tokenizer,
+    config: ModelConfig,
+    texts: Sequence[str],
+    hole_lens: Sequence[int],
+    canvas_length: int = CANVAS_LENGTH,
+    suffix_fraction: float = SUFFIX_FRACTION,
+    vocab: VocabText | None = None,
+) -> HolesCanvas:
+    """`[BOS] texts[0] MASK*n0 texts[1] MASK*n1 ... texts[-1]` in at most `canvas_length`
+    tokens: the holes and the code between them whole (ValueError when they do not fit), the
+    prefix and the suffix cut as `layout` cuts them. Every hole is healed as `layout` heals
+    its one (`vocab`): the text before a later hole is kept code that usually ends in a newline,
+    and unhealed, the model starts that hole with a newline of its own rather than the
+    indentation the newline token would have carried."""
+    mask = config.mask_token_id if config.mask_token_id is not None else -1
+    use_bos = expects_bos(config)
+    crlf = any("\r\n" in text for text in texts)
+    texts = [to_lf(text) for text in texts]
+    kept = [tokenizer.encode(text) for text in texts[1:-1]]
+    heals = [""] * len(hole_lens)
+    if vocab is not None:
+        for i, ids in enumerate(kept):
+            kept[i], heals[i + 1] = heal(tokenizer, vocab, ids)
+    fixed = sum(hole_lens) + sum(map(len, kept)) + (1 if use_bos else 0)
+    if fixed > canvas_length or min(hole_lens, default=0) < 1:
+        raise ValueError(f"{len(hole_lens)} holes of {sum(hole_lens)} tokens and the "
+                         f"{sum(map(len, kept))} tokens of code kept between them do not fit "
+                         f"a canvas of {canvas_length} tokens")
+    prefix_ids, suffix_ids = tokenizer.encode(texts[0]), tokenizer.encode(texts[-1])
+    if vocab is not None:
+        prefix_ids, heals[0] = heal(tokenizer, vocab, prefix_ids)
+    n_prefix, n_suffix = split_budget(len(prefix_ids), len(suffix_ids), canvas_length - fixed,
+                                      suffix_fraction)
+    prefix_ids = keep_tail(tokenizer, prefix_ids, n_prefix)
+    suffix_ids = keep_head(tokenizer, suffix_ids, n_suffix)
+    tokens: list[int] = []
+    committed: list[bool] = []
+    holes: list[tuple[int, int]] = []
+    for i, n in enumerate(hole_lens):
+        if i:
+            tokens += kept[i - 1]
+            committed += [True] * len(kept[i - 1])
+        holes.append((len(tokens), len(tokens) + n))
+        tokens += [mask] * n
+        committed += [False] * n
+    head = ([config.bos_token_id] if use_bos else []) + prefix_ids
+    canvas = Canvas(ids=head + tokens + suffix_ids, hole_start=len(head), hole_len=len(tokens),
+                    heal_text=heals[0], crlf=crlf, max_length=canvas_length)
+    return HolesCanvas(canvas, tokens, committed, holes, heals)
+
+
 def to_lf(text: str) -> str:
     """`text` with CRLF line ends as LF: the model reads LF (`completion_text` restores CRLF)."""
     return text.replace("\r\n", "\n")

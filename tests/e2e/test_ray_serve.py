@@ -23,13 +23,13 @@ ray = pytest.importorskip("ray", reason="Ray is optional: pip install 'dg-lsp[di
 serve = pytest.importorskip("ray.serve", reason="needs ray[serve]")
 pytestmark = pytest.mark.e2e  # a local Ray cluster
 
-from engine.serve.client import EngineUnavailable  # noqa: E402
+from engine.serve.client import EngineRefused, EngineUnavailable  # noqa: E402
 from engine.serve.team.app import APP_NAME, AppOptions, build_app, token_digest  # noqa: E402
 from engine.serve.team.command import tls_context  # noqa: E402
 from engine.serve.team.front import Front  # noqa: E402
 from engine.serve.team.remote import RemoteEngine, read_token  # noqa: E402
 from engine.serve.team.routing import rank, routing_key  # noqa: E402
-from engine.types import InfillRequest, RewriteRequest, SamplerSettings  # noqa: E402
+from engine.types import HolesRequest, InfillRequest, RewriteRequest, SamplerSettings, UnitEnd  # noqa: E402, E501
 from tests.support.continue_adapter import adapter_call, installed_adapter  # noqa: E402
 from tests.support.front_thread import front_in_thread  # noqa: E402
 from tests.support.openai_checks import check_completions  # noqa: E402
@@ -133,6 +133,15 @@ def test_a_remote_completion_equals_the_local_engine_for_the_same_seed(team, dre
     here = list(local.rewrite_stream(rewrite))[-1]
     there = list(remote.rewrite_stream(rewrite))[-1]
     assert (there.token_ids, there.text) == (here.token_ids, here.text)
+    holes = HolesRequest(("def f(a):\n", "\n    b = a * 2\n", "\n"), (6, 5),
+                         SamplerSettings(share_prefix=False), until=(UnitEnd("line"), None))
+    here = list(local.holes_stream(holes))
+    there = list(remote.holes_stream(holes, document="f.py"))
+    assert [(d.holes, d.token_ids, d.step) for d in there] == [
+        (d.holes, d.token_ids, d.step) for d in here]
+    with pytest.raises(EngineRefused, match="holes: expected an integer in 1..16"):
+        list(remote.holes_stream(HolesRequest(("a",) * 18, (1,) * 17)))
+    assert list(remote.holes_stream(holes))[-1].holes == here[-1].holes  # still serving
 
 
 def test_eight_clients_typing_every_request_answered_or_cancelled_and_one_replica_per_document(

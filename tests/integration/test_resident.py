@@ -33,7 +33,7 @@ from engine.serve import protocol
 from engine.serve.client import EngineClient, EngineRefused
 from engine.serve.endpoint import endpoint_for, resolved_device
 from engine.text.units import UnitEnd
-from engine.types import InfillRequest, RewriteRequest, SamplerSettings
+from engine.types import HolesRequest, InfillRequest, RewriteRequest, SamplerSettings
 from tests.support.wait import wait_for
 
 PREFIXES = [f"def f{i}(x):\n    y = x + {i}\n    return " for i in range(8)]
@@ -160,6 +160,34 @@ def test_rewrites_through_the_engine_equal_in_process_ones(engine, inproc):
         there = list(engine.rewrite_stream(request))[-1]
         assert (there.token_ids, there.text, there.step) == (here.token_ids, here.text,
                                                               here.step)
+
+
+# Two holes, the first ended at its line; no prefix shared with an earlier request's.
+HOLES = HolesRequest(("def f(a):\n", "\n    b = a * 2\n", "\n"), (6, 5),
+                     SamplerSettings(share_prefix=False), until=(UnitEnd("line"), None))
+
+
+def test_holes_through_the_engine_equal_in_process_ones(engine, inproc):
+    here = list(inproc.holes_stream(HOLES))
+    there = list(engine.holes_stream(HOLES, document="f.py"))
+    assert [(d.holes, d.token_ids, d.step, d.finish_reason) for d in there] == [
+        (d.holes, d.token_ids, d.step, d.finish_reason) for d in here]
+    assert len(there[-1].holes) == 2
+
+
+@pytest.mark.parametrize(("request_", "message"), [
+    (HolesRequest(("a", "b"), (4, 4)), "texts: expected one more text than holes"),
+    (HolesRequest(("a",) * 18, (1,) * 17), "holes: expected an integer in 1..16"),
+    (HolesRequest(("a",) * 4, (1000,) * 3), "max_tokens in all: expected an integer in 1..2048"),
+    (HolesRequest(("a", "x = 1\n" * 40, "c"), (4, 4), canvas_length=64),
+     "2 holes of 8 tokens and the"),
+])
+def test_a_holes_request_over_the_limits_is_refused_and_the_engine_keeps_serving(
+        engine, inproc, request_, message):
+    with pytest.raises(EngineRefused, match="bad-request") as error:
+        list(engine.holes_stream(request_))
+    assert message in str(error.value)
+    assert list(engine.holes_stream(HOLES))[-1].holes == list(inproc.holes_stream(HOLES))[-1].holes
 
 
 def test_a_rewrite_without_max_tokens_is_sized_from_its_original_there_as_here(engine, inproc):

@@ -1,231 +1,242 @@
-"""Stub holes and filling several at once: where the holes are (tree-sitter, no model), the one
-request that fills them (its canvas, sizes and unit ends), the edit made of given fills or the
-refusal naming the hole, and a completion at every cursor. The engine is scripted
-(tests/support/scripted.py); over LSP: tests/integration/test_holes_lsp.py."""
+"""Several holes in one request (engine.types.HolesRequest, engine.decode.holes).
+
+The per-hole rules are checked on the tiny Dream checkpoint by handing the joint denoiser
+logits chosen here (`advance`), so what each step commits is known exactly; the bundled model
+checks that one hole decodes as the InfillRequest it stands for; the AR baseline and DreamOn
+fill their holes one after another, which must equal the InfillRequests run by hand.
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
+import torch
 
-from dg_lsp.actions.cursors import complete_at_cursors
-from dg_lsp.actions.holes import (
-    MAX_HOLES,
-    STATEMENT_TOKENS,
-    action_edit,
-    all_hole_targets,
-    fill_edit,
-    hole_targets,
-)
-from dg_lsp.actions.rewrite import RewriteError
-from dg_lsp.actions.stubs import BODY, STATEMENT, find_stubs
-from dg_lsp.actions.targets import (
-    BODY_TOKENS,
-    COMPLETE_BODY,
-    FILL_FUNCTION,
-    FILL_SELECTION,
-    ParsedText,
-    targets_at,
-)
-from dg_lsp.settings import Settings
-from dg_lsp.syntax.languages import language_for
+from engine import Engine
 from engine.backend import CountingBackend
-from engine.types import UnitEnd
-from tests.support.scripted import Scripted, holes
-from tests.support.targets import doc
+from engine.decode.holes import HolesDenoiser, SequentialHoles
+from engine.serve import protocol
+from engine.types import (
+    Draft,
+    HolesRequest,
+    InfillRequest,
+    SamplerSettings,
+    UnitEnd,
+    last_draft,
+)
+from tests.support.tiny_checkpoints import write_dream_checkpoint
 
-MEAN = ("def mean(xs):\n"
-        "    total = 0\n"
-        "    ...\n"
-        "    n = len(xs)  # TODO not alone: no hole\n"
-        "    pass  # TODO: return the mean\n")
-
-
-def found(text: str, language: str = "python", uri: str = "") -> list[tuple[int, str, str]]:
-    """(1-based line, the stub's text, its size) of every hole."""
-    parsed = ParsedText(text, language_for(language), uri=uri)
-    return [(s.line + 1, text[s.start:s.end], s.size) for s in find_stubs(parsed)]
-
-
-def apply(text: str, parts: list[tuple[int, int, str]]) -> str:
-    for start, end, fill in sorted(parts, reverse=True):
-        text = text[:start] + fill + text[end:]
-    return text
+# Neither '):' nor '1' heals (no longer token starts with them): each hole starts afresh.
+TEXTS = ("def f(x):", "\n    y = x + 1", "\n")
+LINE = UnitEnd("line")
 
 
-# -- where the holes are ----------------------------------------------------------------------
+@pytest.fixture(autouse=True, scope="module")
+def one_thread() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
-def test_python_holes_are_stub_lines_alone_in_a_function_body():
-    text = ("x = ...\n"
-            "# TODO: at module level: no hole\n"
-            "def f(a):\n"
-            "    # TODO: check a\n"
-            "    pass  # FIXME later\n"
-            "    pass\n"
-            "    ...\n"
-            "    print(...)\n"
-            "    # a comment that asks nothing\n"
-            "\n"
-            "def g():\n"
-            '    """Doc."""\n'
-            "    ...\n")
-    assert found(text) == [(4, "# TODO: check a", STATEMENT),
-                           (5, "pass  # FIXME later", STATEMENT),
-                           (7, "...", STATEMENT),
-                           (13, "...", BODY)]
+@pytest.fixture(scope="module")
+def dream(dream_ckpt: Path) -> Engine:
+    return Engine.load(str(dream_ckpt), device="cpu", dtype="float32")
 
 
-def test_a_bare_ellipsis_that_only_declares_is_no_hole():
-    text = ("import abc\nfrom typing import Protocol, overload\n\n"
-            "class P(Protocol):\n    def m(self):\n        ...\n\n"
-            "class A:\n    @abc.abstractmethod\n    def m(self):\n        ...\n\n"
-            "    @overload\n    def n(self, x: int) -> int:\n        ...\n\n"
-            "    def o(self):\n        ...\n\n"
-            "    def p(self):\n        pass  # TODO: write p\n")
-    assert found(text) == [(18, "...", BODY), (21, "pass  # TODO: write p", BODY)]
-    assert found("def f():\n    ...\n", uri="file:///tmp/stubs.pyi") == []
+def joint(engine: Engine, request: HolesRequest) -> HolesDenoiser:
+    steps = engine.decoder.start(request)
+    assert isinstance(steps, HolesDenoiser)
+    return steps
 
 
-def test_holes_in_the_other_languages():
-    assert found("fn f() {\n    let x = 1;\n    todo!();\n    // TODO: log x\n}\n"
-                 "fn g() -> i32 {\n    unimplemented!()\n}\nfn h() {\n    vec!();\n}\n",
-                 "rust") == [(3, "todo!();", STATEMENT), (4, "// TODO: log x", STATEMENT),
-                             (7, "unimplemented!()", BODY)]
-    assert found("function f(a) {\n  // TODO: validate a\n  return a;\n}\n"
-                 "// TODO: outside\nclass C {\n  m() {\n    // FIXME\n  }\n}\n",
-                 "javascript") == [(2, "// TODO: validate a", STATEMENT),
-                                   (8, "// FIXME", BODY)]
-    assert found("function f(): number {\n  // TODO: compute\n}\n", "typescript") == [
-        (2, "// TODO: compute", BODY)]
-    assert found("package p\n\nfunc f() int {\n\tx := 1\n\t// TODO: double x\n\treturn x\n}\n",
-                 "go") == [(5, "// TODO: double x", STATEMENT)]
+def chosen_logits(steps: HolesDenoiser, rows: list[tuple[int, float]]) -> torch.Tensor:
+    """Logits of the masked range in which row i proposes token rows[i][0] with logit
+    rows[i][1] over zeros: its confidence rises with the logit."""
+    lo, hi = steps.masked_range()
+    assert hi - lo == len(rows)
+    logits = torch.zeros(len(rows), steps.model.cfg.vocab_size)
+    for i, (token, value) in enumerate(rows):
+        logits[i, token] = value
+    return logits
 
 
-def test_the_fill_actions_are_offered_where_holes_are():
-    d = doc(MEAN + "\ndef done():\n    return 1\n")
-    in_mean, in_done = MEAN.index("total"), len(MEAN) + 10
-    (target,) = hole_targets(d, in_mean, in_mean)
-    assert (target.action, target.title, MEAN[target.start:target.end]) == (
-        FILL_FUNCTION, "Fill every hole in this function",
-        "...\n    n = len(xs)  # TODO not alone: no hole\n    pass  # TODO: return the mean")
-    assert hole_targets(d, in_done, in_done) == []
-    start = MEAN.index("...")
-    assert [(t.action, t.title) for t in hole_targets(d, start, start + 5)] == [
-        (FILL_FUNCTION, "Fill every hole in this function"),
-        (FILL_SELECTION, "Fill every hole in the selection")]
-    # a lone body stub is "Complete function body"'s; two functions' body stubs are holes
-    body = doc("def f():\n    ...\n\ndef g():\n    ...\n")
-    assert hole_targets(body, 10, 10) == []
-    assert COMPLETE_BODY in [t.action for t in targets_at(body, 10, 10)]
-    assert [t.action for t in hole_targets(body, 0, len(body.text))] == [FILL_SELECTION]
-    assert [t.name for t in all_hole_targets(d)] == ["mean"]
+def span_tokens(steps: HolesDenoiser) -> list[int]:
+    return steps.hole.tokens()
 
 
-# -- one request, one edit --------------------------------------------------------------------
+def words(engine: Engine, *texts: str) -> list[int]:
+    """One token id per text (each must be a single token)."""
+    ids = [engine.tokenizer.encode(text) for text in texts]
+    assert all(len(i) == 1 for i in ids), ids
+    return [i[0] for i in ids]
 
 
-def test_every_hole_is_filled_in_one_request_and_one_edit():
-    d = doc(MEAN)
-    (target,) = hole_targets(d, 0, 0)
-    backend = Scripted(holes("for x in xs:\n        total += x\n\ndef junk():", "return total / n"))
-    edit = fill_edit(backend, d, target, Settings())
-    assert apply(MEAN, edit.parts) == ("def mean(xs):\n"
-                                       "    total = 0\n"
-                                       "    for x in xs:\n"
-                                       "        total += x\n"
-                                       "    n = len(xs)  # TODO not alone: no hole\n"
-                                       "    return total / n\n")
-    assert MEAN[:edit.start] + edit.text + MEAN[edit.end:] == apply(MEAN, edit.parts)
-    assert edit.steps == 3
-    (request,) = backend.requests
-    # the TODO comment is read on its own line above its hole
-    assert request.texts == ("def mean(xs):\n    total = 0\n    ",
-                             "\n    n = len(xs)  # TODO not alone: no hole\n"
-                             "    # TODO: return the mean\n    ",
-                             "\n")
-    assert request.max_tokens == (STATEMENT_TOKENS, STATEMENT_TOKENS)
-    assert request.until == (UnitEnd("block", "    ", ""), UnitEnd("block", "    ", ""))
+def test_a_stop_in_one_hole_pads_that_hole_alone(dream: Engine) -> None:
+    steps = joint(dream, HolesRequest(TEXTS, (4, 4), SamplerSettings(stop_run=False)))
+    assert steps.heals == ["", ""]
+    (a0, b0), (a1, b1) = steps.holes
+    kept = span_tokens(steps)[b0:a1]
+    stop, pad = dream.config.eos_token_id, steps.pad_id
+    x, y, one, ret = words(dream, "x", "y", "1", "return")
+    rows = [(ret, 30.0), (stop, 30.0), (x, 30.0), (y, 30.0)]  # hole 0: a stop second
+    rows += [(t, 30.0) for t in kept]  # the kept code's rows are never read
+    rows += [(ret, 30.0), (x, 30.0), (one, 30.0), (y, 30.0)]  # hole 1: no stop
+    draft = steps.advance(chosen_logits(steps, rows))
+    tokens = span_tokens(steps)
+    assert tokens[a0:b0] == [ret, stop, pad, pad]
+    assert tokens[b0:a1] == kept
+    assert tokens[a1:b1] == [ret, x, one, y]
+    assert draft.holes == ("return", dream.tokenizer.decode([ret, x, one, y]))
+    assert (draft.done, draft.finish_reason, steps.ended) == (True, "length", [True, False])
+    assert draft.token_ids == [ret, ret, x, one, y]
+    assert draft.text == "return" + TEXTS[1] + draft.holes[1]
 
 
-def test_a_body_stub_gets_a_body_sized_hole_and_braces_keep_their_closer():
-    text = "fn area(w: u32, h: u32) -> u32 {\n    todo!()\n}\n"
-    d = doc(text, "rust")
-    (target,) = all_hole_targets(d)  # as `dg-lsp fill` and batch mode fill it
-    backend = Scripted(holes("w * h\n}\n\nfn more() {"))
-    edit = fill_edit(backend, d, target, Settings())
-    assert apply(text, edit.parts) == "fn area(w: u32, h: u32) -> u32 {\n    w * h\n}\n"
-    assert backend.requests[0].max_tokens == (BODY_TOKENS,)
+def test_a_hole_that_holds_its_unit_end_is_padded_and_the_others_go_on(dream: Engine) -> None:
+    settings = SamplerSettings(sampler="topk", k=2, stop_run=False)
+    steps = joint(dream, HolesRequest(TEXTS, (4, 4), settings, until=(LINE, LINE)))
+    (a0, b0), (a1, b1) = steps.holes
+    kept = span_tokens(steps)[b0:a1]
+    newline, x, y = words(dream, "\n", "x", "y")
+    rows = [(x, 30.0), (newline, 30.0), (y, 2.0), (y, 2.0)]  # hole 0: 'x\n' committed
+    rows += [(t, 1.0) for t in kept]
+    rows += [(y, 3.0), (y, 3.0), (y, 4.0), (y, 3.0)]  # below hole 0's: the sampler's k=2
+    draft = steps.advance(chosen_logits(steps, rows))
+    tokens, committed = span_tokens(steps), steps.hole.committed.tolist()
+    assert tokens[a0:b0] == [x, newline, steps.pad_id, steps.pad_id]
+    assert committed[a0:b0] == [True] * 4
+    # Every hole still masked commits at least its most confident position a step.
+    assert committed[a1:b1] == [False, False, True, False]
+    assert draft.holes == ("x\n", "")
+    assert not draft.done and steps.ended == [True, False]
 
 
-@pytest.mark.parametrize(("fills", "reason"), [
-    (("", "return total / n"), "the model wrote nothing for the hole at line 3"),
-    (("total = (", "return total / n"),
-     "the fill for the hole at line 3 does not parse: `total = (`"),
-    (("for x in xs:\n        total += x", "..."), "the model left the hole at line 5 a stub"),
+def test_a_later_hole_is_healed_from_the_code_before_it(dream: Engine) -> None:
+    steps = joint(dream, HolesRequest(("def f(x):", "\n    y = x\n", "\n"), (3, 3)))
+    assert steps.heals == ["", "\n"]
+    (a0, b0), (a1, b1) = steps.holes
+    kept = span_tokens(steps)[b0:a1]
+    assert dream.tokenizer.decode(kept) == "\n    y = x"  # its newline is the hole's now
+    x, newline = words(dream, "x", "\n")
+    logits = chosen_logits(steps, [(x, 30.0)] * (b1 + 0))
+    logits[a1, newline] = 20.0  # below x, which cannot complete the healed newline
+    draft = steps.advance(logits)
+    assert span_tokens(steps)[a1:b1] == [newline, x, x]
+    assert draft.holes == ("xxx", "xx")  # the healed newline is the kept code's
+
+
+def test_min_tokens_forbids_a_stop_at_the_start_of_every_hole(dream: Engine) -> None:
+    steps = joint(dream, HolesRequest(TEXTS, (3, 3), SamplerSettings(min_tokens=2)))
+    (a0, b0), (a1, b1) = steps.holes
+    kept = span_tokens(steps)[b0:a1]
+    stop = dream.config.eos_token_id
+    rows = [(stop, 30.0)] * 3 + [(t, 1.0) for t in kept] + [(stop, 30.0)] * 3
+    steps.advance(chosen_logits(steps, rows))
+    tokens, stops = span_tokens(steps), dream.decoder.stop_ids()
+    for a in (a0, a1):
+        assert tokens[a] not in stops and tokens[a + 1] not in stops
+
+
+def test_one_hole_decodes_as_the_infill_it_stands_for(bundled_engine: Engine) -> None:
+    prefix, suffix = "class Stack:\n    def __init__(self):\n", "\n    def push(self, x):\n"
+    for until in (None, UnitEnd("brackets")):
+        here = last_draft(bundled_engine.infill_stream(InfillRequest(prefix, suffix, 16,
+                                                                     until=until)))
+        holes = last_draft(bundled_engine.holes_stream(HolesRequest(
+            (prefix, suffix), (16,), until=None if until is None else (until,))))
+        assert (holes.holes, holes.step, holes.finish_reason) == ((here.text,), here.step,
+                                                                  here.finish_reason)
+
+
+def test_fill_holes_and_the_counting_backend_see_the_same_run(bundled_engine: Engine) -> None:
+    texts = ("def area(w, h):\n", "\n\ndef perimeter(w, h):\n", "\n")
+    result = bundled_engine.fill_holes(texts, (12, 12), until=(LINE, LINE))
+    counting = CountingBackend(bundled_engine)
+    last = last_draft(counting.holes_stream(HolesRequest(texts, (12, 12), until=(LINE, LINE))))
+    assert (last.holes, last.step, last.finish_reason) == (result.texts, result.steps,
+                                                           result.finish_reason)
+    assert (counting.requests, counting.steps) == (1, result.steps)
+    assert len(result.texts) == 2
+
+
+def sequential_by_hand(engine: Engine, texts: tuple[str, ...], sizes: tuple[int, ...]
+                       ) -> tuple[list[str], int]:
+    filled: list[str] = []
+    passes = 0
+    for k, size in enumerate(sizes):
+        prefix = texts[0] + "".join(f + t for f, t in zip(filled, texts[1 : k + 1],
+                                                          strict=True))
+        last = last_draft(engine.infill_stream(InfillRequest(prefix, "".join(texts[k + 1 :]),
+                                                             size)))
+        filled.append(last.text)
+        passes += last.step
+    return filled, passes
+
+
+@pytest.mark.parametrize("family", ["ar", "dreamon", "block"])
+def test_other_families_fill_their_holes_one_after_another(
+        family: str, ar_ckpt: Path, tmp_path: Path) -> None:
+    if family == "block":
+        from tests.support.diffusion_gemma import write_diffusion_gemma
+
+        folder = write_diffusion_gemma(tmp_path)
+    else:
+        folder = ar_ckpt if family == "ar" else write_dream_checkpoint(tmp_path,
+                                                                       expand_token=True)
+    engine = Engine.load(str(folder), device="cpu", dtype="float32")
+    texts = ("def f(x):\n", "\n    y = 2\n", "\n    return y\n", "\n")
+    request = HolesRequest(texts, (3, 4, 2))
+    assert isinstance(engine.decoder.start(request), SequentialHoles)
+    drafts = list(engine.holes_stream(request))
+    filled, passes = sequential_by_hand(engine, texts, (3, 4, 2))
+    assert (list(drafts[-1].holes), drafts[-1].step) == (filled, passes)
+    steps = [d.step for d in drafts]
+    assert steps == sorted(steps) and [d.done for d in drafts].count(True) == 1
+
+
+@pytest.mark.parametrize(("request_", "message"), [
+    (HolesRequest(("a", "b"), (4, 4)), "texts: expected one more text than holes (3"),
+    (HolesRequest(("a",) * 18, (1,) * 17), "holes: expected an integer in 1..16, got 17"),
+    (HolesRequest(("a",) * 4, (1000,) * 3), "max_tokens in all: expected an integer in "
+     "1..2048, got 3000"),
+    (HolesRequest(("a", "b"), (0,)), "max_tokens[0]: expected an integer in 1..1024"),
+    (HolesRequest(("a", "b", "c"), (4, 4), until=(LINE,)), "until: expected one unit"),
+    (HolesRequest(("a", "x = 1\n" * 40, "c"), (4, 4), canvas_length=64),
+     "2 holes of 8 tokens and the"),
 ])
-def test_a_fill_that_is_empty_broken_or_a_stub_refuses_the_whole_edit(fills, reason):
-    d = doc(MEAN)
-    (target,) = hole_targets(d, 0, 0)
-    with pytest.raises(RewriteError) as refused:
-        fill_edit(Scripted(holes(*fills)), d, target, Settings())
-    assert str(refused.value) == reason
+def test_a_request_the_engine_cannot_serve_is_refused_with_the_reason(
+        dream: Engine, request_: HolesRequest, message: str) -> None:
+    with pytest.raises(ValueError, match="^" + message.replace("(", r"\(").replace("[", r"\[")):
+        next(dream.holes_stream(request_))
 
 
-def test_too_many_holes_are_refused_before_the_engine_is_asked():
-    text = "def f():\n" + "    ...\n    x = 1\n" * (MAX_HOLES + 1)
-    d = doc(text)
-    (target,) = hole_targets(d, 0, 0)
-    backend = Scripted()
-    with pytest.raises(RewriteError, match=f"{MAX_HOLES + 1} holes: at most {MAX_HOLES}"):
-        fill_edit(backend, d, target, Settings())
-    assert backend.requests == []
+def test_the_wire_carries_a_holes_request_and_its_drafts() -> None:
+    request = HolesRequest(TEXTS, (4, 6), SamplerSettings(threshold=0.8), 128, 0.5,
+                           (LINE, None))
+    message = json.loads(json.dumps(protocol.to_wire(request, "file.py")))
+    assert message["op"] == "holes" and message["document"] == protocol.document_key("file.py")
+    assert protocol.from_wire(message) == request
+    draft = Draft(step=3, token_ids=[1, 2], committed=2, text="a\nb", done=True,
+                  finish_reason="stop", holes=("a", "b"))
+    assert protocol.draft_from_wire(protocol.draft_to_wire(draft)) == draft
+    plain = Draft(step=1, token_ids=[], committed=0, text="", done=False)
+    assert "holes" not in protocol.draft_to_wire(plain)  # an older client builds its Draft
 
 
-def test_an_engine_without_several_holes_is_refused_with_the_reason():
-    class Older:
-        engine_info = Scripted.engine_info
-
-        def infill_stream(self, request, cancel=None, *, document=None):
-            raise AssertionError("not asked")
-
-    d = doc(MEAN)
-    (target,) = hole_targets(d, 0, 0)
-    with pytest.raises(RewriteError, match="cannot fill several holes at once"):
-        fill_edit(CountingBackend(Older()), d, target, Settings())
-
-
-def test_a_counting_wrapper_counts_the_holes_request():
-    d = doc(MEAN)
-    (target,) = hole_targets(d, 0, 0)
-    counting = CountingBackend(Scripted(holes("total = sum(xs)", "return total / n", steps=5)))
-    action_edit(counting, d, target, Settings())
-    assert (counting.requests, counting.steps) == (1, 5)
-
-
-def test_the_other_actions_still_go_to_compute_edit():
-    text = "def f(a):\n    pass\n"
-    d = doc(text)
-    (target,) = [t for t in targets_at(d, 12, 12) if t.action == COMPLETE_BODY]
-    edit = action_edit(Scripted("return a + 1"), d, target, Settings())
-    assert text[:edit.start] + edit.text + text[edit.end:] == "def f(a):\n    return a + 1\n"
-
-
-# -- a completion at every cursor -------------------------------------------------------------
-
-
-def test_every_cursor_gets_its_own_text_from_one_request():
-    text = "def f(x, y):\n    a = \n    b = \n    return a + b\n"
-    first, second = text.index("a = ") + 4, text.index("b = ") + 4
-    backend = Scripted(holes("x + 1\nmore junk", "y * 2"))
-    fills = complete_at_cursors(backend, doc(text), [second, first, second], Settings())
-    assert [s.text for s in fills.suggestions] == ["y * 2", "x + 1", "y * 2"]
-    (request,) = backend.requests
-    assert request.texts == ("def f(x, y):\n    a = ", "\n    b = ", "\n    return a + b\n")
-    assert request.until == (UnitEnd("line"), UnitEnd("line"))
-
-
-def test_a_cursor_with_nothing_usable_gets_none_and_the_others_keep_theirs():
-    text = "def f(x, y):\n    a = \n    b = \n"
-    cursors = [text.index("a = ") + 4, text.index("b = ") + 4]
-    fills = complete_at_cursors(Scripted(holes("   ", "y * 2")), doc(text), cursors, Settings())
-    assert [s and s.text for s in fills.suggestions] == [None, "y * 2"]
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"texts": ["a", "b"], "max_tokens": [4, 4]}, "texts: expected one more text"),
+    ({"texts": ["a", 3], "max_tokens": [4]}, "texts[1]: expected a string"),
+    ({"texts": ["a", "b"], "max_tokens": 4}, "max_tokens: expected <class 'list'>"),
+    ({"texts": ["a", "b"], "max_tokens": [True]}, "max_tokens[0]: expected an integer"),
+    ({"texts": ["a", "b"], "max_tokens": [4], "until": [{"kind": "line"}, None]},
+     "until: expected one unit (or null) per hole (1), got 2"),
+    ({"texts": ["a", "b"], "max_tokens": [4], "until": [{"kind": "word"}]}, "until.kind"),
+])
+def test_a_malformed_holes_message_is_refused_with_the_reason(fields: dict, message: str) -> None:
+    with pytest.raises(protocol.ProtocolError) as error:
+        protocol.from_wire({"op": "holes", "id": 1, **fields})
+    assert error.value.code == "bad-request" and str(error.value).startswith(message)

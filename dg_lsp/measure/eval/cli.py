@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from dg_lsp.lsp.engine_host import NoEngine, check_engine_arguments, open_for_command
-from dg_lsp.measure.eval import next_edit
+from dg_lsp.measure.eval import multi_hole, next_edit
 from dg_lsp.measure.eval.baselines import BASELINES
 from dg_lsp.measure.eval.heldout import (
     SECOND_PACKAGE,
@@ -42,6 +42,7 @@ from engine.types import CANVAS_LENGTH, SAMPLERS, SamplerSettings
 DEFAULT_MODELS = ["empty", "copy-prev-line", BUNDLED]
 DEFAULT_CUT_CASES = 100
 NEXT_EDIT = "next-edit"
+MULTI_HOLE = "multi-hole"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,9 +51,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="measure infill quality and speed of models and baselines",
         description=__doc__,
     )
-    p.add_argument("--suite", choices=[*SUITES, "cases", NEXT_EDIT], default="humaneval-single",
+    p.add_argument("--suite", choices=[*SUITES, "cases", NEXT_EDIT, MULTI_HOLE],
+                   default="humaneval-single",
                    help=f"'{NEXT_EDIT}': next-edit suggestions on held-out packages, through "
-                   "dg-lsp serve (--limit: cases per class)")
+                   f"dg-lsp serve (--limit: cases per class); '{MULTI_HOLE}': 2-3 statements "
+                   "cut from each function of --cases-from, filled jointly, one after another "
+                   "and independently by one engine (--engine, --model)")
     p.add_argument("--cases-from", type=Path, metavar="DIR",
                    help="folder of source files to cut cases from (suite 'cases')")
     p.add_argument("--kinds", default=",".join(KINDS),
@@ -100,20 +104,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--samples", type=Path, metavar="FILE",
                    help="also write every case's completion and scores as JSON lines")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    add_engine_arguments(p, ("inproc",), "inproc")
+    add_engine_arguments(p, ("inproc", "resident"), "inproc")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from engine.serve.client import EngineUnavailable
 
-    remote = args.engine != "inproc"
+    remote = args.engine not in ("inproc", "resident")
     try:
         check_engine_arguments(args.engine, args.token_file, [])
-        if remote:
+        if remote and args.suite != MULTI_HOLE:
             check_remote(args)
     except ValueError as exc:
         print(f"dg-lsp eval: {exc}", file=sys.stderr)
+        return 2
+    if args.suite == MULTI_HOLE:
+        return run_multi_hole(args)
+    if args.engine == "resident":
+        print(f"dg-lsp eval: --engine resident is for --suite {MULTI_HOLE}; the infill suites "
+              "run in this process or on a team's engine", file=sys.stderr)
         return 2
     if args.suite == NEXT_EDIT:
         return run_next_edit(args)
@@ -198,6 +208,47 @@ def check_remote(args: argparse.Namespace) -> None:
         raise ValueError(f"with --engine URL the model under test is the engine's; --model "
                          f"names only baselines ({', '.join(BASELINES)}), not "
                          f"{', '.join(others)}")
+
+
+def run_multi_hole(args: argparse.Namespace) -> int:
+    """The multi-hole suite on --cases-from, through --engine (one model: --model)."""
+    from engine.serve.client import EngineUnavailable
+
+    models = [m for m in (args.models or []) if m != BUNDLED]
+    if args.cases_from is None or len(models) > 1:
+        print(f"dg-lsp eval: --suite {MULTI_HOLE} needs --cases-from DIR and at most one "
+              "--model", file=sys.stderr)
+        return 2
+    count = args.limit if args.limit is not None else DEFAULT_CUT_CASES
+    cases = multi_hole.cut_holes_cases(args.cases_from, count, args.seed)
+    # No prefix shared between requests: each fill is reproducible, whatever ran before it.
+    settings = SamplerSettings(sampler=args.sampler, threshold=args.threshold,
+                               cutoff=args.cutoff, eos_penalty=args.eos_penalty,
+                               seed=args.seed, stop_run=not args.no_stop_run,
+                               cache_refresh=args.cache_refresh, share_prefix=False,
+                               refresh_window=None if args.refresh_window < 0
+                               else args.refresh_window)
+    size = parse_hole_tokens(args.hole_tokens)["single-line"]
+    try:
+        backend = open_for_command(Settings(engine=args.engine, model=models[0] if models
+                                            else None, device=args.device, dtype=args.dtype,
+                                            engine_token_file=args.token_file))
+        filler = multi_hole.Filler(backend, settings, size, args.canvas_length)
+        tallies = multi_hole.evaluate(filler, cases)
+    except (NoEngine, EngineUnavailable) as exc:
+        print(f"dg-lsp eval: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump({"suite": MULTI_HOLE, "seed": args.seed, "cases": len(cases),
+                   "hole_tokens": size, "canvas_length": args.canvas_length,
+                   **{mode: tally.to_dict() for mode, tally in tallies.items()}},
+                  sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(f"suite {MULTI_HOLE}: {len(cases)} cases, "
+              f"{sum(t.holes for t in tallies.values()) // 3} holes, seed {args.seed}")
+        print(multi_hole.format_table(tallies, len(cases)))
+    return 0
 
 
 def run_next_edit(args: argparse.Namespace) -> int:

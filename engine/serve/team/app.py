@@ -279,9 +279,9 @@ class Ingress:
             request_id = protocol.request_id(message)
         except protocol.ProtocolError as exc:
             return JSONResponse(_error(None, exc.code, str(exc)), status_code=400)
-        if message.get("op") not in ("infill", "rewrite"):
+        if message.get("op") not in ("infill", "rewrite", "holes"):
             return JSONResponse(_error(request_id, "unknown-op", "POST /v1/stream takes an "
-                                       "infill or rewrite request"), status_code=400)
+                                       "infill, rewrite or holes request"), status_code=400)
         drafts = self.engines.options(stream=True).stream.remote(routing_key(message), message)
         return StreamingResponse(self._lines(drafts, request_id),
                                  media_type="application/x-ndjson")

@@ -12,7 +12,7 @@ HTTP paths (engine.serve.team.app answers them):
 
     GET  /v1/hello    the hello of engine.serve.protocol, plus "replicas"
     GET  /v1/status   every replica's model, device, queue and tokens/s
-    POST /v1/stream   body: an infill or rewrite request of engine.serve.protocol (with the
+    POST /v1/stream   body: an infill, rewrite or holes request of engine.serve.protocol (with the
                       "document" it is about, which routes it); answer:
                       one JSON message per line ("draft" after every step, then "result"
                       or "error"), each "draft" and "result" with a "replica" (transport

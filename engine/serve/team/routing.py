@@ -33,6 +33,9 @@ def routing_key(message: dict[str, Any]) -> str:
     if isinstance(document, str) and 0 < len(document) <= MAX_DOCUMENT:
         return "document:" + document
     prefix = message.get("prefix")
+    texts = message.get("texts")  # a "holes" request's prefix is its first text
+    if prefix is None and isinstance(texts, list) and texts:
+        prefix = texts[0]
     prefix = prefix if isinstance(prefix, str) else ""
     head = prefix[:ROUTE_CHARS]
     if len(prefix) < ROUTE_CHARS:
