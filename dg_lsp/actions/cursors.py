@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dg_lsp.actions.holes import MAX_HOLE_TOKENS, MAX_HOLES, canvas_texts, holes_stream
+from dg_lsp.actions.holes import MAX_HOLE_TOKENS, MAX_HOLES, canvas_texts, engine_refusal
 from dg_lsp.actions.rewrite import RewriteError
 from dg_lsp.actions.targets import ParsedText
 from dg_lsp.completion.postprocess import Suggestion, postprocess, unit_end
@@ -52,9 +52,9 @@ def complete_at_cursors(backend: Backend, doc: ParsedText, offsets: list[int],
     request = HolesRequest(texts, sizes, settings.sampler, settings.canvas_length,
                            settings.suffix_fraction, tuple(unit_end(ctx) for ctx in contexts))
     try:
-        last = last_draft(holes_stream(backend, request, cancel, doc.uri or None))
-    except ValueError as exc:  # the engine's canvas cannot hold the request
-        raise RewriteError(f"the cursors do not fit the model's canvas: {exc}") from exc
+        last = last_draft(backend.holes_stream(request, cancel, document=doc.uri or None))
+    except ValueError as exc:
+        raise engine_refusal(exc, "cursors") from exc
     if last is None or last.finish_reason == "cancelled":
         raise RewriteError("cancelled")
     if len(last.holes) != len(places):

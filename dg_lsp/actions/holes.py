@@ -16,7 +16,7 @@ edit with the hole's line and the reason.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 
 from dg_lsp.actions.rewrite import MAX_DOCUMENT_CHARS, Edit, RewriteError, compute_edit
@@ -32,17 +32,17 @@ from dg_lsp.completion import gate
 from dg_lsp.context import CHARS_PER_TOKEN, detect_indent_unit, windows
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.errors import count_errors
-from engine.backend import Backend, WrappedBackend
+from engine.backend import Backend
+from engine.bounds import HOLE_COUNT_RANGE, MASKED_TOKENS_RANGE
 from engine.text.stops import cut_at_special
 from engine.text.units import BLOCK, trim_block
-from engine.types import Draft, HolesRequest, UnitEnd, last_draft
+from engine.types import HolesRequest, UnitEnd, last_draft
 
 FILL_ACTIONS = (FILL_FUNCTION, FILL_SELECTION)
 STATEMENT_TOKENS = 32  # a statement stub: a line or a few
-# The most holes, and masked tokens in all, one request asks for: the engine's own bounds
-# (engine.bounds) may be tighter.
-MAX_HOLES = 8
-MAX_HOLE_TOKENS = 512
+# The most holes, and masked tokens in all, one request asks for: the engine's bounds.
+MAX_HOLES = int(HOLE_COUNT_RANGE.high)
+MAX_HOLE_TOKENS = int(MASKED_TOKENS_RANGE.high)
 
 
 def hole_targets(doc: ParsedText, start: int, end: int) -> list[Target]:
@@ -102,9 +102,9 @@ def fill_edit(backend: Backend, doc: ParsedText, target: Target, settings: Setti
         raise RewriteError("there is no hole to fill here")
     request = holes_request(doc, stubs, settings)
     try:
-        last = last_draft(holes_stream(backend, request, cancel, doc.uri or None))
-    except ValueError as exc:  # the engine's canvas cannot hold the request
-        raise RewriteError(f"the holes do not fit the model's canvas: {exc}") from exc
+        last = last_draft(backend.holes_stream(request, cancel, document=doc.uri or None))
+    except ValueError as exc:
+        raise engine_refusal(exc, "holes") from exc
     if last is None or last.finish_reason == "cancelled":
         raise RewriteError("cancelled")
     if len(last.holes) != len(stubs):
@@ -188,20 +188,14 @@ def shape_fill(written: str, indent: str, outer: str) -> str:
     return text.strip("\n").lstrip(" \t").rstrip()
 
 
-def holes_stream(backend: Backend, request: HolesRequest, cancel: Callable[[], bool] | None,
-                 document: str | None) -> Iterator[Draft]:
-    """The backend's drafts of `request`; RewriteError when the engine under its wrappers
-    (counting, stepping on a worker) cannot fill several holes at once (one that predates
-    them)."""
-    engine = backend
-    while isinstance(engine, WrappedBackend):
-        engine = engine.backend
-    if not hasattr(engine, "holes_stream"):
-        raise RewriteError("this engine cannot fill several holes at once (it predates them)")
-    if hasattr(backend, "holes_stream"):
-        return backend.holes_stream(request, cancel, document=document)
-    # A wrapper from before holes: its own wrapping around the engine's stream.
-    return backend._wrap(holes_stream(backend.backend, request, cancel, document))
+def engine_refusal(exc: ValueError, what: str) -> RewriteError:
+    """Why the engine refused `what` (the holes, the cursors), as the user reads it: a running
+    engine from before several holes at once does not know the request; otherwise the
+    engine's reason (the canvas cannot hold them, a bound)."""
+    if getattr(exc, "code", "") == "unknown-op":
+        return RewriteError("the running engine predates filling several holes at once: "
+                            "restart dg-engine to use it")
+    return RewriteError(f"the engine refused the {what}: {exc}")
 
 
 def _target(action: str, stubs: list[Stub]) -> Target:

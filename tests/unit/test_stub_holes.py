@@ -29,6 +29,7 @@ from dg_lsp.actions.targets import (
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for
 from engine.backend import CountingBackend
+from engine.serve.client import EngineRefused
 from engine.types import UnitEnd
 from tests.support.scripted import Scripted, holes
 from tests.support.targets import doc
@@ -181,16 +182,16 @@ def test_too_many_holes_are_refused_before_the_engine_is_asked():
     assert backend.requests == []
 
 
-def test_an_engine_without_several_holes_is_refused_with_the_reason():
-    class Older:
-        engine_info = Scripted.engine_info
-
-        def infill_stream(self, request, cancel=None, *, document=None):
-            raise AssertionError("not asked")
+def test_an_engine_from_before_several_holes_is_named_in_the_refusal():
+    class Older(Scripted):
+        def holes_stream(self, request, cancel=None, *, document=None):
+            refused = EngineRefused("engine refused the request (unknown-op): unknown op 'holes'")
+            refused.code = "unknown-op"
+            raise refused
 
     d = doc(MEAN)
     (target,) = hole_targets(d, 0, 0)
-    with pytest.raises(RewriteError, match="cannot fill several holes at once"):
+    with pytest.raises(RewriteError, match="the running engine predates filling several holes"):
         fill_edit(CountingBackend(Older()), d, target, Settings())
 
 
