@@ -224,13 +224,17 @@ class BlockDecoder(Decoder):
     def load_model(cls, ckpt: Any, device: str, dtype: str, compile: bool
                    ) -> tuple[nn.Module, bool]:
         from engine.models.block import load_block_model
+        from engine.models.int4 import DEFAULT_GROUP_SIZE
 
-        if dtype in ("int8", "int4") or compile:
-            # DiffusionGemma's experts are 3-D parameters, not linear layers: its int4 waits
-            # for a quantized experts layer.
-            raise ValueError(f"dtype '{dtype}' and compile are for the masked and AR families"
-                             if dtype in ("int8", "int4") else
-                             "compile is for the masked and AR families")
+        if compile:
+            raise ValueError("compile is for the masked and AR families")
+        if dtype == "int8":
+            # Dynamic quantization reaches nn.Linear only, not DiffusionGemma's experts (3-D
+            # parameters, most of its weights).
+            raise ValueError("dtype 'int8' is for the masked and AR families; the block "
+                             "family quantizes with 'int4'")
+        if dtype == "int4":
+            return load_block_model(ckpt, device, "auto", DEFAULT_GROUP_SIZE), False
         return load_block_model(ckpt, device, dtype), False
 
     def canvas(self, request: Request, hole: int) -> Canvas:

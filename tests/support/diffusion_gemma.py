@@ -17,15 +17,18 @@ CANVAS = 8
 STEPS = 12
 
 
-def write_diffusion_gemma(folder: Path) -> Path:
+def write_diffusion_gemma(folder: Path, width: int = 32) -> Path:
+    """`width`: the hidden size; 64 makes every matrix's input features whole int4 groups of
+    64 (hidden, heads x head_dim, MLP and expert inner sizes all 64)."""
     hf_tok = tiny_tokenizer()
     save_tokenizer(hf_tok, folder)
     vocab = hf_tok.get_vocab_size(with_added_tokens=True)
     eos, pad, bos = (hf_tok.token_to_id(t) for t in (EOS, PAD, BOS))
     text = transformers.DiffusionGemmaTextConfig(
-        vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=16, global_head_dim=16,
-        num_experts=4, top_k_experts=2, moe_intermediate_size=16,
+        vocab_size=vocab, hidden_size=width, intermediate_size=48 if width == 32 else width,
+        num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=width // 2,
+        global_head_dim=width // 2, num_experts=4, top_k_experts=2,
+        moe_intermediate_size=16 if width == 32 else width,
         # A window shorter than the prompt, so the sliding layer's cache is cut.
         sliding_window=8, layer_types=["sliding_attention", "full_attention"],
         max_position_embeddings=256, eos_token_id=eos, pad_token_id=pad, bos_token_id=bos,
