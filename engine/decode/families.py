@@ -148,18 +148,20 @@ class _TransformerDecoder(Decoder):
     def load_model(cls, ckpt: Any, device: str, dtype: str, compile: bool
                    ) -> tuple[nn.Module, bool]:
         from engine.models.checkpoint import load_model, quantize_int8, quantized_on, resolve_device
-        from engine.models.int4 import quantize_int4
+        from engine.models.int4 import DEFAULT_GROUP_SIZE, pack_int4
 
         scheme = None if compile else quantized_on(dtype, resolve_device(device), cls.family)
-        # int8 computes in float32 (CPU only); int4 layers in bfloat16 around any model dtype.
-        float_dtype = {"int8": "float32", "int4": "auto"}.get(scheme or "", dtype)
-        model = load_model(ckpt, device, float_dtype).fuse_projections()
+        if scheme == "int4":
+            # Quantized while loading; the float tensors around the int4 layers (embedding,
+            # norms) in the device's default dtype.
+            model = load_model(ckpt, device, "auto", DEFAULT_GROUP_SIZE).fuse_projections()
+            return pack_int4(model), False  # activations stay float: batches as float does
+        # int8 computes in float32 (CPU only).
+        model = load_model(ckpt, device, "float32" if scheme == "int8" else dtype)
+        model = model.fuse_projections()
         if scheme == "int8":
             quantized = quantize_int8(model)
             return quantized, quantized is not model
-        if scheme == "int4":
-            quantize_int4(model)
-            return model, False  # activations stay in float: batches as a float model does
         return (compile_model(model) if compile else model), False
 
     def forward_logits(self, input_ids: Tensor) -> Tensor:

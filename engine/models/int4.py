@@ -36,23 +36,30 @@ DEFAULT_GROUP_SIZE = 64
 # The CUDA op's packing parameter; 8 is what PyTorch's own int4 examples use for bf16.
 CUDA_INNER_K_TILES = 8
 # Weights quantized at a time: bounds the float temporaries of quantizing one large matrix.
-QUANTIZE_BLOCK = 1 << 22
+QUANTIZE_BLOCK = 1 << 18
 # The CPU op packs blocks of 64 rows independently, so a weight packs in row blocks too.
-CPU_PACK_ROWS = 64 * 256
+CPU_PACK_ROWS = 64 * 4
 
 
 def quantize_weight(weight: Tensor, group_size: int) -> tuple[Tensor, Tensor]:
     """(codes, scales_and_zeros) of a [out, in] weight: int32 codes in 0..15 of shape
     [out, in], and float32 (scale, zero) pairs of shape [in / group_size, out, 2]."""
+    codes, scales_and_zeros = _quantize_block(weight, group_size)
+    return codes.to(torch.int32), scales_and_zeros
+
+
+def _quantize_block(weight: Tensor, group_size: int) -> tuple[Tensor, Tensor]:
+    """`quantize_weight` with uint8 codes, computed in place on one float32 copy."""
     out_features, in_features = weight.shape
     if in_features % group_size:
         raise ValueError(f"in-features {in_features} is not a multiple of the group size "
                          f"{group_size}")
-    groups = weight.detach().float().reshape(out_features, in_features // group_size, group_size)
+    groups = weight.detach().to(torch.float32, copy=True).reshape(
+        out_features, in_features // group_size, group_size)
     low, high = groups.amin(-1, keepdim=True), groups.amax(-1, keepdim=True)
     # A constant group gets a tiny scale rather than a division by zero.
     scale = ((high - low) / 15).clamp(min=torch.finfo(torch.float32).tiny)
-    codes = ((groups - low) / scale).round().clamp(0, 15).to(torch.int32)
+    codes = groups.sub_(low).div_(scale).round_().clamp_(0, 15).to(torch.uint8)
     zero = low + 8 * scale
     scales_and_zeros = torch.cat([scale, zero], -1).transpose(0, 1).contiguous()
     return codes.reshape(out_features, in_features), scales_and_zeros
@@ -68,7 +75,7 @@ def quantize_nibbles(weight: Tensor, group_size: int, device: torch.device | Non
     rows = max(1, QUANTIZE_BLOCK // max(1, weight.shape[1]))
     nibbles, scales = [], []
     for first in range(0, weight.shape[0], rows):
-        codes, sz = quantize_weight(weight[first:first + rows].to(device), group_size)
+        codes, sz = _quantize_block(weight[first:first + rows].to(device), group_size)
         nibbles.append(_nibbles(codes))
         scales.append(sz)
     return torch.cat(nibbles), torch.cat(scales, 1)
@@ -280,32 +287,50 @@ def quantize_int4(model: nn.Module, group_size: int = DEFAULT_GROUP_SIZE,
     embedding stays in float, being read a row per token, so a quantized copy would add
     memory rather than save it). Embeddings and norms are not linear layers and stay as they
     are."""
-    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
-    kept: list[str] = []
-    for name, module in list(model.named_modules()):
+    targets, kept = int4_targets(model, group_size)
+    for name, module in targets.items():
         if isinstance(module, nn.Linear):
-            if id(module.weight) in embeddings:
-                kept.append(f"{name} (shares its weight with an embedding)")
-                continue
-            if module.in_features % group_size:
-                kept.append(f"{name} (in-features {module.in_features} not a multiple of "
-                            f"{group_size})")
-                continue
             new: nn.Module = Int4Linear.quantized(module.weight, module.bias, group_size,
                                                   dtype or module.weight.dtype, device)
             if release is not None:
                 release(module.weight)
+        else:
+            new = Int4Experts.from_bank(module, group_size, dtype or module.gate_up_proj.dtype,
+                                        device, release=release)
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, new)
+    return kept
+
+
+def int4_targets(model: nn.Module, group_size: int) -> tuple[dict[str, nn.Module], list[str]]:
+    """(name -> module) of the linear layers and expert banks `quantize_int4` quantizes, and
+    the names of those it keeps in float, with why (see `quantize_int4`)."""
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    targets: dict[str, nn.Module] = {}
+    kept: list[str] = []
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            if id(module.weight) in embeddings:
+                kept.append(f"{name} (shares its weight with an embedding)")
+            elif module.in_features % group_size:
+                kept.append(f"{name} (in-features {module.in_features} not a multiple of "
+                            f"{group_size})")
+            else:
+                targets[name] = module
         elif is_expert_bank(module):
             hidden, inner = module.gate_up_proj.shape[2], module.down_proj.shape[2]
             if hidden % group_size or inner % group_size:
                 kept.append(f"{name} (hidden {hidden} or inner {inner} not a multiple of "
                             f"{group_size})")
-                continue
-            new = Int4Experts.from_bank(module, group_size, dtype or module.gate_up_proj.dtype,
-                                        device, release=release)
-        else:
-            continue
-        parent_name, _, child = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, new)
-    return kept
+            else:
+                targets[name] = module
+    return targets, kept
+
+
+def pack_int4(model: nn.Module) -> nn.Module:
+    """`model` with every int4 layer in its device op's layout (`Int4Linear.pack`)."""
+    for module in model.modules():
+        if isinstance(module, Int4Linear):
+            module.pack()
+    return model
