@@ -288,15 +288,22 @@ def quantize_int4(model: nn.Module, group_size: int = DEFAULT_GROUP_SIZE,
     memory rather than save it). Embeddings and norms are not linear layers and stay as they
     are."""
     targets, kept = int4_targets(model, group_size)
+    # A weight two modules share (DiffusionGemma's encoder and decoder layers are one set of
+    # weights) is quantized once and the int4 module shared the same way.
+    done: dict[int, nn.Module] = {}
     for name, module in targets.items():
-        if isinstance(module, nn.Linear):
-            new: nn.Module = Int4Linear.quantized(module.weight, module.bias, group_size,
-                                                  dtype or module.weight.dtype, device)
+        key = id(module.weight if isinstance(module, nn.Linear) else module.gate_up_proj)
+        if key in done:
+            new: nn.Module = done[key]
+        elif isinstance(module, nn.Linear):
+            new = Int4Linear.quantized(module.weight, module.bias, group_size,
+                                       dtype or module.weight.dtype, device)
             if release is not None:
                 release(module.weight)
         else:
             new = Int4Experts.from_bank(module, group_size, dtype or module.gate_up_proj.dtype,
                                         device, release=release)
+        done[key] = new
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, child, new)

@@ -17,9 +17,11 @@ CANVAS = 8
 STEPS = 12
 
 
-def write_diffusion_gemma(folder: Path, width: int = 32) -> Path:
-    """`width`: the hidden size; 64 makes every matrix's input features whole int4 groups of
-    64 (hidden, heads x head_dim, MLP and expert inner sizes all 64)."""
+def write_diffusion_gemma(folder: Path, width: int = 32, dtype: torch.dtype = torch.float32,
+                          shard_size: str = "50GB") -> Path:
+    """`width`: the hidden size; 64 or more makes every matrix's input features whole int4
+    groups of 64 (heads x head_dim, MLP and expert inner sizes follow it); `dtype`: the
+    stored one; `shard_size`: the largest safetensors file (save_pretrained's)."""
     hf_tok = tiny_tokenizer()
     save_tokenizer(hf_tok, folder)
     vocab = hf_tok.get_vocab_size(with_added_tokens=True)
@@ -46,5 +48,5 @@ def write_diffusion_gemma(folder: Path, width: int = 32) -> Path:
         confidence_threshold=0.005, eos_token_id=[eos], pad_token_id=pad, bos_token_id=bos,
         sampler_config=transformers.EntropyBoundSamplerConfig(entropy_bound=0.1),
     )
-    model.save_pretrained(folder)
+    model.to(dtype).save_pretrained(folder, max_shard_size=shard_size)
     return folder

@@ -98,7 +98,11 @@ def test_the_block_family_loads_at_int4_and_fills_a_hole(dg64: Path) -> None:
     engine = Engine.load(str(dg64), device="cpu", dtype="int4")
     model = engine.model
     banks = [m for m in model.modules() if isinstance(m, Int4Experts)]
-    assert len(banks) == 4  # two layers each in the encoder and the decoder
+    # Two layers, whose weights the encoder and the decoder share: quantized once, shared.
+    assert len(banks) == 2
+    encoder, decoder = model.model.encoder.language_model, model.model.decoder
+    assert all(encoder.layers[i].experts is decoder.layers[i].experts is banks[i]
+               for i in range(2))
     assert not any(is_expert_bank(m) for m in model.modules())
     text_linears = [name for name, m in model.named_modules()
                     if isinstance(m, nn.Linear) and "vision" not in name]
