@@ -148,14 +148,22 @@ class _TransformerDecoder(Decoder):
     def load_model(cls, ckpt: Any, device: str, dtype: str, compile: bool
                    ) -> tuple[nn.Module, bool]:
         from engine.models.checkpoint import load_model, quantize_int8, quantized_on, resolve_device
+        from engine.models.config import CheckpointError
         from engine.models.int4 import DEFAULT_GROUP_SIZE, pack_int4
+        from engine.models.quantized import load_quantized, quantization_of
 
         scheme = None if compile else quantized_on(dtype, resolve_device(device), cls.family)
+        written = quantization_of(ckpt.path)  # by dg-engine quantize
+        if written is not None and scheme != "int4":
+            raise CheckpointError(f"{ckpt.path}: holds int4 weights (dg-engine quantize); load "
+                                  "it with dtype int4")
         if scheme == "int4":
-            # Quantized while loading; the float tensors around the int4 layers (embedding,
-            # norms) in the device's default dtype.
-            model = load_model(ckpt, device, "auto", DEFAULT_GROUP_SIZE).fuse_projections()
-            return pack_int4(model), False  # activations stay float: batches as float does
+            # Quantized while loading, or as written; the float tensors around the int4 layers
+            # (embedding, norms) in the device's default dtype.
+            model = (load_quantized(ckpt, device, written["group_size"]) if written else
+                     load_model(ckpt, device, "auto", DEFAULT_GROUP_SIZE))
+            # Activations stay float: an int4 model batches as a float one does.
+            return pack_int4(model.fuse_projections()), False
         # int8 computes in float32 (CPU only).
         model = load_model(ckpt, device, "float32" if scheme == "int8" else dtype)
         model = model.fuse_projections()
