@@ -31,7 +31,7 @@ from safetensors import safe_open
 from torch import nn
 
 from engine.models.config import CheckpointError, ModelConfig, config_from_hf, token_id
-from engine.models.int4 import Int4Linear, int4_targets, quantize_nibbles
+from engine.models.int4 import install_int4, int4_targets, quantize_nibbles
 from engine.models.transformer import Transformer
 from engine.text.tokenizer import Tokenizer
 
@@ -434,10 +434,9 @@ def load_model(ckpt: Checkpoint, device: str = "auto", dtype: str = "auto",
     Tensors are memory-mapped and read one at a time straight to the target device. All names
     and shapes are checked before the first tensor is read.
 
-    With `int4_group`, the linear layers `int4_targets` names are quantized while loading: each
-    weight is read in row blocks and quantized block by block on the device, so neither the
-    host nor the device ever holds it in 16 bits. They come as unpacked `Int4Linear`s (so
-    `fuse_projections` can concatenate them): `pack_int4` the model afterwards.
+    With `int4_group`, the linear layers `int4_targets` names are quantized while loading, a
+    row block at a time on the device: neither host nor device holds a weight in 16 bits.
+    They come unpacked (`fuse_projections` concatenates them): `pack_int4` the model after.
     """
     cfg = ckpt.config
     if cfg.family not in ("masked", "ar"):
@@ -466,12 +465,7 @@ def load_model(ckpt: Checkpoint, device: str = "auto", dtype: str = "auto",
             quantized[module] = _read_int4(file, ckpt_name, dev, int4_group)
         else:
             state[ours] = _read_tensor(file, ckpt_name, dev, dt)
-    for name, (nibbles, scales_and_zeros) in quantized.items():
-        layer = Int4Linear(nibbles, scales_and_zeros, state.pop(f"{name}.bias", None),
-                           int4_group or 0, dt)
-        parent, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent), child, layer)
-        state.update({f"{name}.{key}": t for key, t in layer.state_dict().items()})
+    install_int4(model, quantized, state, int4_group or 0, dt)
     if cfg.tie_word_embeddings:
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
     model.load_state_dict(state, strict=True, assign=True)
@@ -573,13 +567,12 @@ def _read_int4(file: Path, name: str, device: torch.device, group_size: int
     block at a time (`_read_converted`'s reads: no 16-bit copy of the whole tensor)."""
     try:
         with safe_open(str(file), framework="pt") as f:
-            stored = f.get_slice(name)
-            shape, stored_dtype = stored.get_shape(), FLOAT_DTYPES.get(stored.get_dtype())
-        if stored_dtype is None:
-            raise CheckpointError(f"{file}: tensor '{name}' has dtype {stored.get_dtype()}, "
-                                  "expected floating point")
+            shape, kind = f.get_slice(name).get_shape(), f.get_slice(name).get_dtype()
+        if kind not in FLOAT_DTYPES:
+            raise CheckpointError(f"{file}: tensor '{name}' has dtype {kind}, expected "
+                                  "floating point")
         parts = [quantize_nibbles(block, group_size, device) for _, block
-                 in _row_blocks(file, name, shape, stored_dtype, QUANTIZE_READ_BYTES)]
+                 in _row_blocks(file, name, shape, FLOAT_DTYPES[kind], QUANTIZE_READ_BYTES)]
         return torch.cat([n for n, _ in parts]), torch.cat([sz for _, sz in parts], 1)
     except CheckpointError:
         raise

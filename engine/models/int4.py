@@ -335,6 +335,19 @@ def int4_targets(model: nn.Module, group_size: int) -> tuple[dict[str, nn.Module
     return targets, kept
 
 
+def install_int4(model: nn.Module, layers: dict[str, tuple[Tensor, Tensor]],
+                 state: dict[str, Tensor], group_size: int, dtype: torch.dtype) -> None:
+    """Put an unpacked `Int4Linear` at each name of `layers` ((nibbles, scales_and_zeros))
+    into `model`, built on the meta device, its bias taken out of `state`; the layers' tensors
+    go into `state`, ready for `model.load_state_dict(state, assign=True)`."""
+    for name, (nibbles, scales_and_zeros) in layers.items():
+        layer = Int4Linear(nibbles, scales_and_zeros, state.pop(f"{name}.bias", None),
+                           group_size, dtype)
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent), child, layer)
+        state.update({f"{name}.{key}": t for key, t in layer.state_dict().items()})
+
+
 def pack_int4(model: nn.Module) -> nn.Module:
     """`model` with every int4 layer in its device op's layout (`Int4Linear.pack`)."""
     for module in model.modules():

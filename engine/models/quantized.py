@@ -41,7 +41,7 @@ from engine.models.checkpoint import (
     weight_files,
 )
 from engine.models.config import CheckpointError
-from engine.models.int4 import DEFAULT_GROUP_SIZE, Int4Linear, int4_targets
+from engine.models.int4 import DEFAULT_GROUP_SIZE, Int4Linear, install_int4, int4_targets
 from engine.models.transformer import Transformer
 
 QUANTIZATION_FILE = "quantization.json"
@@ -128,14 +128,10 @@ def load_quantized(ckpt: Checkpoint, device: str, group_size: int) -> Transforme
         raise
     except Exception as e:  # safetensors raises its own error types for damaged files
         raise _unreadable(file, e) from e
-    for name in targets:
-        layer = Int4Linear(state.pop(f"{name}.weight"), state.pop(f"{name}.scales_and_zeros"),
-                           state.pop(f"{name}.bias", None), group_size, dt)
-        parent, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent), child, layer)
-        state.update({f"{name}.{key}": t for key, t in layer.state_dict().items()})
-    state = {name: t if t.dtype == torch.uint8 or "scales_and_zeros" in name else t.to(dt)
-             for name, t in state.items()}
+    layers = {name: (state.pop(f"{name}.weight"), state.pop(f"{name}.scales_and_zeros"))
+              for name in targets}
+    state = {name: t.to(dt) for name, t in state.items()}
+    install_int4(model, layers, state, group_size, dt)
     if cfg.tie_word_embeddings:
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
     model.load_state_dict(state, strict=True, assign=True)
