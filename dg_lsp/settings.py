@@ -287,7 +287,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N, mps")
     parser.add_argument("--dtype", default="auto",
                         help="auto (int8 linear layers on the CPU, bfloat16 on a GPU), int8 "
-                        "(CPU), int4 (4-bit weights; masked and AR models), float32, bfloat16, "
+                        "(CPU), int4 (4-bit weights; every family), float32, bfloat16, "
                         "float16, float64")
     parser.add_argument("--seed", type=_seed, default=0, help="sampler seed (default 0)")
 

@@ -1,4 +1,5 @@
-"""`dg-engine` command line: corpus, train, version-edits, distill, merge, infill, serve, plan."""
+"""`dg-engine` command line: corpus, train, version-edits, distill, merge, infill, serve, plan,
+quantize."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ SUBCOMMAND_MODULES = [
     "engine.serve.team.command",
     "engine.serve.bench",
     "engine.models.plan",
+    "engine.models.quantized",
 ]
 
 

@@ -88,9 +88,10 @@ class Engine:
 
         `dtype`: "auto" (bfloat16 on a GPU; on the CPU float32, with the linear layers of a
         masked-family model quantized to int8, see `quantize_int8`), "int8" (CPU only), "int4"
-        (weight-only with per-group scales, masked and AR families, CPU and CUDA: see
-        engine.models.int4), or a float dtype ("float32" is the exact CPU path). `compile`: see
-        `families.compile_model`; with "auto" on the CPU the model then stays float32.
+        (weight-only with per-group scales, every family, CPU and CUDA, quantized while
+        loading: see engine.models.int4), or a float dtype ("float32" is the exact CPU path).
+        `compile`: see `families.compile_model`; with "auto" on the CPU the model then stays
+        float32.
         `threads`: the CPU threads of every pass (None: chosen by the machine's load before
         passes, or OMP_NUM_THREADS where set; see engine.threads).
         """

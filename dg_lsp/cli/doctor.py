@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     check_grammars(report)
     check_model(report, args.model)
     check_device(report, args.device)
+    check_memory(report, args.model, args.device, args.dtype)
     if args.engine:
         check_team_engine(report, args.engine, args.token_file)
     else:
@@ -164,6 +165,35 @@ def check_device(report: Report, device: str) -> None:
                       "torch and the NVIDIA driver")
         return
     report.say("device", f"{device} -> {resolved} ({why})")
+
+
+def check_memory(report: Report, model: str | None, device: str, dtype: str) -> None:
+    """Whether the model fits the device (`dg-engine plan` at one request): in the quantized
+    dtype asked for, else in 16 bits; where it does not but would at int4, the fix says so."""
+    from engine.models.checkpoint import resolve
+    from engine.models.plan import GB, device_memory, plan, read_config
+    from engine.serve.endpoint import resolved_device
+
+    resolved = resolved_device(device)
+    try:
+        name, raw = read_config(resolve(model) / "config.json")
+        label, memory = device_memory(resolved)
+        kind = "cpu" if resolved == "cpu" else "cuda"
+        asked = plan(raw, dtype if dtype in ("int8", "int4") else "bf16", kind, name)
+        int4 = plan(raw, "int4", kind, name)
+    except Exception:  # noqa: BLE001 - the model and device lines already say what is wrong
+        return
+    needs = f"{asked.total(1) / GB:.2f} GB in {asked.dtype} at one request"
+    where = f"{label} has {memory / GB:.0f} GB"
+    if asked.fits(1, memory):
+        report.say("memory", f"{needs}; {where} (dg-engine plan)")
+    elif int4.fits(1, memory):
+        report.broken("memory", f"needs {needs}; {where}",
+                      f"use --dtype int4 (\"dtype\": \"int4\"): 4-bit weights, "
+                      f"{int4.total(1) / GB:.2f} GB at one request (dg-engine plan)")
+    else:
+        report.broken("memory", f"needs {needs}, {int4.total(1) / GB:.2f} GB even at int4; "
+                      f"{where}", "a device with more memory (dg-engine plan --memory-gb)")
 
 
 def check_engine(report: Report, model: str | None, device: str, dtype: str) -> None:

@@ -170,18 +170,28 @@ class _TransformerDecoder(Decoder):
     def load_model(cls, ckpt: Any, device: str, dtype: str, compile: bool
                    ) -> tuple[nn.Module, bool]:
         from engine.models.checkpoint import load_model, quantize_int8, quantized_on, resolve_device
-        from engine.models.int4 import quantize_int4
+        from engine.models.config import CheckpointError
+        from engine.models.int4 import DEFAULT_GROUP_SIZE, pack_int4
+        from engine.models.quantized import load_quantized, quantization_of
 
         scheme = None if compile else quantized_on(dtype, resolve_device(device), cls.family)
-        # int8 computes in float32 (CPU only); int4 layers in bfloat16 around any model dtype.
-        float_dtype = {"int8": "float32", "int4": "auto"}.get(scheme or "", dtype)
-        model = load_model(ckpt, device, float_dtype).fuse_projections()
+        written = quantization_of(ckpt.path)  # by dg-engine quantize
+        if written is not None and scheme != "int4":
+            raise CheckpointError(f"{ckpt.path}: holds int4 weights (dg-engine quantize); load "
+                                  "it with dtype int4")
+        if scheme == "int4":
+            # Quantized while loading, or as written; the float tensors around the int4 layers
+            # (embedding, norms) in the device's default dtype.
+            model = (load_quantized(ckpt, device, written["group_size"]) if written else
+                     load_model(ckpt, device, "auto", DEFAULT_GROUP_SIZE))
+            # Activations stay float: an int4 model batches as a float one does.
+            return pack_int4(model.fuse_projections()), False
+        # int8 computes in float32 (CPU only).
+        model = load_model(ckpt, device, "float32" if scheme == "int8" else dtype)
+        model = model.fuse_projections()
         if scheme == "int8":
             quantized = quantize_int8(model)
             return quantized, quantized is not model
-        if scheme == "int4":
-            quantize_int4(model)
-            return model, False  # activations stay in float: batches as a float model does
         return (compile_model(model) if compile else model), False
 
     def forward_logits(self, input_ids: Tensor) -> Tensor:
@@ -260,13 +270,17 @@ class BlockDecoder(Decoder):
     def load_model(cls, ckpt: Any, device: str, dtype: str, compile: bool
                    ) -> tuple[nn.Module, bool]:
         from engine.models.block import load_block_model
+        from engine.models.int4 import DEFAULT_GROUP_SIZE
 
-        if dtype in ("int8", "int4") or compile:
-            # DiffusionGemma's experts are 3-D parameters, not linear layers: its int4 waits
-            # for a quantized experts layer.
-            raise ValueError(f"dtype '{dtype}' and compile are for the masked and AR families"
-                             if dtype in ("int8", "int4") else
-                             "compile is for the masked and AR families")
+        if compile:
+            raise ValueError("compile is for the masked and AR families")
+        if dtype == "int8":
+            # Dynamic quantization reaches nn.Linear only, not DiffusionGemma's experts (3-D
+            # parameters, most of its weights).
+            raise ValueError("dtype 'int8' is for the masked and AR families; the block "
+                             "family quantizes with 'int4'")
+        if dtype == "int4":
+            return load_block_model(ckpt, device, "auto", DEFAULT_GROUP_SIZE), False
         return load_block_model(ckpt, device, dtype), False
 
     def canvas(self, request: Request, hole: int) -> Canvas:

@@ -44,6 +44,7 @@ from torch import Tensor
 from engine.decode.samplers import allowed_mask
 from engine.models.checkpoint import CONVERT_CHUNK_BYTES, FLOAT_DTYPES
 from engine.models.config import CheckpointError
+from engine.models.int4 import Int4Linear
 from engine.text.stops import completion_ids
 from engine.types import Draft, SamplerSettings
 
@@ -88,10 +89,13 @@ def _transformers() -> Any:
     return transformers
 
 
-def load_block_model(ckpt: Checkpoint, device: str = "auto", dtype: str = "auto") -> Any:
+def load_block_model(ckpt: Checkpoint, device: str = "auto", dtype: str = "auto",
+                     int4_group: int | None = None) -> Any:
     """`DiffusionGemmaForBlockDiffusion` from the checkpoint folder, on device/dtype, in eval mode.
 
-    Safetensors only, local files only, no remote code.
+    Safetensors only, local files only, no remote code. With `int4_group`, the linear layers
+    and the experts get int4 weights in groups of that size (engine.models.int4), `dtype`
+    being the float one around them; see `_quantize_while_loading`.
     """
     from engine.models.checkpoint import resolve_device, resolve_dtype, weight_files
 
@@ -110,12 +114,27 @@ def load_block_model(ckpt: Checkpoint, device: str = "auto", dtype: str = "auto"
         )
     except (OSError, ValueError, RuntimeError) as e:
         raise CheckpointError(f"{ckpt.path}: cannot load DiffusionGemma weights ({e})") from e
+    if int4_group is not None:
+        _quantize_while_loading(model, int4_group, dev, dt)
     if dt != stored:
         if dev.type == "cpu":
             convert_releasing_pages(model, dt)
         exact_buffers(model, dt)
     # `device_map` would need accelerate; moving after loading needs nothing extra.
     return model.to(dev).eval()
+
+
+def _quantize_while_loading(model: torch.nn.Module, group_size: int, device: torch.device,
+                            dtype: torch.dtype) -> None:
+    """Quantize `model`'s matrices to int4 on `device`, a matrix (an expert) at a time,
+    straight from the memory-mapped stored weights, giving each one's pages back once it is
+    quantized: neither the host nor the device ever holds the model's 16-bit matrices, only
+    the one being quantized. What stays in float (the embedding, which is also the head and
+    the self-conditioning's matrix; norms; the router's scales) is converted afterwards."""
+    from engine.models.int4 import quantize_int4
+
+    with torch.no_grad():
+        quantize_int4(model, group_size, device, dtype, release=_release_pages)
 
 
 def stored_dtype(files: dict[str, Any]) -> torch.dtype | None:
@@ -161,6 +180,8 @@ def convert_releasing_pages(model: torch.nn.Module, dtype: torch.dtype) -> None:
                 _release_pages(old[first:first + rows])
             p.data = new
         for module in model.modules():
+            if isinstance(module, Int4Linear):
+                continue  # its scales are in the dtype its matmul takes
             for key, buf in module._buffers.items():
                 if buf is not None and buf.is_floating_point():
                     module._buffers[key] = buf.to(dtype)

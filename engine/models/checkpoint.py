@@ -17,10 +17,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import re
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -30,6 +31,7 @@ from safetensors import safe_open
 from torch import nn
 
 from engine.models.config import CheckpointError, ModelConfig, config_from_hf, token_id
+from engine.models.int4 import install_int4, int4_targets, quantize_nibbles
 from engine.models.transformer import Transformer
 from engine.text.tokenizer import Tokenizer
 
@@ -425,11 +427,16 @@ def checkpoint_name(ours: str, layout: str) -> str:
     return _rename(ours, 1, 0) if layout == "llada" else ours
 
 
-def load_model(ckpt: Checkpoint, device: str = "auto", dtype: str = "auto") -> Transformer:
+def load_model(ckpt: Checkpoint, device: str = "auto", dtype: str = "auto",
+               int4_group: int | None = None) -> Transformer:
     """The masked- or AR-family transformer of `ckpt`, on `device` in `dtype`, in eval mode.
 
     Tensors are memory-mapped and read one at a time straight to the target device. All names
     and shapes are checked before the first tensor is read.
+
+    With `int4_group`, the linear layers `int4_targets` names are quantized while loading, a
+    row block at a time on the device: neither host nor device holds a weight in 16 bits.
+    They come unpacked (`fuse_projections` concatenates them): `pack_int4` the model after.
     """
     cfg = ckpt.config
     if cfg.family not in ("masked", "ar"):
@@ -449,9 +456,16 @@ def load_model(ckpt: Checkpoint, device: str = "auto", dtype: str = "auto") -> T
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     plan = _plan(files, expected, cfg, ckpt.path)
 
+    targets = int4_targets(model, int4_group)[0] if int4_group else {}
+    quantized: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     state: dict[str, torch.Tensor] = {}
     for ours, (ckpt_name, file) in plan.items():
-        state[ours] = _read_tensor(file, ckpt_name, dev, dt)
+        module, _, kind = ours.rpartition(".")
+        if int4_group and module in targets and kind == "weight":
+            quantized[module] = _read_int4(file, ckpt_name, dev, int4_group)
+        else:
+            state[ours] = _read_tensor(file, ckpt_name, dev, dt)
+    install_int4(model, quantized, state, int4_group or 0, dt)
     if cfg.tie_word_embeddings:
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
     model.load_state_dict(state, strict=True, assign=True)
@@ -510,6 +524,9 @@ FLOAT_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16
 # A tensor converted to another dtype is read in row blocks of about this size: reading it
 # whole would hold both copies at once (an embedding is most of a small model's weights).
 CONVERT_CHUNK_BYTES = 64 << 20
+# Quantized while loading, a tensor is read in smaller blocks: each is quantized in float32,
+# whose temporaries are several times the block's size.
+QUANTIZE_READ_BYTES = 1 << 20
 
 
 def _read_tensor(file: Path, name: str, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
@@ -538,18 +555,45 @@ def _read_converted(file: Path, name: str, shape: list[int], stored_dtype: torch
     Not through the memory map: the mapped pages of the stored copy would count in the
     process's memory (RSS) until the file is closed, so a load to another dtype would peak at
     both copies of the largest tensor."""
+    out = torch.empty(shape, dtype=dtype, device=device)
+    for first, block in _row_blocks(file, name, shape, stored_dtype):
+        out[first:first + block.shape[0]].copy_(block)
+    return out
+
+
+def _read_int4(file: Path, name: str, device: torch.device, group_size: int
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(nibbles, scales_and_zeros) of the 2-D float tensor `name`, quantized on `device` a row
+    block at a time (`_read_converted`'s reads: no 16-bit copy of the whole tensor)."""
+    try:
+        with safe_open(str(file), framework="pt") as f:
+            shape, kind = f.get_slice(name).get_shape(), f.get_slice(name).get_dtype()
+        if kind not in FLOAT_DTYPES:
+            raise CheckpointError(f"{file}: tensor '{name}' has dtype {kind}, expected "
+                                  "floating point")
+        parts = [quantize_nibbles(block, group_size, device) for _, block
+                 in _row_blocks(file, name, shape, FLOAT_DTYPES[kind], QUANTIZE_READ_BYTES)]
+        return torch.cat([n for n, _ in parts]), torch.cat([sz for _, sz in parts], 1)
+    except CheckpointError:
+        raise
+    except Exception as e:
+        raise CheckpointError(f"{file}: tensor '{name}' cannot be read ({e})") from e
+
+
+def _row_blocks(file: Path, name: str, shape: list[int], stored_dtype: torch.dtype,
+                block_bytes: int = CONVERT_CHUNK_BYTES) -> Iterator[tuple[int, torch.Tensor]]:
+    """(first row, rows) of tensor `name` as stored, about `block_bytes` at a time, read with
+    plain reads into one buffer (each block is valid until the next is read)."""
     with file.open("rb") as fh:
         header_size = int.from_bytes(fh.read(8), "little")
         start = 8 + header_size + json.loads(fh.read(header_size))[name]["data_offsets"][0]
-        out = torch.empty(shape, dtype=dtype, device=device)
-        row_bytes = max(1, out[0].numel() * stored_dtype.itemsize)
-        rows = max(1, CONVERT_CHUNK_BYTES // row_bytes)
-        buf = torch.empty(rows * row_bytes, dtype=torch.uint8)
+        row_bytes = max(1, math.prod(shape[1:]) * stored_dtype.itemsize)
+        rows = max(1, block_bytes // row_bytes)
+        buf = torch.empty(min(rows, shape[0]) * row_bytes, dtype=torch.uint8)
         fh.seek(start)
         for first in range(0, shape[0], rows):
             n = min(rows, shape[0] - first)
             view = buf[:n * row_bytes]
             if fh.readinto(view.numpy()) != n * row_bytes:
                 raise CheckpointError(f"{file}: tensor '{name}' is cut short")
-            out[first:first + n].copy_(view.view(stored_dtype).view(n, *shape[1:]))
-        return out
+            yield first, view.view(stored_dtype).view(n, *shape[1:])

@@ -23,6 +23,7 @@ of any size computes what a batch of one does.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -34,23 +35,50 @@ log = logging.getLogger(__name__)
 DEFAULT_GROUP_SIZE = 64
 # The CUDA op's packing parameter; 8 is what PyTorch's own int4 examples use for bf16.
 CUDA_INNER_K_TILES = 8
+# Weights quantized at a time: bounds the float temporaries of quantizing one large matrix.
+QUANTIZE_BLOCK = 1 << 18
+# The CPU op packs blocks of 64 rows independently, so a weight packs in row blocks too.
+CPU_PACK_ROWS = 64 * 4
 
 
 def quantize_weight(weight: Tensor, group_size: int) -> tuple[Tensor, Tensor]:
     """(codes, scales_and_zeros) of a [out, in] weight: int32 codes in 0..15 of shape
     [out, in], and float32 (scale, zero) pairs of shape [in / group_size, out, 2]."""
+    codes, scales_and_zeros = _quantize_block(weight, group_size)
+    return codes.to(torch.int32), scales_and_zeros
+
+
+def _quantize_block(weight: Tensor, group_size: int) -> tuple[Tensor, Tensor]:
+    """`quantize_weight` with uint8 codes, computed in place on one float32 copy."""
     out_features, in_features = weight.shape
     if in_features % group_size:
         raise ValueError(f"in-features {in_features} is not a multiple of the group size "
                          f"{group_size}")
-    groups = weight.detach().float().reshape(out_features, in_features // group_size, group_size)
+    groups = weight.detach().to(torch.float32, copy=True).reshape(
+        out_features, in_features // group_size, group_size)
     low, high = groups.amin(-1, keepdim=True), groups.amax(-1, keepdim=True)
     # A constant group gets a tiny scale rather than a division by zero.
     scale = ((high - low) / 15).clamp(min=torch.finfo(torch.float32).tiny)
-    codes = ((groups - low) / scale).round().clamp(0, 15).to(torch.int32)
+    codes = groups.sub_(low).div_(scale).round_().clamp_(0, 15).to(torch.uint8)
     zero = low + 8 * scale
     scales_and_zeros = torch.cat([scale, zero], -1).transpose(0, 1).contiguous()
     return codes.reshape(out_features, in_features), scales_and_zeros
+
+
+def quantize_nibbles(weight: Tensor, group_size: int, device: torch.device | None = None
+                     ) -> tuple[Tensor, Tensor]:
+    """(nibbles, scales_and_zeros) of a [out, in] weight on `device` (default: the weight's):
+    two codes a byte, [out, in / 2] uint8, the layout a layer and a quantized checkpoint
+    store. Quantized in row blocks, so the float temporaries stay a block's size whatever
+    the weight's (a 7B model's head has half a billion weights)."""
+    device = weight.device if device is None else device
+    rows = max(1, QUANTIZE_BLOCK // max(1, weight.shape[1]))
+    nibbles, scales = [], []
+    for first in range(0, weight.shape[0], rows):
+        codes, sz = _quantize_block(weight[first:first + rows].to(device), group_size)
+        nibbles.append(_nibbles(codes))
+        scales.append(sz)
+    return torch.cat(nibbles), torch.cat(scales, 1)
 
 
 def dequantize_weight(codes: Tensor, scales_and_zeros: Tensor, group_size: int) -> Tensor:
@@ -71,47 +99,84 @@ def _unnibble(packed: Tensor) -> Tensor:
     return torch.stack([packed >> 4, packed & 15], -1).reshape(packed.shape[0], -1)
 
 
-def _pack_for_op(codes: Tensor, device: torch.device, use_ops: bool) -> tuple[str, Tensor]:
-    """(kernel, weight) for the packed op of `device`, or ("dequantize", nibbles) where no op
-    takes this shape (the ops check their shapes when packing and when called)."""
+def _pack_for_op(nibbles: Tensor, use_ops: bool) -> tuple[str, Tensor]:
+    """(kernel, weight) for the packed op of the nibbles' device, or ("dequantize", nibbles)
+    where no op takes this shape (the ops check their shapes when packing and when called)."""
+    device = nibbles.device
     try:
         if use_ops and device.type == "cpu":
-            return "cpu", torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, 1)
+            op = torch.ops.aten._convert_weight_to_int4pack_for_cpu
+            return "cpu", torch.cat([
+                op(_unnibble(nibbles[first:first + CPU_PACK_ROWS]).to(torch.int32), 1)
+                for first in range(0, nibbles.shape[0], CPU_PACK_ROWS)])
         if use_ops and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 8:
-            packed = _nibbles(codes.to(device))
-            return "cuda", torch.ops.aten._convert_weight_to_int4pack(packed, CUDA_INNER_K_TILES)
+            return "cuda", torch.ops.aten._convert_weight_to_int4pack(nibbles.contiguous(),
+                                                                     CUDA_INNER_K_TILES)
     except RuntimeError as e:
-        log.debug("int4: no packed op for a %s weight on %s (%s)", tuple(codes.shape), device, e)
-    return "dequantize", _nibbles(codes).to(device)
+        log.debug("int4: no packed op for a %s weight on %s (%s)", tuple(nibbles.shape), device, e)
+    return "dequantize", nibbles
 
 
 class Int4Linear(nn.Module):
-    """A linear layer with int4 weights in groups of `group_size` (module docstring)."""
+    """A linear layer with int4 weights in groups of `group_size` (module docstring).
 
-    def __init__(self, codes: Tensor, scales_and_zeros: Tensor, bias: Tensor | None,
-                 group_size: int, device: torch.device, dtype: torch.dtype,
-                 use_ops: bool = True) -> None:
-        """`dtype`: the model's (of the bias, and of the dequantizing path); `use_ops`: False
-        keeps the dequantizing path where an op would run (the reference of the tests)."""
+    Built in the dequantizing layout (`weight`: the nibbles), where layers can still be
+    concatenated (`concatenated`), then `pack`ed for the device's op."""
+
+    def __init__(self, nibbles: Tensor, scales_and_zeros: Tensor, bias: Tensor | None,
+                 group_size: int, dtype: torch.dtype) -> None:
+        """`nibbles` and `scales_and_zeros` as `quantize_nibbles` returns them, on the layer's
+        device; `dtype`: the model's (of the bias, and of the dequantizing path)."""
         super().__init__()
-        self.out_features, self.in_features = codes.shape
+        self.out_features, self.in_features = nibbles.shape[0], nibbles.shape[1] * 2
         self.group_size = group_size
-        self.kernel, weight = _pack_for_op(codes, device, use_ops)
-        self.register_buffer("weight", weight)
-        compute = dtype if self.kernel == "dequantize" else torch.bfloat16
-        self.register_buffer("scales_and_zeros", scales_and_zeros.to(device, compute))
-        self.bias = None if bias is None else nn.Parameter(bias.detach().to(device, dtype),
-                                                           requires_grad=False)
-        if self.kernel != "dequantize" and not self._op_runs():
-            self.kernel, self.weight = "dequantize", _nibbles(codes).to(device)
-            self.scales_and_zeros = scales_and_zeros.to(device, dtype)
+        self.kernel = "dequantize"
+        self.register_buffer("weight", nibbles)
+        self.register_buffer("scales_and_zeros", scales_and_zeros.to(nibbles.device, dtype))
+        self.bias = None if bias is None else nn.Parameter(
+            bias.detach().to(nibbles.device, dtype), requires_grad=False)
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, group_size: int, use_ops: bool = True
                     ) -> Int4Linear:
-        codes, scales_and_zeros = quantize_weight(linear.weight, group_size)
-        return cls(codes, scales_and_zeros, linear.bias, group_size,
-                   linear.weight.device, linear.weight.dtype, use_ops)
+        """`use_ops`: False keeps the dequantizing path where an op would run (the
+        reference of the tests)."""
+        return cls.quantized(linear.weight, linear.bias, group_size, linear.weight.dtype,
+                             use_ops=use_ops)
+
+    @classmethod
+    def quantized(cls, weight: Tensor, bias: Tensor | None, group_size: int,
+                  dtype: torch.dtype, device: torch.device | None = None, use_ops: bool = True
+                  ) -> Int4Linear:
+        """The layer of a float [out, in] weight, quantized and packed on `device`."""
+        layer = cls(*quantize_nibbles(weight, group_size, device), bias, group_size, dtype)
+        return layer.pack(use_ops)
+
+    @classmethod
+    def concatenated(cls, *layers: Int4Linear) -> Int4Linear:
+        """One layer computing `layers` side by side (outputs concatenated), as
+        `transformer.fused_linear` does for float ones; layers not packed yet."""
+        if any(layer.kernel != "dequantize" for layer in layers):
+            raise ValueError("only layers in the dequantizing layout concatenate")
+        first = layers[0]
+        bias = None if first.bias is None else torch.cat([layer.bias for layer in layers])
+        return cls(torch.cat([layer.weight for layer in layers]),
+                   torch.cat([layer.scales_and_zeros for layer in layers], 1), bias,
+                   first.group_size, first.scales_and_zeros.dtype)
+
+    def pack(self, use_ops: bool = True) -> Int4Linear:
+        """Self, moved to the packed layout of its device's op where one takes its shape."""
+        if self.kernel != "dequantize":
+            return self
+        nibbles, dequantizing_scales = self.weight, self.scales_and_zeros
+        self.kernel, self.weight = _pack_for_op(nibbles, use_ops)
+        if self.kernel == "dequantize":
+            return self
+        self.scales_and_zeros = dequantizing_scales.to(torch.bfloat16)
+        if not self._op_runs():
+            self.kernel, self.weight = "dequantize", nibbles
+            self.scales_and_zeros = dequantizing_scales
+        return self
 
     def _op_runs(self) -> bool:
         # Some shape limits are checked only by the matmul: try it once on one row.
@@ -153,28 +218,139 @@ class Int4Linear(nn.Module):
                 f"group_size={self.group_size}, kernel={self.kernel}")
 
 
-def quantize_int4(model: nn.Module, group_size: int = DEFAULT_GROUP_SIZE) -> list[str]:
-    """Replace, in place, every `nn.Linear` of `model` by an `Int4Linear`; the names of the
-    linear layers kept in float, with why, are returned.
+def is_expert_bank(module: nn.Module) -> bool:
+    """Whether `module` holds its experts as 3-D parameters in transformers' concatenated
+    layout: `gate_up_proj` [experts, 2 * inner, hidden], `down_proj` [experts, hidden, inner]
+    (DiffusionGemma's and Gemma 4's experts; `use_experts_implementation`)."""
+    gate_up, down = getattr(module, "gate_up_proj", None), getattr(module, "down_proj", None)
+    return (isinstance(gate_up, Tensor) and isinstance(down, Tensor)
+            and gate_up.dim() == down.dim() == 3 and hasattr(module, "act_fn"))
+
+
+class Int4Experts(nn.Module):
+    """A bank of experts with int4 weights: per expert one `Int4Linear` for the concatenated
+    gate and up projections and one for the down projection. Called as transformers' expert
+    banks are: (hidden_states [tokens, hidden], top_k_index, top_k_weights [tokens, k])."""
+
+    def __init__(self, gate_up: list[Int4Linear], down: list[Int4Linear], act_fn: nn.Module
+                 ) -> None:
+        super().__init__()
+        self.num_experts = len(gate_up)
+        self.gate_up = nn.ModuleList(gate_up)
+        self.down = nn.ModuleList(down)
+        self.act_fn = act_fn
+
+    @classmethod
+    def from_bank(cls, bank: nn.Module, group_size: int, dtype: torch.dtype,
+                  device: torch.device | None = None, use_ops: bool = True,
+                  release: Callable[[Tensor], None] | None = None) -> Int4Experts:
+        """The int4 bank of `bank` (see `is_expert_bank`), an expert at a time; `release`
+        is called with each expert's float weights once they are quantized."""
+        gate_up, down = [], []
+        for e in range(bank.gate_up_proj.shape[0]):
+            for float_weights, layers in ((bank.gate_up_proj[e], gate_up),
+                                          (bank.down_proj[e], down)):
+                layers.append(Int4Linear.quantized(float_weights, None, group_size, dtype,
+                                                   device, use_ops))
+                if release is not None:
+                    release(float_weights)
+        return cls(gate_up, down, bank.act_fn)
+
+    def forward(self, hidden_states: Tensor, top_k_index: Tensor, top_k_weights: Tensor
+                ) -> Tensor:
+        out = torch.zeros_like(hidden_states)
+        for e in top_k_index.unique().tolist():
+            token, slot = torch.where(top_k_index == e)
+            gate, up = self.gate_up[e](hidden_states[token]).chunk(2, dim=-1)
+            expert_out = self.down[e](self.act_fn(gate) * up) * top_k_weights[token, slot, None]
+            out.index_add_(0, token, expert_out.to(out.dtype))
+        return out
+
+    def extra_repr(self) -> str:
+        first = self.gate_up[0]
+        return (f"num_experts={self.num_experts}, hidden={first.in_features}, "
+                f"inner={first.out_features // 2}, group_size={first.group_size}")
+
+
+def quantize_int4(model: nn.Module, group_size: int = DEFAULT_GROUP_SIZE,
+                  device: torch.device | None = None, dtype: torch.dtype | None = None,
+                  release: Callable[[Tensor], None] | None = None) -> list[str]:
+    """Replace, in place, every `nn.Linear` of `model` by an `Int4Linear` and every expert
+    bank (`is_expert_bank`) by an `Int4Experts`, quantized on `device` (default: where each
+    weight is), for a model computing in `dtype` (default: each weight's). `release` is
+    called with each float weight once it is quantized (the block family gives
+    memory-mapped pages back). The names of the layers kept in float, with why, are
+    returned.
 
     Kept in float: a layer whose in-features are not a multiple of `group_size` (no whole
     groups), and a layer whose weight is an embedding's too (a tied output head: the
     embedding stays in float, being read a row per token, so a quantized copy would add
     memory rather than save it). Embeddings and norms are not linear layers and stay as they
     are."""
-    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
-    kept: list[str] = []
-    for name, module in list(model.named_modules()):
-        if not isinstance(module, nn.Linear):
-            continue
-        if id(module.weight) in embeddings:
-            kept.append(f"{name} (shares its weight with an embedding)")
-            continue
-        if module.in_features % group_size:
-            kept.append(f"{name} (in-features {module.in_features} not a multiple of "
-                        f"{group_size})")
-            continue
+    targets, kept = int4_targets(model, group_size)
+    # A weight two modules share (DiffusionGemma's encoder and decoder layers are one set of
+    # weights) is quantized once and the int4 module shared the same way.
+    done: dict[int, nn.Module] = {}
+    for name, module in targets.items():
+        key = id(module.weight if isinstance(module, nn.Linear) else module.gate_up_proj)
+        if key in done:
+            new: nn.Module = done[key]
+        elif isinstance(module, nn.Linear):
+            new = Int4Linear.quantized(module.weight, module.bias, group_size,
+                                       dtype or module.weight.dtype, device)
+            if release is not None:
+                release(module.weight)
+        else:
+            new = Int4Experts.from_bank(module, group_size, dtype or module.gate_up_proj.dtype,
+                                        device, release=release)
+        done[key] = new
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, Int4Linear.from_linear(module, group_size))
+        setattr(parent, child, new)
     return kept
+
+
+def int4_targets(model: nn.Module, group_size: int) -> tuple[dict[str, nn.Module], list[str]]:
+    """(name -> module) of the linear layers and expert banks `quantize_int4` quantizes, and
+    the names of those it keeps in float, with why (see `quantize_int4`)."""
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    targets: dict[str, nn.Module] = {}
+    kept: list[str] = []
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            if id(module.weight) in embeddings:
+                kept.append(f"{name} (shares its weight with an embedding)")
+            elif module.in_features % group_size:
+                kept.append(f"{name} (in-features {module.in_features} not a multiple of "
+                            f"{group_size})")
+            else:
+                targets[name] = module
+        elif is_expert_bank(module):
+            hidden, inner = module.gate_up_proj.shape[2], module.down_proj.shape[2]
+            if hidden % group_size or inner % group_size:
+                kept.append(f"{name} (hidden {hidden} or inner {inner} not a multiple of "
+                            f"{group_size})")
+            else:
+                targets[name] = module
+    return targets, kept
+
+
+def install_int4(model: nn.Module, layers: dict[str, tuple[Tensor, Tensor]],
+                 state: dict[str, Tensor], group_size: int, dtype: torch.dtype) -> None:
+    """Put an unpacked `Int4Linear` at each name of `layers` ((nibbles, scales_and_zeros))
+    into `model`, built on the meta device, its bias taken out of `state`; the layers' tensors
+    go into `state`, ready for `model.load_state_dict(state, assign=True)`."""
+    for name, (nibbles, scales_and_zeros) in layers.items():
+        layer = Int4Linear(nibbles, scales_and_zeros, state.pop(f"{name}.bias", None),
+                           group_size, dtype)
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent), child, layer)
+        state.update({f"{name}.{key}": t for key, t in layer.state_dict().items()})
+
+
+def pack_int4(model: nn.Module) -> nn.Module:
+    """`model` with every int4 layer in its device op's layout (`Int4Linear.pack`)."""
+    for module in model.modules():
+        if isinstance(module, Int4Linear):
+            module.pack()
+    return model

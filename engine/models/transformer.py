@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from engine.kernels.norms import rms_norm
 from engine.models.config import ModelConfig
+from engine.models.int4 import Int4Linear
 
 
 class RMSNorm(nn.Module):
@@ -57,8 +58,11 @@ class LayerKV:
     v: Tensor
 
 
-def fused_linear(*linears: nn.Linear) -> nn.Linear:
-    """One linear layer computing `linears` side by side (outputs concatenated)."""
+def fused_linear(*linears: nn.Module) -> nn.Module:
+    """One linear layer computing `linears` side by side (outputs concatenated): float or
+    int4 layers (those loaded quantized; packed once fused)."""
+    if isinstance(linears[0], Int4Linear):
+        return Int4Linear.concatenated(*linears).pack()
     first = linears[0]
     # Built on the meta device and given the concatenated tensors: a layer allocated for real
     # would initialize (touch) a third copy of the weights, a 7B layer's MLP is 0.5 GB.

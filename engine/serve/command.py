@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto",
                         help="auto (masked models: int8 linear layers on the CPU; bfloat16 "
-                        "on a GPU), int8 (CPU), int4 (4-bit weights; masked and AR models), "
+                        "on a GPU), int8 (CPU), int4 (4-bit weights; every family), "
                         "float32, bfloat16, float16")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the model (slow start; see docs/performance.md)")

@@ -72,3 +72,30 @@ def test_auto_resolves_without_torch_to_the_device_torch_picks():
     assert resolved_device("auto") == ("cuda:0" if expected == "cuda" else expected)
     assert resolved_device("CUDA") == "cuda:0"
     assert resolved_device("cuda:1") == "cuda:1"
+
+
+@pytest.mark.parametrize("gb, line, fix", [
+    (24, "memory:      15.40 GB in bfloat16 at one request; a 24 GB GPU has 24 GB "
+         "(dg-engine plan)", None),
+    (12, "memory:      BROKEN: needs 15.40 GB in bfloat16 at one request; a 12 GB GPU has "
+         "12 GB", '  fix: use --dtype int4 ("dtype": "int4"): 4-bit weights, 5.24 GB at one '
+                  "request (dg-engine plan)"),
+    (4, "memory:      BROKEN: needs 15.40 GB in bfloat16 at one request, 5.24 GB even at "
+        "int4; a 4 GB GPU has 4 GB", "  fix: a device with more memory (dg-engine plan "
+                                     "--memory-gb)"),
+])
+def test_a_model_too_large_for_the_device_in_16_bits_is_pointed_at_int4(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, gb: int, line: str, fix: str | None
+) -> None:
+    import json
+
+    from engine.models import plan
+    from tests.support.published_configs import PUBLISHED
+
+    (tmp_path / "config.json").write_text(json.dumps(PUBLISHED["dream-coder-7b"]))
+    monkeypatch.setattr(plan, "device_memory", lambda device: (f"a {gb} GB GPU", gb * 10**9))
+    report = doctor.Report()
+    doctor.check_memory(report, str(tmp_path), "cuda", "auto")
+    assert report.lines == [line]
+    problem = f"memory: {line.partition('BROKEN: ')[2]}\n{fix}"
+    assert report.problems == ([] if fix is None else [problem])

@@ -17,15 +17,20 @@ CANVAS = 8
 STEPS = 12
 
 
-def write_diffusion_gemma(folder: Path) -> Path:
+def write_diffusion_gemma(folder: Path, width: int = 32, dtype: torch.dtype = torch.float32,
+                          shard_size: str = "50GB") -> Path:
+    """`width`: the hidden size; 64 or more makes every matrix's input features whole int4
+    groups of 64 (heads x head_dim, MLP and expert inner sizes follow it); `dtype`: the
+    stored one; `shard_size`: the largest safetensors file (save_pretrained's)."""
     hf_tok = tiny_tokenizer()
     save_tokenizer(hf_tok, folder)
     vocab = hf_tok.get_vocab_size(with_added_tokens=True)
     eos, pad, bos = (hf_tok.token_to_id(t) for t in (EOS, PAD, BOS))
     text = transformers.DiffusionGemmaTextConfig(
-        vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=16, global_head_dim=16,
-        num_experts=4, top_k_experts=2, moe_intermediate_size=16,
+        vocab_size=vocab, hidden_size=width, intermediate_size=48 if width == 32 else width,
+        num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=width // 2,
+        global_head_dim=width // 2, num_experts=4, top_k_experts=2,
+        moe_intermediate_size=16 if width == 32 else width,
         # A window shorter than the prompt, so the sliding layer's cache is cut.
         sliding_window=8, layer_types=["sliding_attention", "full_attention"],
         max_position_embeddings=256, eos_token_id=eos, pad_token_id=pad, bos_token_id=bos,
@@ -43,5 +48,5 @@ def write_diffusion_gemma(folder: Path) -> Path:
         confidence_threshold=0.005, eos_token_id=[eos], pad_token_id=pad, bos_token_id=bos,
         sampler_config=transformers.EntropyBoundSamplerConfig(entropy_bound=0.1),
     )
-    model.save_pretrained(folder)
+    model.to(dtype).save_pretrained(folder, max_shard_size=shard_size)
     return folder

@@ -1,0 +1,94 @@
+"""`dg-engine quantize`: the int4 checkpoint it writes loads without requantizing and computes
+what quantizing while loading computes; other schemes and damaged files are refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engine import Engine
+from engine.cli import main
+from engine.models import int4
+from engine.models.config import CheckpointError
+from engine.models.int4 import Int4Linear
+
+PREFIX, SUFFIX = "def add(a, b):\n    return ", "\n"
+
+
+@pytest.fixture(scope="module")
+def quantized(dream_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("q") / "dream-int4"
+    assert main(["quantize", "--model", str(dream_ckpt), "--out", str(out)]) == 0
+    return out
+
+
+def test_the_written_checkpoint_says_what_it_holds(quantized: Path, dream_ckpt: Path) -> None:
+    info = json.loads((quantized / "quantization.json").read_text())
+    assert info == {"scheme": "int4", "format": "dg-engine int4 v1", "group_size": 64,
+                    "source": str(dream_ckpt)}
+    assert (quantized / "tokenizer.json").read_bytes() == \
+        (dream_ckpt / "tokenizer.json").read_bytes()
+
+
+def test_it_loads_without_requantizing_and_fills_as_quantizing_while_loading_does(
+    quantized: Path, dream_ckpt: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    direct = Engine.load(str(dream_ckpt), device="cpu", dtype="int4")
+    want = direct.infill(PREFIX, SUFFIX, max_tokens=8, seed=0)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("requantized")
+
+    monkeypatch.setattr(int4, "_quantize_block", refuse)
+    loaded = Engine.load(str(quantized), device="cpu", dtype="int4")
+    assert [m.kernel for m in loaded.model.modules() if isinstance(m, Int4Linear)] == \
+        [m.kernel for m in direct.model.modules() if isinstance(m, Int4Linear)]
+    got = loaded.infill(PREFIX, SUFFIX, max_tokens=8, seed=0)
+    assert got.token_ids == want.token_ids and got.text == want.text
+
+
+def test_a_quantized_checkpoint_loads_at_int4_only(quantized: Path) -> None:
+    with pytest.raises(CheckpointError, match="holds int4 weights .* load it with dtype int4"):
+        Engine.load(str(quantized), device="cpu", dtype="float32")
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    dst.mkdir()
+    for f in src.iterdir():
+        (dst / f.name).write_bytes(f.read_bytes())
+    return dst
+
+
+def test_another_scheme_is_refused(quantized: Path, tmp_path: Path) -> None:
+    other = _copy(quantized, tmp_path / "nf4")
+    info = json.loads((other / "quantization.json").read_text())
+    (other / "quantization.json").write_text(json.dumps({**info, "scheme": "nf4"}))
+    with pytest.raises(CheckpointError, match="quantized with scheme 'nf4'; dg-engine loads"):
+        Engine.load(str(other), device="cpu", dtype="int4")
+
+
+def test_a_group_size_the_tensors_do_not_have_is_refused(quantized: Path, tmp_path: Path):
+    other = _copy(quantized, tmp_path / "g32")
+    info = json.loads((other / "quantization.json").read_text())
+    (other / "quantization.json").write_text(json.dumps({**info, "group_size": 32}))
+    with pytest.raises(CheckpointError, match=r"scales_and_zeros' has shape \[1, .* group "
+                                              r"size 32 imply \[2, "):
+        Engine.load(str(other), device="cpu", dtype="int4")
+
+
+def test_a_damaged_file_is_refused_with_the_tensor_cut_off(quantized: Path, tmp_path: Path):
+    damaged = _copy(quantized, tmp_path / "cut")
+    weights = damaged / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1000])
+    with pytest.raises(CheckpointError, match="model.safetensors: truncated: tensor '"):
+        Engine.load(str(damaged), device="cpu", dtype="int4")
+
+
+def test_the_command_refuses_what_it_cannot_write(quantized: Path, dream_ckpt: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["quantize", "--model", str(quantized), "--out", "/nonexistent/x"]) == 2
+    assert capsys.readouterr().err.strip().endswith(f"{quantized}: already quantized")
+    assert main(["quantize", "--model", str(dream_ckpt), "--out", str(quantized)]) == 2
+    assert capsys.readouterr().err.strip() == f"dg-engine: {quantized}: exists and is not empty"
