@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import tree_sitter as ts
 
+from dg_lsp.repository.retrieve import RepositoryContext
 from dg_lsp.syntax.languages import LanguageSpec
 from engine.edits.spans import MAX_ALIKE_CHARS, MAX_ANALOGIES
 from engine.text.canvas import other_file_snippet
@@ -38,6 +39,9 @@ MAX_OTHER_DOCUMENT_CHARS = 500_000
 # Context.repeats reads the lines this far before and after the cursor: a long module's
 # other functions, at about a millisecond for the widest window.
 REPEATS_SPAN = 50_000
+# At most this share of the prefix's budget goes to the repository's snippets (definitions,
+# windows: dg_lsp.repository.retrieve), so the code before the cursor keeps the most of it.
+REPOSITORY_SHARE = 0.4
 
 # Converts the canvas's token budget into the characters context windows are measured in;
 # code averages a little over 3 characters per token, so the windows rarely overflow.
@@ -66,8 +70,10 @@ class Context:
     # as the cursor's line does before the cursor and ends as it does after it (`it = ` +
     # `iter(iterable)`), nearest first. The model may choose one of them
     # (dg_lsp.completion.pipeline).
-    # Rest-of-line and brackets holes only.
+    # Rest-of-line and brackets holes only. With the repository (RepositoryContext.rests),
+    # what other files' lines hold there follows the file's own, within the same limit.
     repeats: tuple[str, ...] = ()
+    own_repeats: int = 0  # how many of `repeats` are the file's own (the first)
 
 
 @dataclass
@@ -89,8 +95,10 @@ def build_context(
     budget_chars: int = 700,
     suffix_fraction: float = SUFFIX_FRACTION,
     other_documents: Iterable[OtherDocument] = (),
+    repository: RepositoryContext | None = None,
 ) -> Context:
-    """Context for a hole at character `offset` of `text`."""
+    """Context for a hole at character `offset` of `text`; with `repository`, what the rest
+    of the repository holds for it too (dg_lsp.repository.retrieve)."""
     offset = max(0, min(offset, len(text)))
     suffix_budget = max(1, int(budget_chars * suffix_fraction))
     prefix_budget = max(1, budget_chars - suffix_budget)
@@ -119,20 +127,32 @@ def build_context(
     tail_lines = tail.split("\n")
     cursor_row = len(head_lines) - 1
 
-    prefix_window = _cut_prefix(head_lines, prefix_budget, unit_start_rows)
-    suffix_window = _cut_suffix(tail_lines, suffix_budget,
-                                {r - cursor_row for r in unit_end_rows if r >= cursor_row})
-
     previous_line = next((ln for ln in reversed(head_lines[:-1]) if ln.strip()), "")
     kind, closer, base_indent = _hole_kind(tree, language, head, line_prefix, line_suffix,
                                            previous_line)
+    repeats: tuple[str, ...] = ()
+    if kind in (REST_OF_LINE, BRACKETS):
+        repeats = repeated_rests(text, offset)
+    own_repeats = len(repeats)
+    found = ""
+    if repository is not None:
+        if kind in (REST_OF_LINE, BRACKETS):
+            repeats = repository.rests(line_prefix.lstrip(), line_suffix, repeats,
+                                       MAX_ANALOGIES)
+        if language is not None:
+            found = repository.snippets_for(head, line_prefix, language,
+                                            int(prefix_budget * REPOSITORY_SHARE), bool(repeats))
+    prefix_budget -= len(found)
 
-    prefix = prefix_window
+    prefix_window = _cut_prefix(head_lines, prefix_budget, unit_start_rows)
+    suffix_window = _cut_suffix(tail_lines, suffix_budget,
+                                {r - cursor_row for r in unit_end_rows if r >= cursor_row})
+    prefix = found + prefix_window
     remaining = prefix_budget - len(prefix_window)
     if language and remaining > 0 and len(prefix_window) == len(text[:offset]):
         snippets = _other_file_snippets(head[-SNIPPET_LINES * 80:], other_documents, language,
                                         remaining)
-        prefix = snippets + prefix_window
+        prefix = snippets + prefix
 
     return Context(
         prefix=prefix,
@@ -147,7 +167,8 @@ def build_context(
         previous_line=previous_line,
         language=language,
         document=text,
-        repeats=repeated_rests(text, offset) if kind in (REST_OF_LINE, BRACKETS) else (),
+        repeats=repeats,
+        own_repeats=own_repeats,
     )
 
 

@@ -109,3 +109,15 @@ EDITS_RANGE = Bounds(0, 10**8, integer=True)
 HOLES_RANGE = Bounds(1, 10**8, integer=True)
 WINDOW_RANGE = Bounds(1, 1024, integer=True)
 CERTAINTY_RANGE = Bounds(0, 100)
+
+
+# The workspace index (dg_lsp.repository): what it holds at most, so that a huge repository
+# costs what a large one does. Files past the count, larger than a file's limit, or past the
+# total are left out (the nearest to the root first are kept).
+MAX_INDEXED_FILES = 20_000
+MAX_INDEXED_FILE_BYTES = 512_000
+MAX_INDEXED_CHARS = 60_000_000
+# What one completion reads of it: the other files scanned for alike lines and windows,
+# nearest first, and the occurrences of the cursor line's beginning examined in each.
+RETRIEVAL_FILES = 64
+RETRIEVAL_OCCURRENCES = 64

@@ -28,6 +28,7 @@ from dg_lsp.completion import gate
 from dg_lsp.completion.cache import CompletionCache
 from dg_lsp.completion.postprocess import postprocess, unit_end
 from dg_lsp.context import Context, OtherDocument, build_context, char_budget
+from dg_lsp.repository.retrieve import RepositoryContext
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import LanguageSpec
 from engine.backend import Backend
@@ -41,6 +42,8 @@ class CompletionRequest:
     language: LanguageSpec | None
     uri: str = ""
     other_documents: Sequence[OtherDocument] = field(default_factory=tuple)
+    # The workspace index as this document reads it; None: none (not built yet, no workspace)
+    repository: RepositoryContext | None = None
 
 
 @dataclass
@@ -81,8 +84,9 @@ class Pipeline:
         hole = max(self.settings.hole_size.values())
         budget = char_budget(self.settings.canvas_length, hole)
         others = request.other_documents if self.settings.extra_context else ()
+        repository = request.repository if self.settings.repository_context else None
         return build_context(request.text, request.offset, request.language, budget,
-                             self.settings.suffix_fraction, others)
+                             self.settings.suffix_fraction, others, repository)
 
     def start(
         self, request: CompletionRequest, cancel: Callable[[], bool] | None = None

@@ -128,7 +128,8 @@ def completion_request(server: DgLanguageServer, uri: str, position: types.Posit
               for other in list(server.documents)[:MAX_OTHER_DOCUMENTS]
               if other.uri != uri and other.is_valid_text
               and language_for(other.language_id, other.uri) == language]
-    return CompletionRequest(text, offset, language, uri, others)
+    return CompletionRequest(text, offset, language, uri, others,
+                             server.repositories.context_for(uri))
 
 
 def replaced_range(request: CompletionRequest, position: types.Position,
