@@ -59,6 +59,7 @@ class RepositoryIndex:
         self._importers: dict[str, set[str]] = {}  # path -> the files that import it
         self._imports: dict[str, set[str]] = {}  # path -> the files it imports
         self._definers: dict[str, set[str]] = {}  # name -> the files that define it
+        self._by_folder: dict[str, set[str]] = {}  # folder -> its files
         self._stale: set[str] = set()  # files whose symbols predate their text
         self._nearest: dict[str, list[str]] = {}  # cache, emptied when files come or go
         self._lock = threading.RLock()
@@ -112,6 +113,7 @@ class RepositoryIndex:
             if old is None:
                 self._files[path] = IndexedFile(path, language, text)
                 self._by_module_name.setdefault(_last_name(path), set()).add(path)
+                self._by_folder.setdefault(posixpath.dirname(path), set()).add(path)
                 self._nearest.clear()
             elif old.text != text:
                 old.text = text  # its symbols stay until read again (`refresh`)
@@ -140,6 +142,7 @@ class RepositoryIndex:
             self._stale.discard(path)
             self._define(path, old.symbols, None)
             self._by_module_name.get(_last_name(path), set()).discard(path)
+            self._by_folder.get(posixpath.dirname(path), set()).discard(path)
             self._link(path, set())
             self._nearest.clear()
 
@@ -201,17 +204,23 @@ class RepositoryIndex:
     # -- helpers ------------------------------------------------------------------------------
 
     def _order(self, path: str) -> list[str]:
+        """The other files by how many folders they share with `path` (its own folder's
+        first), at most RETRIEVAL_FILES: folders are sorted, not files."""
         folder = posixpath.dirname(path).split("/")
 
         def shared(other: str) -> int:
-            parts = posixpath.dirname(other).split("/")
+            parts = other.split("/")
             n = 0
             while n < min(len(parts), len(folder)) and parts[n] == folder[n]:
                 n += 1
             return n
 
-        others = (p for p in self._files if p != path)
-        return sorted(others, key=lambda p: (-shared(p), p.count("/"), p))[:RETRIEVAL_FILES]
+        found: list[str] = []
+        for other in sorted(self._by_folder, key=lambda f: (-shared(f), f.count("/"), f)):
+            found += sorted(p for p in self._by_folder[other] if p != path)
+            if len(found) >= RETRIEVAL_FILES:
+                break
+        return found[:RETRIEVAL_FILES]
 
     def _define(self, path: str, old: FileSymbols | None, new: FileSymbols | None) -> None:
         for name in old.definitions if old else ():

@@ -25,6 +25,8 @@ from engine.edits.spans import MAX_ALIKE_CHARS
 from engine.text.canvas import other_file_snippet
 
 WINDOW_LINES = 6  # a repository window: the canvas's prefix holds a few short lines of it
+# Windows are read from the nearest files only: each new file's windows cost a scan of it.
+WINDOW_FILES = 8
 NEAR_CURSOR_LINES = 6  # the lines before the cursor whose names a window is compared with
 MIN_NAME_CHARS = 3  # shorter names (i, x, db) are defined everywhere
 
@@ -103,7 +105,7 @@ class RepositoryContext:
         if not wanted:
             return ""
         best = (0.0, "", "")
-        for path in self.index.nearest(self.path):
+        for path in self.index.nearest(self.path, WINDOW_FILES):
             entry = self.index.get(path)
             if entry is None or entry.language != language:
                 continue
