@@ -11,6 +11,7 @@ edges, and the token cut splits what it keeps of them by the request's fraction.
 from __future__ import annotations
 
 import functools
+import keyword
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -49,6 +50,12 @@ CHARS_PER_TOKEN = 3
 MIN_BUDGET_CHARS = 64
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Another document's edit is read where it shares a name with the last lines before the
+# cursor; keywords and the receiver's name are shared by everything.
+EDIT_NEAR_CHARS = 480
+_COMMON_WORDS = frozenset(keyword.kwlist) | {
+    "self", "cls", "this", "const", "let", "var", "function", "func", "return", "import",
+    "from", "new", "None", "true", "false", "null", "undefined", "print", "len", "str", "int"}
 _NEWLINE = re.compile("\n")
 
 
@@ -74,6 +81,13 @@ class Context:
     # what other files' lines hold there follows the file's own, within the same limit.
     repeats: tuple[str, ...] = ()
     own_repeats: int = 0  # how many of `repeats` are the file's own (the first)
+    # Whether the confidence gate counts the other files' texts of `repeats` as repeated.
+    repository_gate: bool = True
+
+    @property
+    def gate_repeats(self) -> tuple[str, ...]:
+        """The texts the confidence gate reads as the file's (its `repeated` input)."""
+        return self.repeats if self.repository_gate else self.repeats[:self.own_repeats]
 
 
 @dataclass
@@ -96,9 +110,12 @@ def build_context(
     suffix_fraction: float = SUFFIX_FRACTION,
     other_documents: Iterable[OtherDocument] = (),
     repository: RepositoryContext | None = None,
+    recent_edits: Iterable[OtherDocument] = (),
 ) -> Context:
     """Context for a hole at character `offset` of `text`; with `repository`, what the rest
-    of the repository holds for it too (dg_lsp.repository.retrieve)."""
+    of the repository holds for it too (dg_lsp.repository.retrieve), and with `recent_edits`
+    (other documents' latest edited lines) those that share a name with the lines before
+    the cursor, where the repository's snippets left room."""
     offset = max(0, min(offset, len(text)))
     suffix_budget = max(1, int(budget_chars * suffix_fraction))
     prefix_budget = max(1, budget_chars - suffix_budget)
@@ -142,6 +159,9 @@ def build_context(
         if language is not None:
             found = repository.snippets_for(head, line_prefix, language,
                                             int(prefix_budget * REPOSITORY_SHARE), bool(repeats))
+    if language is not None and recent_edits:
+        room = int(prefix_budget * REPOSITORY_SHARE) - len(found)
+        found = edited_snippets(head, recent_edits, language, room) + found
     prefix_budget -= len(found)
 
     prefix_window = _cut_prefix(head_lines, prefix_budget, unit_start_rows)
@@ -169,7 +189,26 @@ def build_context(
         document=text,
         repeats=repeats,
         own_repeats=own_repeats,
+        repository_gate=repository is None or repository.gate,
     )
+
+
+def edited_snippets(head: str, edits: Iterable[OtherDocument], language: LanguageSpec,
+                    budget: int) -> str:
+    """The edited lines of other documents (latest first) that share a name of at least
+    three characters with the lines before the cursor (the end of `head`), as comments,
+    within `budget` characters; the latest is put last, next to what follows."""
+    near = set(_IDENTIFIER.findall(head[-EDIT_NEAR_CHARS:])) - _COMMON_WORDS
+    chosen: list[str] = []
+    for edit in edits:
+        names = {n for n in _IDENTIFIER.findall(edit.text) if len(n) >= 3}
+        if not names & near:
+            continue
+        snippet = other_file_snippet(edit.path, edit.text, language.line_comment)
+        if len(snippet) <= budget:
+            chosen.append(snippet)
+            budget -= len(snippet)
+    return "".join(reversed(chosen))
 
 
 def repeated_rests(text: str, offset: int) -> tuple[str, ...]:

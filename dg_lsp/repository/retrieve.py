@@ -30,6 +30,12 @@ WINDOW_FILES = 8
 NEAR_CURSOR_LINES = 6  # the lines before the cursor whose names a window is compared with
 MIN_NAME_CHARS = 3  # shorter names (i, x, db) are defined everywhere
 
+# Which texts of other files' alike lines are offered as the model's choices: all of them,
+# nearest files first; only where the file's own lines offer none; only those at least two
+# files hold; both; all, the most held first.
+ALL, NO_OWN, AGREED, NO_OWN_AGREED, RANKED = "all", "no-own", "agreed", "no-own-agreed", "ranked"
+OFFERS = (ALL, NO_OWN, AGREED, NO_OWN_AGREED, RANKED)
+
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # A definition of a name in the current file, in any of the languages (the file's own text
 # is the buffer's: the index's copy of it may be older).
@@ -45,20 +51,37 @@ class RepositoryContext:
     path: str  # the current file's path in the index; never read from the index itself
     choices: bool = True
     snippets: bool = True
+    offer: str = ALL  # which of other files' texts are offered as choices (OFFERS)
+    # Whether the confidence gate reads a chosen text of another file as one of the file's
+    # own (its `repeated` input), or as a text the model wrote.
+    gate: bool = True
 
     def rests(self, before: str, after: str, known: tuple[str, ...], limit: int
               ) -> tuple[str, ...]:
         """The rests other files' lines hold between `before` (the cursor line up to the
-        cursor, without its indentation) and `after` (the rest of the cursor line), nearest
-        files first, after `known` (the file's own), at most `limit` in all."""
+        cursor, without its indentation) and `after` (the rest of the cursor line), after
+        `known` (the file's own), at most `limit` in all, as `offer` says (OFFERS)."""
         if not self.choices or not before.strip() or len(known) >= limit:
             return known
-        found = dict.fromkeys(known)
+        if self.offer == NO_OWN and known:
+            return known
+        held: dict[str, int] = {}  # text -> how many files hold it, nearest files first
         for path in self.index.nearest(self.path):
             entry = self.index.get(path)
-            if entry is not None and alike_rests(entry.text, before, after, found, limit):
+            if entry is None:
+                continue
+            for rest in alike_rests(entry.text, before, after):
+                if rest not in known:
+                    held[rest] = held.get(rest, 0) + 1
+            if self.offer in (ALL, NO_OWN) and len(held) + len(known) >= limit:
                 break
-        return tuple(found)
+        if self.offer in (AGREED, NO_OWN_AGREED):
+            held = {rest: n for rest, n in held.items() if n >= 2}
+        if self.offer == NO_OWN_AGREED and known:
+            held = {}
+        if self.offer == RANKED:
+            held = dict(sorted(held.items(), key=lambda item: -item[1]))
+        return (*known, *list(held)[:limit - len(known)])
 
     def snippets_for(self, head: str, line_prefix: str, language: LanguageSpec,
                      budget: int, have_choices: bool) -> str:
@@ -119,17 +142,16 @@ class RepositoryContext:
         return snippet if len(snippet) <= budget else ""
 
 
-def alike_rests(text: str, before: str, after: str, found: dict[str, None], limit: int
-                ) -> bool:
-    """Add to `found` the rests of `text`'s lines that begin with `before` (after their
-    indentation) and end with `after`, at most RETRIEVAL_OCCURRENCES looked at; whether
-    `found` holds `limit`. The lines are found with str.find: a file costs what its
-    occurrences of `before` do."""
+def alike_rests(text: str, before: str, after: str) -> list[str]:
+    """The distinct rests of `text`'s lines that begin with `before` (after their
+    indentation) and end with `after`, at most RETRIEVAL_OCCURRENCES occurrences of `before`
+    looked at: found with str.find, a file costs what its occurrences of `before` do."""
+    found: dict[str, None] = {}
     start = 0
     for _ in range(RETRIEVAL_OCCURRENCES):
         at = text.find(before, start)
         if at < 0:
-            return False
+            break
         start = at + 1
         line_start = text.rfind("\n", 0, at) + 1
         if text[line_start:at].strip(" \t"):
@@ -138,11 +160,9 @@ def alike_rests(text: str, before: str, after: str, found: dict[str, None], limi
         line = text[at:len(text) if end < 0 else end]
         if len(line) > len(before) + len(after) and line.endswith(after):
             rest = line[len(before):len(line) - len(after)]
-            if rest.strip() and len(rest) <= MAX_ALIKE_CHARS and rest not in found:
+            if rest.strip() and len(rest) <= MAX_ALIKE_CHARS:
                 found[rest] = None
-                if len(found) >= limit:
-                    return True
-    return False
+    return list(found)
 
 
 @functools.lru_cache(maxsize=512)

@@ -23,6 +23,6 @@ def test_a_run_reports_each_class_off_and_on(tmp_path):
     (tmp_path / "config.py").write_text("def load_config(path):\n    return dict(path=path)\n")
     (tmp_path / "main.py").write_text("def run(name):\n    value = load_config(name)\n")
     rows = cross_file.run([tmp_path], Scripted(*["load_config(name)"] * 20), 1, 0)
-    assert [(r["cursors"], r["repositoryContext"], r["count"]) for r in rows] == [
-        ("cross-file", False, 1), ("control", False, 1),
-        ("cross-file", True, 1), ("control", True, 1)]
+    assert [(r["cursors"], r["context"], r["count"]) for r in rows] == [
+        (kind, context, 1) for context in ("off", "choices", "choices+snippets", "all")
+        for kind in ("cross-file", "control")]

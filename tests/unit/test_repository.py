@@ -12,7 +12,15 @@ import pytest
 from dg_lsp.completion.pipeline import CompletionRequest, Pipeline
 from dg_lsp.context import build_context
 from dg_lsp.repository.index import RepositoryIndex
-from dg_lsp.repository.retrieve import RepositoryContext, context_for_file
+from dg_lsp.repository.retrieve import (
+    AGREED,
+    ALL,
+    NO_OWN,
+    NO_OWN_AGREED,
+    RANKED,
+    RepositoryContext,
+    context_for_file,
+)
 from dg_lsp.repository.symbols import file_symbols
 from dg_lsp.repository.walk import repository_files
 from dg_lsp.settings import Settings, parse_settings
@@ -178,3 +186,22 @@ def test_no_choices_at_a_line_start_or_in_a_comment(tmp_path, text):
     ctx = build_context(text, len(text), PYTHON, 480,
                         repository=RepositoryContext(index, "pkg/main.py"))
     assert ctx.repeats == ()
+
+
+def test_which_texts_of_other_files_each_rule_offers(tmp_path):
+    write(tmp_path, {"a.py": "x = load('a')\n", "b.py": "x = load('b')\nx = load('a')\n",
+                     "c.py": "x = load('b')\n"})
+    index = RepositoryIndex(tmp_path)
+    index.build()
+
+    def offered(offer: str, known: tuple[str, ...] = ()) -> tuple[str, ...]:
+        return RepositoryContext(index, "main.py", offer=offer).rests("x = ", "", known, 8)
+
+    assert offered(ALL) == ("load('a')", "load('b')")  # nearest files first
+    assert offered(RANKED) == ("load('a')", "load('b')")  # two files each
+    assert offered(AGREED, ("f()",)) == ("f()", "load('a')", "load('b')")
+    assert offered(NO_OWN, ("f()",)) == ("f()",)
+    (tmp_path / "c.py").write_text("x = 1\n")
+    index.refresh("c.py")
+    assert offered(AGREED) == ("load('a')",) == offered(NO_OWN_AGREED)
+    assert offered(RANKED) == ("load('a')", "load('b')", "1")

@@ -8,7 +8,8 @@ never gives the cursor's own file: that copy holds the answer). A cursor is cros
 the rest of its line is a text only other files' alike lines hold there (not the file's own),
 or names something another file of the package defines and the file does not; the others are
 control cursors. Each runs the default path (`Pipeline` on the resident engine, the default
-settings and gate) with `repositoryContext` false and true; what it shows is scored against
+settings and gate) with `repositoryContext` false, then with each part of it added (CONTEXTS:
+other files' texts as choices, the snippets, the gate's reading); what it shows is scored against
 the rest of the line: exactly right (whitespace-normalized), the share shown, and the edit
 similarity of what is shown.
 """
@@ -26,12 +27,12 @@ from dg_lsp.completion.pipeline import Completion, CompletionRequest, Pipeline
 from dg_lsp.context import build_context
 from dg_lsp.measure.eval.scoring import edit_similarity, exact_match
 from dg_lsp.repository.index import RepositoryIndex
-from dg_lsp.repository.retrieve import RepositoryContext
+from dg_lsp.repository.retrieve import ALL, RepositoryContext
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for
 from engine.backend import Backend
 from engine.data.cases import cut_cursor_cases
-from engine.types import last_draft
+from engine.types import Draft, last_draft
 
 MID_LINE = ("after =", "after (", "after .", "after ,")
 CROSS_FILE, CONTROL = "cross-file", "control"
@@ -57,7 +58,7 @@ def cursors(folder: Path, index: RepositoryIndex, per_class: int, seed: int) -> 
         path = case.id.split("/", 1)[1].rsplit(":", 2)[0]
         document, offset = case.file_before + case.file_after, len(case.file_before)
         ctx = build_context(document, offset, language, 480,
-                            repository=RepositoryContext(index, path, snippets=False))
+                            repository=RepositoryContext(index, path, snippets=False, offer=ALL))
         own, others = ctx.repeats[:ctx.own_repeats], ctx.repeats[ctx.own_repeats:]
         named = any(_defined_elsewhere(index, path, name, document)
                     for name in _NAME.findall(case.middle))
@@ -75,42 +76,58 @@ def _defined_elsewhere(index: RepositoryIndex, path: str, name: str, document: s
             and re.search(rf"\b(?:def|class)\s+{name}\b", document) is None)
 
 
+# The rows of a run: repositoryContext false, then the parts of it added one at a time
+# (RepositoryContext fields): other files' texts as choices only, with the snippets ahead of
+# the prefix, and all (the gate reading another file's chosen text as the file's own).
+CONTEXTS: dict[str, dict[str, bool] | None] = {
+    "off": None,
+    "choices": {"snippets": False, "gate": False},
+    "choices+snippets": {"gate": False},
+    "all": {},
+}
+
+
 def run(folders: list[Path], backend: Backend, per_class: int, seed: int,
         on_cursor: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-    """One row per (package, cursor class, repositoryContext)."""
+    """One row per (package, cursor class, context of CONTEXTS). The engine is asked once
+    per distinct request: a part that leaves a cursor's request as it was costs nothing."""
     rows = []
     language = language_for("python")
     for folder in folders:
         index = RepositoryIndex(folder)
         index.build()
         picked = cursors(folder, index, per_class, seed)
-        for on in (False, True):
-            settings = Settings(repository_context=on)
-            pipeline = Pipeline(backend, settings)
+        asked: dict[tuple, Draft | None] = {}
+        for name, fields in CONTEXTS.items():
+            pipeline = Pipeline(backend, Settings(repository_context=fields is not None))
             scored: dict[str, list[tuple[bool, bool, float]]] = {CROSS_FILE: [], CONTROL: []}
             for cursor in picked:
-                request = CompletionRequest(cursor.document, cursor.offset, language,
-                                            (folder / cursor.path).as_uri(),
-                                            repository=RepositoryContext(index, cursor.path))
+                request = CompletionRequest(
+                    cursor.document, cursor.offset, language, (folder / cursor.path).as_uri(),
+                    repository=RepositoryContext(index, cursor.path, **(fields or {})))
                 pipeline.cache.clear()
                 ctx, drafts = pipeline.start(request)
-                decided = pipeline.decide(request, ctx, last_draft(drafts))
+                key = (ctx.prefix, ctx.suffix, ctx.kind, ctx.repeats)
+                if key not in asked:
+                    asked[key] = last_draft(drafts)
+                drafts.close()
+                decided = pipeline.decide(request, ctx, asked[key])
                 shown = isinstance(decided, Completion)
                 text = decided.text if shown else ""
                 right = shown and exact_match(text, cursor.truth)
                 scored[cursor.kind].append((shown, right, edit_similarity(text, cursor.truth)))
                 if on_cursor is not None:
-                    on_cursor({**vars(replace(cursor, document="")), "repositoryContext": on,
+                    on_cursor({**vars(replace(cursor, document="")), "context": name,
                                "shown": shown, "text": text, "exact": right})
             for kind, results in scored.items():
-                rows.append(_row(folder.name, kind, on, results))
+                rows.append(_row(folder.name, kind, name, results))
     return rows
 
 
-def _row(package: str, kind: str, on: bool, results: list[tuple[bool, bool, float]]
+def _row(package: str, kind: str, context: str, results: list[tuple[bool, bool, float]]
          ) -> dict[str, Any]:
     shown = [r for r in results if r[0]]
-    return {"package": package, "cursors": kind, "repositoryContext": on,
+    return {"package": package, "cursors": kind, "context": context,
             "count": len(results), "exactlyRight": sum(r[1] for r in results),
             "shownRate": round(len(shown) / len(results), 3) if results else 0.0,
             "editSimilarityShown": round(sum(r[2] for r in shown) / len(shown), 3)
