@@ -121,3 +121,7 @@ MAX_INDEXED_CHARS = 60_000_000
 # nearest first, and the occurrences of the cursor line's beginning examined in each.
 RETRIEVAL_FILES = 64
 RETRIEVAL_OCCURRENCES = 64
+# The latest edits of other open documents a completion reads (dg_lsp.lsp.repository), and
+# the lines of each.
+MAX_RECENT_EDITS = 3
+RECENT_EDIT_LINES = 6

@@ -1,6 +1,7 @@
 """The workspace index in the language server: one dg_lsp.repository index per workspace
 folder, built on a thread after `initialized` with work-done progress, kept current from the
-documents' changes, saves and the client's file events.
+documents' changes, saves and the client's file events; and the lines of the latest edits of
+the other open documents (`recent_edits`), which a completion reads as snippets too.
 
 Completions never wait for it: until a folder's index is built, a completion in it has no
 repository context (`context_for` answers None), as with `repositoryContext` false.
@@ -12,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -20,15 +21,43 @@ from urllib.parse import unquote, urlparse
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
+from dg_lsp.context import OtherDocument
+from dg_lsp.lsp.documents import OpenDocument, short_path
 from dg_lsp.lsp.progress import LoadProgress
 from dg_lsp.repository.index import RepositoryIndex
 from dg_lsp.repository.retrieve import RepositoryContext
+from dg_lsp.syntax.languages import LanguageSpec, language_for
+from engine.bounds import MAX_RECENT_EDITS, RECENT_EDIT_LINES
 
 log = logging.getLogger(__name__)
 
 WATCHER_ID = "dg-lsp-repository-files"
 WATCHED = "**/*.{py,pyi,js,mjs,cjs,jsx,ts,mts,cts,tsx,rs,go}"
 REGISTER_TIMEOUT = 5.0  # seconds a client has to accept the file watcher
+
+
+def recent_edits(documents: Iterable[OpenDocument], uri: str, language: LanguageSpec | None,
+                 limit: int = MAX_RECENT_EDITS) -> tuple[OtherDocument, ...]:
+    """The lines of the latest edits of the open documents other than `uri` in `language`
+    (next-edit's history of each), the most recently changed document's first, at most
+    `limit`, each at most RECENT_EDIT_LINES lines of the document's text now."""
+    others = sorted((doc for doc in documents
+                     if doc.uri != uri and doc.history.edits and doc.is_valid_text
+                     and language_for(doc.language_id, doc.uri) == language),
+                    key=lambda doc: -doc.revision)
+    found: list[OtherDocument] = []
+    for doc in others:
+        for edit in reversed(doc.history.edits):
+            text = doc.text
+            start = text.rfind("\n", 0, min(edit.start, len(text))) + 1
+            end = text.find("\n", min(edit.end, len(text)))
+            lines = text[start:len(text) if end < 0 else end].split("\n")
+            edited = "\n".join(lines[:RECENT_EDIT_LINES])
+            if edited.strip():
+                found.append(OtherDocument(short_path(doc.uri), edited))
+            if len(found) >= limit:
+                return tuple(found)
+    return tuple(found)
 
 
 def uri_path(uri: str) -> Path | None:
@@ -139,9 +168,13 @@ def register(server: LanguageServer, repositories: Repositories) -> None:
 
     @server.feature(types.INITIALIZED)
     async def initialized(ls: LanguageServer, params: types.InitializedParams) -> None:
+        # Nothing to index (no workspace folder, or repositoryContext false): nothing to ask
+        # the client for. The build does not wait for the client's answer to the registration
+        # (a client that never answers it must not hold the index back).
+        if not (repositories.indexes and ls.settings.repository_context):  # type: ignore[attr-defined]
+            return
+        repositories.task = asyncio.ensure_future(repositories.build(ls))
         await _watch_files(ls)
-        if ls.settings.repository_context:  # type: ignore[attr-defined]
-            await repositories.build(ls)
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
     def did_save(ls: LanguageServer, params: types.DidSaveTextDocumentParams) -> None:
