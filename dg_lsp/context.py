@@ -78,7 +78,7 @@ class Context:
     # `iter(iterable)`), nearest first. The model may choose one of them
     # (dg_lsp.completion.pipeline).
     # Rest-of-line and brackets holes only. With the repository (RepositoryContext.rests),
-    # what other files' lines hold there follows the file's own, within the same limit.
+    # where the file's own lines hold none, what other files' lines hold there.
     repeats: tuple[str, ...] = ()
     own_repeats: int = 0  # how many of `repeats` are the file's own (the first)
     # Whether the confidence gate counts the other files' texts of `repeats` as repeated.

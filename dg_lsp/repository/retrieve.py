@@ -3,8 +3,8 @@ it can pay, so that a cursor that does not need it costs nothing:
 
 - `rests`: what other files' lines hold where the cursor's line is (they begin as the cursor's
   line does before the cursor, and end as it does after it), nearest files first: the model's
-  choices after the file's own (dg_lsp.context.Context.repeats). Only where the cursor's line
-  has begun (a blank beginning matches every line) and the file's own lines left room.
+  choices where the file's own lines hold none (dg_lsp.context.Context.repeats). Only where
+  the cursor's line has begun (a blank beginning matches every line).
 - `snippets`: ahead of the prefix, as comments: the definitions (signature and first line of
   documentation) of the names the cursor's line uses that another file defines, and, where
   neither the file nor the repository offers a choice and no definition was found, the window
@@ -51,7 +51,10 @@ class RepositoryContext:
     path: str  # the current file's path in the index; never read from the index itself
     choices: bool = True
     snippets: bool = True
-    offer: str = ALL  # which of other files' texts are offered as choices (OFFERS)
+    # Which of other files' texts are offered as choices (OFFERS): only where the file's own
+    # lines offer none. Added to the file's own, another file's text is sometimes chosen over
+    # the right one of the file (scripts/experiments/repository_rules.py, docs/usage.md).
+    offer: str = NO_OWN
     # Whether the confidence gate reads a chosen text of another file as one of the file's
     # own (its `repeated` input), or as a text the model wrote.
     gate: bool = True

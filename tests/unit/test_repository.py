@@ -126,16 +126,21 @@ def test_the_index_follows_edits_saves_and_removals(tmp_path):
     assert not index.set_text("notes.txt", "words")  # a language the project does not read
 
 
-def test_other_files_alike_lines_follow_the_files_own_as_choices(tmp_path):
+def test_other_files_alike_lines_are_the_choices_where_the_file_has_none(tmp_path):
     index = package(tmp_path)
+    text = "def f():\n    DEFAULT = load_config(|)\n"
+    offset = text.index("|")
+    text = text.replace("|", "")
+    repository = RepositoryContext(index, "pkg/main.py")
+    ctx = build_context(text, offset, PYTHON, 480, repository=repository)
+    assert build_context(text, offset, PYTHON, 480).repeats == ()
+    assert (ctx.repeats, ctx.own_repeats) == (("'app.toml', strict=True",), 0)
+    # the file's own texts, where it has some, and no other file's
     text = "def f():\n    DEFAULT = load_config('a.toml')\n    DEFAULT = load_config(|)\n"
     offset = text.index("|")
     text = text.replace("|", "")
-    alone = build_context(text, offset, PYTHON, 480)
-    ctx = build_context(text, offset, PYTHON, 480,
-                        repository=RepositoryContext(index, "pkg/main.py"))
-    assert (alone.repeats, alone.own_repeats) == (("'a.toml'",), 1)
-    assert (ctx.repeats, ctx.own_repeats) == (("'a.toml'", "'app.toml', strict=True"), 1)
+    ctx = build_context(text, offset, PYTHON, 480, repository=repository)
+    assert (ctx.repeats, ctx.own_repeats) == (("'a.toml'",), 1)
 
 
 def test_the_definition_of_a_name_the_line_uses_comes_ahead_of_the_prefix(tmp_path):
