@@ -39,8 +39,8 @@ OFFERS = (ALL, NO_OWN, AGREED, NO_OWN_AGREED, RANKED)
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # A definition of a name in the current file, in any of the languages (the file's own text
 # is the buffer's: the index's copy of it may be older).
-_DEFINES = (r"\b(?:def|class|function|fn|func|type|struct|enum|trait|interface|const|let|var)"
-            r"\s+{}\b")
+_DEFINES = re.compile(r"\b(?:def|class|function|fn|func|type|struct|enum|trait|interface"
+                      r"|const|let|var)\s+([A-Za-z_][A-Za-z0-9_]*)")
 
 
 @dataclass(frozen=True)
@@ -104,11 +104,16 @@ class RepositoryContext:
         first) that the file before the cursor (`head`) does not define itself."""
         nearest: list[str] | None = None
         chosen: list[str] = []
+        defined: set[str] | None = None  # the names `head` defines, read once if needed
         for name in reversed(dict.fromkeys(_IDENTIFIER.findall(line_prefix))):
-            if len(name) < MIN_NAME_CHARS or re.search(_DEFINES.format(name), head):
+            if len(name) < MIN_NAME_CHARS:
                 continue
             definers = [p for p in self.index.definers(name) if p != self.path]
             if not definers:
+                continue
+            if defined is None:
+                defined = set(_DEFINES.findall(head))
+            if name in defined:
                 continue
             if nearest is None:
                 nearest = self.index.nearest(self.path)
