@@ -3,6 +3,7 @@
 the gate's reading of another file's text), compared on cursors the report does not use.
 
     python scripts/experiments/repository_rules.py [--per-class 40] [--seed 1] [--packages boltons]
+    python scripts/experiments/repository_rules.py --suite --engine inproc --seed 0 --per-class 50
 
 Cursors are cut as `dg-lsp eval --suite cross-file` cuts them (dg_lsp.measure.eval.cross_file)
 from the held-out packages, with `--seed` (not the suite's 0), and any cursor the suite's seed
@@ -10,6 +11,8 @@ from the held-out packages, with `--seed` (not the suite's 0), and any cursor th
 default path (Pipeline on the resident engine, default settings and gate); the engine is asked
 once per distinct request (prefix, suffix, hole, choices), so variants that leave a cursor's
 context unchanged cost nothing there. Printed: exactly right and shown per class and variant.
+`--suite` prints the table of `dg-lsp eval --suite cross-file` instead (its cursors, its
+rows), on the engine `--engine` names: the suite's run in process beside its resident one.
 """
 
 from __future__ import annotations
@@ -49,8 +52,18 @@ def main() -> None:
     parser.add_argument("--cache", type=Path,
                         help="the engine's answers, kept here between runs (a pickle)")
     parser.add_argument("--rows", type=Path, help="write each cursor's results here (jsonl)")
+    parser.add_argument("--engine", choices=("resident", "inproc"), default="resident")
+    parser.add_argument("--suite", action="store_true",
+                        help="the suite's table (its cursors of --seed, --per-class each)")
     args = parser.parse_args()
-    backend = open_for_command(Settings(engine="resident"))
+    backend = open_for_command(Settings(engine=args.engine))
+    if args.suite:
+        folders = [heldout_sources(package=package, version=version)
+                   for package, version in HELDOUT_PACKAGES
+                   if package in args.packages.split(",")]
+        print(cross_file.format_table(cross_file.run(folders, backend, args.per_class,
+                                                     args.seed)))
+        return
     language = language_for("python")
     asked: dict[tuple, object] = {}  # distinct request -> the engine's last draft
     if args.cache is not None and args.cache.exists():
