@@ -11,6 +11,7 @@ import pytest
 
 from dg_lsp.completion.pipeline import CompletionRequest, Pipeline
 from dg_lsp.context import build_context
+from dg_lsp.measure.bench_repository import build_row, generate, retrieval_rows
 from dg_lsp.repository.index import RepositoryIndex
 from dg_lsp.repository.retrieve import (
     AGREED,
@@ -210,3 +211,12 @@ def test_which_texts_of_other_files_each_rule_offers(tmp_path):
     index.refresh("c.py")
     assert offered(AGREED) == ("load('a')",) == offered(NO_OWN_AGREED)
     assert offered(RANKED) == ("load('a')", "load('b')", "1")
+
+
+def test_the_benchs_generated_repository_is_indexed_and_read(tmp_path):
+    generate(tmp_path, files=20, folders=2)
+    row = build_row("generated", tmp_path)
+    assert (row["repository"], row["files"]) == ("generated", 20)  # 9 modules, 1 __init__ each
+    rows = retrieval_rows(tmp_path, requests=10)
+    assert [(r["request"], r["requests"]) for r in rows] == [
+        ("first in a file", 5), ("next in the same file", 5)]
