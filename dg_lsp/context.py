@@ -11,6 +11,7 @@ edges, and the token cut splits what it keeps of them by the request's fraction.
 from __future__ import annotations
 
 import functools
+import keyword
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 
 import tree_sitter as ts
 
+from dg_lsp.repository.retrieve import RepositoryContext
 from dg_lsp.syntax.languages import LanguageSpec
 from engine.edits.spans import MAX_ALIKE_CHARS, MAX_ANALOGIES
 from engine.text.canvas import other_file_snippet
@@ -38,6 +40,9 @@ MAX_OTHER_DOCUMENT_CHARS = 500_000
 # Context.repeats reads the lines this far before and after the cursor: a long module's
 # other functions, at about a millisecond for the widest window.
 REPEATS_SPAN = 50_000
+# At most this share of the prefix's budget goes to the repository's snippets (definitions,
+# windows: dg_lsp.repository.retrieve), so the code before the cursor keeps the most of it.
+REPOSITORY_SHARE = 0.4
 
 # Converts the canvas's token budget into the characters context windows are measured in;
 # code averages a little over 3 characters per token, so the windows rarely overflow.
@@ -45,6 +50,12 @@ CHARS_PER_TOKEN = 3
 MIN_BUDGET_CHARS = 64
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Another document's edit is read where it shares a name with the last lines before the
+# cursor; keywords and the receiver's name are shared by everything.
+EDIT_NEAR_CHARS = 480
+_COMMON_WORDS = frozenset(keyword.kwlist) | {
+    "self", "cls", "this", "const", "let", "var", "function", "func", "return", "import",
+    "from", "new", "None", "true", "false", "null", "undefined", "print", "len", "str", "int"}
 _NEWLINE = re.compile("\n")
 
 
@@ -66,8 +77,17 @@ class Context:
     # as the cursor's line does before the cursor and ends as it does after it (`it = ` +
     # `iter(iterable)`), nearest first. The model may choose one of them
     # (dg_lsp.completion.pipeline).
-    # Rest-of-line and brackets holes only.
+    # Rest-of-line and brackets holes only. With the repository (RepositoryContext.rests),
+    # where the file's own lines hold none, what other files' lines hold there.
     repeats: tuple[str, ...] = ()
+    own_repeats: int = 0  # how many of `repeats` are the file's own (the first)
+    # Whether the confidence gate counts the other files' texts of `repeats` as repeated.
+    repository_gate: bool = True
+
+    @property
+    def gate_repeats(self) -> tuple[str, ...]:
+        """The texts the confidence gate reads as the file's (its `repeated` input)."""
+        return self.repeats if self.repository_gate else self.repeats[:self.own_repeats]
 
 
 @dataclass
@@ -89,8 +109,13 @@ def build_context(
     budget_chars: int = 700,
     suffix_fraction: float = SUFFIX_FRACTION,
     other_documents: Iterable[OtherDocument] = (),
+    repository: RepositoryContext | None = None,
+    recent_edits: Iterable[OtherDocument] = (),
 ) -> Context:
-    """Context for a hole at character `offset` of `text`."""
+    """Context for a hole at character `offset` of `text`; with `repository`, what the rest
+    of the repository holds for it too (dg_lsp.repository.retrieve), and with `recent_edits`
+    (other documents' latest edited lines) those that share a name with the lines before
+    the cursor, where the repository's snippets left room."""
     offset = max(0, min(offset, len(text)))
     suffix_budget = max(1, int(budget_chars * suffix_fraction))
     prefix_budget = max(1, budget_chars - suffix_budget)
@@ -119,20 +144,35 @@ def build_context(
     tail_lines = tail.split("\n")
     cursor_row = len(head_lines) - 1
 
-    prefix_window = _cut_prefix(head_lines, prefix_budget, unit_start_rows)
-    suffix_window = _cut_suffix(tail_lines, suffix_budget,
-                                {r - cursor_row for r in unit_end_rows if r >= cursor_row})
-
     previous_line = next((ln for ln in reversed(head_lines[:-1]) if ln.strip()), "")
     kind, closer, base_indent = _hole_kind(tree, language, head, line_prefix, line_suffix,
                                            previous_line)
+    repeats: tuple[str, ...] = ()
+    if kind in (REST_OF_LINE, BRACKETS):
+        repeats = repeated_rests(text, offset)
+    own_repeats = len(repeats)
+    found = ""
+    if repository is not None:
+        if kind in (REST_OF_LINE, BRACKETS):
+            repeats = repository.rests(line_prefix.lstrip(), line_suffix, repeats,
+                                       MAX_ANALOGIES)
+        if language is not None:
+            found = repository.snippets_for(head, line_prefix, language,
+                                            int(prefix_budget * REPOSITORY_SHARE), bool(repeats))
+    if language is not None and recent_edits:
+        room = int(prefix_budget * REPOSITORY_SHARE) - len(found)
+        found = edited_snippets(head, recent_edits, language, room) + found
+    prefix_budget -= len(found)
 
-    prefix = prefix_window
+    prefix_window = _cut_prefix(head_lines, prefix_budget, unit_start_rows)
+    suffix_window = _cut_suffix(tail_lines, suffix_budget,
+                                {r - cursor_row for r in unit_end_rows if r >= cursor_row})
+    prefix = found + prefix_window
     remaining = prefix_budget - len(prefix_window)
     if language and remaining > 0 and len(prefix_window) == len(text[:offset]):
         snippets = _other_file_snippets(head[-SNIPPET_LINES * 80:], other_documents, language,
                                         remaining)
-        prefix = snippets + prefix_window
+        prefix = snippets + prefix
 
     return Context(
         prefix=prefix,
@@ -147,8 +187,28 @@ def build_context(
         previous_line=previous_line,
         language=language,
         document=text,
-        repeats=repeated_rests(text, offset) if kind in (REST_OF_LINE, BRACKETS) else (),
+        repeats=repeats,
+        own_repeats=own_repeats,
+        repository_gate=repository is None or repository.gate,
     )
+
+
+def edited_snippets(head: str, edits: Iterable[OtherDocument], language: LanguageSpec,
+                    budget: int) -> str:
+    """The edited lines of other documents (latest first) that share a name of at least
+    three characters with the lines before the cursor (the end of `head`), as comments,
+    within `budget` characters; the latest is put last, next to what follows."""
+    near = set(_IDENTIFIER.findall(head[-EDIT_NEAR_CHARS:])) - _COMMON_WORDS
+    chosen: list[str] = []
+    for edit in edits:
+        names = {n for n in _IDENTIFIER.findall(edit.text) if len(n) >= 3}
+        if not names & near:
+            continue
+        snippet = other_file_snippet(edit.path, edit.text, language.line_comment)
+        if len(snippet) <= budget:
+            chosen.append(snippet)
+            budget -= len(snippet)
+    return "".join(reversed(chosen))
 
 
 def repeated_rests(text: str, offset: int) -> tuple[str, ...]:

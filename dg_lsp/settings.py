@@ -102,6 +102,10 @@ class Settings:
     languages: list[str] | None = checked(None, "a list of language ids",
                                           lambda v: v is None or isinstance(v, list))
     extra_context: bool = checked(True, "true or false", lambda v: True)  # other open documents
+    # The rest of the workspace (dg_lsp.repository): other files' alike lines as the model's
+    # choices, the definitions of names the cursor's line uses; false: the open file and the
+    # other open documents only.
+    repository_context: bool = checked(True, "true or false", lambda v: True)
     # A completion whose calibrated probability of being close to right is below this is not
     # shown (dg_lsp.completion.gate.hides); 0 shows everything. The default is chosen on held-out
     # cursors by the rule in docs/usage.md, "Confidence gate".

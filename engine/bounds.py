@@ -115,6 +115,22 @@ WINDOW_RANGE = Bounds(1, 1024, integer=True)
 CERTAINTY_RANGE = Bounds(0, 100)
 
 
+# The workspace index (dg_lsp.repository): what it holds at most, so that a huge repository
+# costs what a large one does. Files past the count, larger than a file's limit, or past the
+# total are left out (the nearest to the root first are kept).
+MAX_INDEXED_FILES = 20_000
+MAX_INDEXED_FILE_BYTES = 512_000
+MAX_INDEXED_CHARS = 60_000_000
+# What one completion reads of it: the other files scanned for alike lines and windows,
+# nearest first, and the occurrences of the cursor line's beginning examined in each.
+RETRIEVAL_FILES = 64
+RETRIEVAL_OCCURRENCES = 64
+# The latest edits of other open documents a completion reads (dg_lsp.lsp.repository), and
+# the lines of each.
+MAX_RECENT_EDITS = 3
+RECENT_EDIT_LINES = 6
+
+
 def holes_problem(texts: int, max_tokens: Any) -> str | None:
     """Why a request with `texts` texts around holes of `max_tokens` tokens each is not one
     the engine serves (None when it is): one more text than holes, the holes' count, each

@@ -23,6 +23,7 @@ from dg_lsp.completion.pipeline import Completion, CompletionRequest, Hidden, Pi
 from dg_lsp.context import Context
 from dg_lsp.lsp.engine_host import NoEngine, check_engine_arguments, open_for_command
 from dg_lsp.positions import UTF32, line_end, line_of, line_start, offset_at, position_at
+from dg_lsp.repository.retrieve import context_for_file
 from dg_lsp.settings import (
     DEFAULT_MIN_CONFIDENCE,
     ENGINE_MODES,
@@ -50,6 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="the confidence gate, as the minConfidence setting: hide a "
                         f"suggestion less likely than P to be close to right (default "
                         f"{DEFAULT_MIN_CONFIDENCE}; 0 shows what the model wrote)")
+    parser.add_argument("--no-repository-context", action="store_true",
+                        help="as the repositoryContext setting false: read only the file, not "
+                        "the rest of its repository")
     add_model_arguments(parser)
     add_engine_arguments(parser, ENGINE_MODES, "inproc")
     parser.set_defaults(func=run)
@@ -94,9 +98,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     settings = settings_from_arguments(args, engine=args.engine,
                                        engine_token_file=args.token_file,
-                                       min_confidence=args.min_confidence)
+                                       min_confidence=args.min_confidence,
+                                       repository_context=not args.no_repository_context)
+    repository = context_for_file(path) if settings.repository_context else None
     request = CompletionRequest(text, offset, language_for(None, str(path)),
-                                path.resolve().as_uri())
+                                path.resolve().as_uri(), repository=repository)
     try:
         pipeline = Pipeline(open_for_command(settings), settings)
         ctx, drafts = pipeline.start(request)
@@ -128,7 +134,8 @@ def explanation(ctx: Context, last: Draft | None, decided: Completion | Hidden,
         f"{len(ctx.suffix)} after it, {len(others)} from other files",
         f"hole: {ctx.kind}",
         "offered first: " + (", ".join(repr(text) for text in ctx.repeats)
-                             if ctx.repeats else "none (no other line of the file fits here)"),
+                             + _from_others(ctx) if ctx.repeats
+                             else "none (no other line of the file fits here)"),
     ]
     if last is None:
         lines.append("the engine wrote nothing")
@@ -149,6 +156,11 @@ def explanation(ctx: Context, last: Draft | None, decided: Completion | Hidden,
     else:
         lines.append(f"gate: shown, confidence {decided.confidence:.2f} >= {bar}")
     return "\n".join(lines)
+
+
+def _from_others(ctx: Context) -> str:
+    others = len(ctx.repeats) - ctx.own_repeats
+    return f" ({others} from other files of the repository)" if others else ""
 
 
 def _as_json(text: str, completion: Completion | None) -> dict:

@@ -28,6 +28,7 @@ from dg_lsp.completion import gate
 from dg_lsp.completion.cache import CompletionCache
 from dg_lsp.completion.postprocess import postprocess, unit_end
 from dg_lsp.context import Context, OtherDocument, build_context, char_budget
+from dg_lsp.repository.retrieve import RepositoryContext
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import LanguageSpec
 from engine.backend import Backend
@@ -41,6 +42,10 @@ class CompletionRequest:
     language: LanguageSpec | None
     uri: str = ""
     other_documents: Sequence[OtherDocument] = field(default_factory=tuple)
+    # The workspace index as this document reads it; None: none (not built yet, no workspace)
+    repository: RepositoryContext | None = None
+    # The lines of the latest edits of other open documents (dg_lsp.lsp.repository)
+    recent_edits: Sequence[OtherDocument] = field(default_factory=tuple)
 
 
 @dataclass
@@ -81,8 +86,11 @@ class Pipeline:
         hole = max(self.settings.hole_size.values())
         budget = char_budget(self.settings.canvas_length, hole)
         others = request.other_documents if self.settings.extra_context else ()
+        on = self.settings.repository_context
         return build_context(request.text, request.offset, request.language, budget,
-                             self.settings.suffix_fraction, others)
+                             self.settings.suffix_fraction, others,
+                             request.repository if on else None,
+                             request.recent_edits if on else ())
 
     def start(
         self, request: CompletionRequest, cancel: Callable[[], bool] | None = None
@@ -131,7 +139,7 @@ class Pipeline:
         suggestion = postprocess(last.text, ctx)
         if suggestion is None:
             return Hidden("nothing usable")
-        repeated = suggestion.text in ctx.repeats
+        repeated = suggestion.text in ctx.gate_repeats
         confidence = None if last.score is None else gate.confidence(
             last.score, ctx.kind, suggestion.text, repeated)
         below_gate = gate.hides(confidence, self.settings.min_confidence,

@@ -27,6 +27,7 @@ from dg_lsp.completion.pipeline import (
 from dg_lsp.context import OtherDocument
 from dg_lsp.lsp.documents import short_path
 from dg_lsp.lsp.lifecycle import Run, run_request
+from dg_lsp.lsp.repository import recent_edits
 from dg_lsp.lsp.state import DgLanguageServer
 from dg_lsp.positions import line_end, offset_at, units
 from dg_lsp.syntax.languages import language_for
@@ -128,7 +129,9 @@ def completion_request(server: DgLanguageServer, uri: str, position: types.Posit
               for other in list(server.documents)[:MAX_OTHER_DOCUMENTS]
               if other.uri != uri and other.is_valid_text
               and language_for(other.language_id, other.uri) == language]
-    return CompletionRequest(text, offset, language, uri, others)
+    return CompletionRequest(text, offset, language, uri, others,
+                             server.repositories.context_for(uri),
+                             recent_edits(server.documents, uri, language))
 
 
 def replaced_range(request: CompletionRequest, position: types.Position,

@@ -27,7 +27,7 @@ from typing import Any
 
 from lsprotocol import types
 
-from dg_lsp.lsp import actions, completion, holes, next_edit
+from dg_lsp.lsp import actions, completion, holes, next_edit, repository
 from dg_lsp.lsp.actions import REWRITE_COMMAND
 from dg_lsp.lsp.state import DgLanguageServer
 from dg_lsp.settings import parse_settings
@@ -46,6 +46,7 @@ def create_server(backend: Backend | None = None) -> DgLanguageServer:
     def initialize(ls: DgLanguageServer, params: types.InitializeParams) -> None:
         if params.initialization_options is not None:
             ls.apply_settings(params.initialization_options)
+        ls.repositories.roots_from(params)
 
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     def did_change_configuration(
@@ -59,6 +60,7 @@ def create_server(backend: Backend | None = None) -> DgLanguageServer:
 
     for kind in (completion, next_edit, actions, holes):
         kind.register(server)
+    repository.register(server, server.repositories)
     return server
 
 

@@ -8,6 +8,7 @@ none of them, nor any feature: dg_lsp.lsp.server puts the handlers on it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
 import threading
@@ -23,6 +24,7 @@ from dg_lsp.lsp import rpc
 from dg_lsp.lsp.documents import Documents
 from dg_lsp.lsp.engine_host import EngineHost
 from dg_lsp.lsp.protocol import DgProtocol
+from dg_lsp.lsp.repository import Repositories
 from dg_lsp.lsp.trees import DocumentTrees
 from dg_lsp.settings import Settings, parse_settings
 from dg_lsp.syntax.languages import language_for
@@ -37,6 +39,7 @@ class DgLanguageServer(LanguageServer):
         self.settings = Settings()
         self.documents = Documents()  # the server's copy of each open document (LSP's lines)
         self.trees = DocumentTrees()  # each open document's tree-sitter tree
+        self.repositories = Repositories()  # the workspace folders' indexes (dg_lsp.repository)
         # The engine is not thread-safe: one worker runs every load and denoising step.
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dg-engine")
         self.engine = EngineHost(self, backend)
@@ -85,17 +88,22 @@ class DgLanguageServer(LanguageServer):
         doc = self.documents.open(params.text_document)
         if "\x00" not in doc.text:  # binary: nothing to parse
             self.trees.open(doc.uri, doc.text, language_for(doc.language_id, doc.uri))
+            self.repositories.changed(doc.uri, doc.text)
 
     def did_change(self, params: types.DidChangeTextDocumentParams) -> None:
         uri = params.text_document.uri
         changes = self.documents.change(uri, params.text_document.version,
                                         params.content_changes, self.position_encoding)
         self.trees.change(uri, changes)
+        doc = self.documents.get(uri)
+        if doc is not None and changes:
+            self.repositories.changed(uri, doc.text)
 
     def did_close(self, params: types.DidCloseTextDocumentParams) -> None:
         uri = params.text_document.uri
         self.documents.close(uri)  # its completions and edit history with it
         self.trees.close(uri)
+        self.repositories.saved(uri, None)  # its unsaved changes are gone: the disk's counts
 
     # -- settings -------------------------------------------------------------------------
 
@@ -106,6 +114,10 @@ class DgLanguageServer(LanguageServer):
                 types.MessageType.Warning,
                 "dg-lsp: invalid settings ignored, previous values kept: " + "; ".join(errors)))
         self.engine.settings_changed(self.settings, settings)
+        if settings.repository_context and not self.settings.repository_context:
+            with contextlib.suppress(RuntimeError):  # no loop (before serving): at initialized
+                self.repositories.task = asyncio.get_running_loop().create_task(
+                    self.repositories.build(self))
         self.settings = settings
         for doc in self.documents:  # computed with the old settings
             doc.completions.clear()

@@ -23,6 +23,9 @@ Sections (all but batch by default, `--section` to pick):
   `dg-engine bench`;
 - memory: peak RSS of the `dg-lsp` servers (with the engine each used) and of this process
   (which holds the engine the other sections use);
+- repository: the workspace index's build time and memory on this repository and a generated
+  5,000-file one, and one completion's reading of it, p50 / p95
+  (dg_lsp/measure/bench_repository.py);
 - batch (only when asked: it deploys a team's engine on a local Ray cluster, twice): batch
   mode's files per minute and tokens per second through the resident engine and through a
   team's engine of one and of two replicas, over `--limit` files (dg_lsp/measure/bench_batch.py).
@@ -44,7 +47,7 @@ from typing import Any
 
 from engine.models.checkpoint import BUNDLED_MODELS
 
-SECTIONS = ("lsp", "gate", "samplers", "cache", "concurrency", "memory", "batch")
+SECTIONS = ("lsp", "gate", "samplers", "cache", "concurrency", "memory", "repository", "batch")
 DEFAULT_SECTIONS = SECTIONS[:-1]  # batch starts Ray clusters: only when asked
 AR_BASELINE = BUNDLED_MODELS / "ar-baseline"
 SINGLE_LINE_TOKENS = 24  # the server's rest-of-line hole
@@ -144,6 +147,14 @@ def run(args: argparse.Namespace) -> int:
         report["memory"] = {"benchPeakRssMb": peak_rss_mb(os.getpid()),
                             **report.get("lsp", {}).get("memory", {})}
         _show(args, "memory", [report["memory"]])
+    if "repository" in sections:
+        from dg_lsp.measure.bench_repository import repository_section
+
+        report["repository"] = repository_section()
+        _show(args, "the workspace index: build time and memory held",
+              report["repository"]["build"])
+        _show(args, "one completion's reading of the index (ms)",
+              report["repository"]["retrieval"])
     if "batch" in sections:
         from dg_lsp.measure.bench_batch import FUNCTIONS_PER_FILE, batch_section
 

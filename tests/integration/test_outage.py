@@ -76,7 +76,7 @@ async def test_an_unreachable_team_engine_is_one_popup_not_one_per_completion(de
         "--token-file", str(token_file)]).start()
     try:
         await client.initialize_session(types.InitializeParams(
-            capabilities=capabilities("visual_studio_code"), root_uri=ROOT.as_uri()))
+            capabilities=capabilities("visual_studio_code"), root_uri=None))
         uri = open_doc(client)
         answers = [await completion(client, uri) for _ in range(10)]
         assert [(a.is_incomplete, list(a.items)) for a in answers] == [(True, [])] * 10
@@ -191,7 +191,7 @@ async def test_rewrite_with_instruction_returns_whatever_the_client_answers_to_a
 
     try:
         await client.initialize_session(types.InitializeParams(
-            capabilities=capabilities("visual_studio_code"), root_uri=ROOT.as_uri()))
+            capabilities=capabilities("visual_studio_code"), root_uri=None))
         uri = open_doc(client, PY)
         start = PY.index("return json.load(f)")
         line = PY.count("\n", 0, start)

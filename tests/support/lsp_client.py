@@ -29,9 +29,11 @@ async def start(model: Path | None, preset: str = "neovim", encodings: list[str]
     if model is not None:
         command += ["--model", str(model), "--device", "cpu"]
     client = await ClientServerConfig(server_command=command).start()
+    # No workspace folder: the tests' documents are not in the checkout, whose index the
+    # server would build for nothing (the index: tests/unit/test_lsp_repository.py).
     result = await client.initialize_session(types.InitializeParams(
         capabilities=capabilities(preset, encodings), initialization_options=options,
-        root_uri=ROOT.as_uri()))
+        root_uri=None))
     return client, result
 
 

@@ -32,7 +32,7 @@ class WireServer:
     def __init__(self, model: Path | None, options: dict | None = None,
                  env: dict[str, str] | None = None, capabilities: dict | None = None,
                  python_args: tuple[str, ...] = ("-m", "dg_lsp.cli"),
-                 serve_args: tuple[str, ...] = ()) -> None:
+                 serve_args: tuple[str, ...] = (), root_uri: str | None = None) -> None:
         command = [sys.executable, *python_args, "serve", "--engine", "inproc", *serve_args]
         if model is not None:
             command += ["--model", str(model), "--device", "cpu"]
@@ -46,7 +46,7 @@ class WireServer:
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         self._next_id = 0
-        self.call("initialize", {"processId": None, "rootUri": None,
+        self.call("initialize", {"processId": None, "rootUri": root_uri,
                                  "capabilities": capabilities or {},
                                  "initializationOptions": options})
         self.notify("initialized", {})

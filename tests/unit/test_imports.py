@@ -127,7 +127,7 @@ LAYERS = {  # package or module -> layer; higher layers import lower ones, never
     "dg_lsp.cli": 3, "dg_lsp.lsp": 3, "dg_lsp.batch": 3, "dg_lsp.measure": 3,
     "dg_lsp.completion": 2, "dg_lsp.next_edit": 2, "dg_lsp.actions": 2,
     "dg_lsp.syntax": 1, "dg_lsp.settings": 1, "dg_lsp.context": 1, "dg_lsp.positions": 1,
-    "dg_lsp.files": 1, "dg_lsp": 1,
+    "dg_lsp.files": 1, "dg_lsp": 1, "dg_lsp.repository": 1,
     "engine": 0,
 }
 

@@ -20,6 +20,8 @@ from dg_lsp.measure.eval.baselines import BASELINES
 from dg_lsp.measure.eval.heldout import (
     SECOND_PACKAGE,
     SECOND_VERSION,
+    THIRD_PACKAGE,
+    THIRD_VERSION,
     heldout_release_pairs,
     heldout_sources,
 )
@@ -43,6 +45,7 @@ DEFAULT_MODELS = ["empty", "copy-prev-line", BUNDLED]
 DEFAULT_CUT_CASES = 100
 NEXT_EDIT = "next-edit"
 MULTI_HOLE = "multi-hole"
+CROSS_FILE = "cross-file"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -51,12 +54,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="measure infill quality and speed of models and baselines",
         description=__doc__,
     )
-    p.add_argument("--suite", choices=[*SUITES, "cases", NEXT_EDIT, MULTI_HOLE],
+    p.add_argument("--suite", choices=[*SUITES, "cases", NEXT_EDIT, MULTI_HOLE, CROSS_FILE],
                    default="humaneval-single",
                    help=f"'{NEXT_EDIT}': next-edit suggestions on held-out packages, through "
                    f"dg-lsp serve (--limit: cases per class); '{MULTI_HOLE}': 2-3 statements "
                    "cut from each function of --cases-from, filled jointly, one after another "
-                   "and independently by one engine (--engine, --model)")
+                   "and independently by one engine (--engine, --model); "
+                   f"'{CROSS_FILE}': mid-line "
+                   "completions with repositoryContext off and on, on the resident engine "
+                   "with the default settings, on multi-file held-out packages or --cases-from "
+                   "(--limit: cursors per class)")
     p.add_argument("--cases-from", type=Path, metavar="DIR",
                    help="folder of source files to cut cases from (suite 'cases')")
     p.add_argument("--kinds", default=",".join(KINDS),
@@ -121,9 +128,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.suite == MULTI_HOLE:
         return run_multi_hole(args)
+    if args.suite == CROSS_FILE:
+        return run_cross_file(args)
     if args.engine == "resident":
-        print(f"dg-lsp eval: --engine resident is for --suite {MULTI_HOLE}; the infill suites "
-              "run in this process or on a team's engine", file=sys.stderr)
+        print(f"dg-lsp eval: --engine resident is for --suite {MULTI_HOLE} and {CROSS_FILE}; "
+              "the infill suites run in this process or on a team's engine", file=sys.stderr)
         return 2
     if args.suite == NEXT_EDIT:
         return run_next_edit(args)
@@ -283,6 +292,37 @@ def run_next_edit(args: argparse.Namespace) -> int:
         print(next_edit.format_table(table))
         for kind, why in unavailable.items():
             print(f"class {kind}: unavailable ({why})")
+    return 0
+
+
+def run_cross_file(args: argparse.Namespace) -> int:
+    """The cross-file suite (dg_lsp.measure.eval.cross_file) on the default path."""
+    from dg_lsp.measure.eval import cross_file
+
+    try:
+        folders = [args.cases_from] if args.cases_from is not None else [
+            heldout_sources(package=SECOND_PACKAGE, version=SECOND_VERSION),
+            heldout_sources(package=THIRD_PACKAGE, version=THIRD_VERSION)]
+        engine = args.engine if args.engine != "inproc" else "resident"
+        backend = open_for_command(Settings(engine=engine, engine_token_file=args.token_file))
+    except (OSError, NoEngine) as exc:
+        print(f"dg-lsp eval: {exc}", file=sys.stderr)
+        return 2
+    samples = open(args.samples, "w", encoding="utf-8") if args.samples else None
+    try:
+        rows = cross_file.run(folders, backend, args.limit or 60, args.seed,
+                              (lambda row: samples.write(json.dumps(row) + "\n"))
+                              if samples else None)
+    finally:
+        if samples is not None:
+            samples.close()
+    if args.json:
+        json.dump({"suite": CROSS_FILE, "seed": args.seed, "results": rows}, sys.stdout,
+                  indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(f"suite {CROSS_FILE}: seed {args.seed}")
+        print(cross_file.format_table(rows))
     return 0
 
 

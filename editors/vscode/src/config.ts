@@ -30,6 +30,8 @@ export interface ExtensionConfig {
   engineTokenFile: string;
   sampler: { name: string; threshold: number; cutoff: number; temperature: number };
   minConfidence: number;
+  /** Read the rest of the workspace (the server's index), not only the open files. */
+  repositoryContext: boolean;
   languages: string[];
   completionMenu: boolean;
   /** Next-edit suggestions (src/nextEdit.ts): the extension's own, not sent to the server. */
@@ -44,6 +46,7 @@ export interface ServerSettings {
   engineTokenFile: string | null;
   sampler: { name: string; threshold: number; cutoff: number; temperature: number };
   minConfidence: number;
+  repositoryContext: boolean;
   languages: string[] | null;
 }
 
@@ -56,6 +59,7 @@ export const DEFAULTS: ExtensionConfig = {
   engineTokenFile: '',
   sampler: { name: 'threshold', threshold: 0.9, cutoff: 0.5, temperature: 0 },
   minConfidence: 0.15,
+  repositoryContext: true,
   languages: [],
   completionMenu: false,
   nextEdit: { enabled: true, debounceMs: 250 },
@@ -110,6 +114,7 @@ export function readConfig(
       temperature: num('sampler.temperature', DEFAULTS.sampler.temperature),
     },
     minConfidence: Math.min(1, num('minConfidence', DEFAULTS.minConfidence)),
+    repositoryContext: get('repositoryContext') !== false,
     languages: strings('languages').map((id) => id.trim()).filter((id) => id !== ''),
     completionMenu: get('completionMenu') === true,
     nextEdit: {
@@ -143,6 +148,7 @@ export function serverSettings(config: ExtensionConfig, home: string = os.homedi
     engineTokenFile: config.engineTokenFile === '' ? null : expandHome(config.engineTokenFile, home),
     sampler: { ...config.sampler },
     minConfidence: config.minConfidence,
+    repositoryContext: config.repositoryContext,
     languages: config.languages.length === 0 ? null : [...config.languages],
   };
 }

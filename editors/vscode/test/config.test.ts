@@ -33,6 +33,7 @@ test('no settings: the defaults, and the server gets its own defaults', () => {
     engineTokenFile: null,
     sampler: { name: 'threshold', threshold: 0.9, cutoff: 0.5, temperature: 0 },
     minConfidence: 0.15,
+    repositoryContext: true,
     languages: null,
   });
   assert.deepEqual(serverCommand(config, HOME), { command: 'dg-lsp', args: ['serve'] });
@@ -50,6 +51,7 @@ test('every setting maps to the server key of dg_lsp/settings.py', () => {
     'sampler.cutoff': 0.4,
     'sampler.temperature': 0.2,
     minConfidence: 0.3,
+    repositoryContext: false,
     languages: ['python', ' rust '],
     completionMenu: true,
   });
@@ -60,6 +62,7 @@ test('every setting maps to the server key of dg_lsp/settings.py', () => {
     engineTokenFile: null,
     sampler: { name: 'learned', threshold: 0.75, cutoff: 0.4, temperature: 0.2 },
     minConfidence: 0.3,
+    repositoryContext: false,
     languages: ['python', 'rust'],
   });
   assert.deepEqual(serverCommand(config, HOME), {
@@ -80,6 +83,7 @@ test('values of the wrong type or out of range fall back to the defaults', () =>
     'sampler.threshold': 3,
     'sampler.temperature': -1,
     minConfidence: 2,
+    repositoryContext: 'no',
     languages: ['python', 3, ''],
     completionMenu: 'yes',
   });
