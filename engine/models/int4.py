@@ -33,8 +33,9 @@ log = logging.getLogger(__name__)
 
 # Chosen by measurement on random and on the bundled model's layers (docs/models.md, "int4").
 DEFAULT_GROUP_SIZE = 64
-# The CUDA op's packing parameter; 8 is what PyTorch's own int4 examples use for bf16.
-CUDA_INNER_K_TILES = 8
+# The CUDA op's packing parameter: 8 is what PyTorch's own int4 examples use for bf16; the op
+# takes 2, 4 or 8 and needs in-features a multiple of 16 times it.
+CUDA_INNER_K_TILES = (8, 4, 2)
 # Weights quantized at a time: bounds the float temporaries of quantizing one large matrix.
 QUANTIZE_BLOCK = 1 << 18
 # The CPU op packs blocks of 64 rows independently, so a weight packs in row blocks too.
@@ -99,6 +100,12 @@ def _unnibble(packed: Tensor) -> Tensor:
     return torch.stack([packed >> 4, packed & 15], -1).reshape(packed.shape[0], -1)
 
 
+def cuda_inner_k_tiles(in_features: int) -> int | None:
+    """The CUDA op's inner k-tiles for a layer of `in_features`: the largest it takes that
+    divides them (DiffusionGemma's expert down projections, 704 in, take 4), or None."""
+    return next((t for t in CUDA_INNER_K_TILES if in_features % (16 * t) == 0), None)
+
+
 def _pack_for_op(nibbles: Tensor, use_ops: bool) -> tuple[str, Tensor]:
     """(kernel, weight) for the packed op of the nibbles' device, or ("dequantize", nibbles)
     where no op takes this shape (the ops check their shapes when packing and when called)."""
@@ -109,9 +116,11 @@ def _pack_for_op(nibbles: Tensor, use_ops: bool) -> tuple[str, Tensor]:
             return "cpu", torch.cat([
                 op(_unnibble(nibbles[first:first + CPU_PACK_ROWS]).to(torch.int32), 1)
                 for first in range(0, nibbles.shape[0], CPU_PACK_ROWS)])
-        if use_ops and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 8:
+        tiles = cuda_inner_k_tiles(nibbles.shape[1] * 2)
+        if (use_ops and device.type == "cuda" and tiles is not None
+                and torch.cuda.get_device_capability(device)[0] >= 8):
             return "cuda", torch.ops.aten._convert_weight_to_int4pack(nibbles.contiguous(),
-                                                                     CUDA_INNER_K_TILES)
+                                                                     tiles)
     except RuntimeError as e:
         log.debug("int4: no packed op for a %s weight on %s (%s)", tuple(nibbles.shape), device, e)
     return "dequantize", nibbles
