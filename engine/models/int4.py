@@ -283,13 +283,15 @@ class Int4Experts(nn.Module):
 
 def quantize_int4(model: nn.Module, group_size: int = DEFAULT_GROUP_SIZE,
                   device: torch.device | None = None, dtype: torch.dtype | None = None,
-                  release: Callable[[Tensor], None] | None = None) -> list[str]:
+                  release: Callable[[Tensor], None] | None = None, use_ops: bool = True
+                  ) -> list[str]:
     """Replace, in place, every `nn.Linear` of `model` by an `Int4Linear` and every expert
     bank (`is_expert_bank`) by an `Int4Experts`, quantized on `device` (default: where each
     weight is), for a model computing in `dtype` (default: each weight's). `release` is
     called with each float weight once it is quantized (the block family gives
-    memory-mapped pages back). The names of the layers kept in float, with why, are
-    returned.
+    memory-mapped pages back). `use_ops`: False leaves the layers in the dequantizing layout
+    (what a quantized checkpoint stores). The names of the layers kept in float, with why,
+    are returned.
 
     Kept in float: a layer whose in-features are not a multiple of `group_size` (no whole
     groups), and a layer whose weight is an embedding's too (a tied output head: the
@@ -306,12 +308,12 @@ def quantize_int4(model: nn.Module, group_size: int = DEFAULT_GROUP_SIZE,
             new: nn.Module = done[key]
         elif isinstance(module, nn.Linear):
             new = Int4Linear.quantized(module.weight, module.bias, group_size,
-                                       dtype or module.weight.dtype, device)
+                                       dtype or module.weight.dtype, device, use_ops)
             if release is not None:
                 release(module.weight)
         else:
             new = Int4Experts.from_bank(module, group_size, dtype or module.gate_up_proj.dtype,
-                                        device, release=release)
+                                        device, use_ops, release)
         done[key] = new
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
