@@ -206,8 +206,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_dtypes(args: argparse.Namespace) -> int:
-    rows = dtype_rows(args.model, args.dtypes.split(","), args.device, args.passes,
-                      args.requests, args.max_tokens, args.threads)
+    rows = dtype_rows(args.model, args.dtypes.split(","), cursor_cases(args.requests + 1),
+                      args.device, args.passes, args.max_tokens, args.threads)
     if args.json:
         print(json.dumps({"model": args.model or "bundled", "dtypes": rows}))
     else:

@@ -7,8 +7,8 @@ one model's memory never adds to the next's. Per dtype:
 - a full pass: `forward_logits` over `PASS_POSITIONS` positions of random token ids, the
   mean of `passes` after one unmeasured (the masked and AR families; the block family's
   passes run inside its own loop);
-- a completion: a `max_tokens` hole cut from the project's sources (as the rest of `dg-engine
-  bench`), default sampler settings, the median of `requests` after one unmeasured, with its
+- a completion: a `max_tokens` hole at each of the cases `dg-engine bench` cuts from the
+  project's sources, default sampler settings, the median after one unmeasured, with its
   forward passes (a random model commits about one token a pass, a trained one more);
 - memory: the weights as held (`held_bytes`) and the
   process's peak resident set (VmHWM) at the end.
@@ -60,13 +60,14 @@ def held_bytes(model: Any) -> int:
     return sum(tensors.values())
 
 
-def measure_dtype(model: str | None, dtype: str, device: str, passes: int, requests: int,
-                  max_tokens: int, threads: int | None) -> dict[str, Any]:
-    """One row, measured in this process (`dtype_rows` runs each in its own)."""
+def measure_dtype(model: str | None, dtype: str, device: str, passes: int,
+                  cases: list[list[str]], max_tokens: int, threads: int | None
+                  ) -> dict[str, Any]:
+    """One row, measured in this process (`dtype_rows` runs each in its own); `cases`:
+    (prefix, suffix) pairs, the first one unmeasured."""
     import torch
 
     from engine import Engine
-    from engine.serve.bench import cursor_cases
     from engine.types import SamplerSettings
 
     before = rss_mb()
@@ -87,7 +88,6 @@ def measure_dtype(model: str | None, dtype: str, device: str, passes: int, reque
         row["passMs"] = round(1000 * statistics.fmean(seconds), 1)
     else:
         row["passMs"] = None
-    cases = cursor_cases(requests + 1)
     settings = SamplerSettings()
     latencies, steps = [], []
     for i, (prefix, suffix) in enumerate(cases):
@@ -103,15 +103,16 @@ def measure_dtype(model: str | None, dtype: str, device: str, passes: int, reque
     return row
 
 
-def dtype_rows(model: str | None, dtypes: list[str], device: str = "cpu", passes: int = 3,
-               requests: int = 4, max_tokens: int = 16, threads: int | None = None
-               ) -> list[dict[str, Any]]:
-    """A row per dtype, each measured in a fresh process; a dtype that fails to load or run
-    gets a row with its error instead of numbers."""
+def dtype_rows(model: str | None, dtypes: list[str], cases: list[tuple[str, str]],
+               device: str = "cpu", passes: int = 3, max_tokens: int = 16,
+               threads: int | None = None) -> list[dict[str, Any]]:
+    """A row per dtype, each measured in a fresh process on `cases` ((prefix, suffix) pairs,
+    the first one a warm-up); a dtype that fails to load or run gets a row with its error
+    instead of numbers."""
     rows = []
     for dtype in dtypes:
-        spec = json.dumps([model, dtype, device, passes, requests, max_tokens, threads])
-        done = subprocess.run([sys.executable, "-m", "engine.serve.bench_dtypes", spec],
+        spec = json.dumps([model, dtype, device, passes, cases, max_tokens, threads])
+        done = subprocess.run([sys.executable, "-m", "engine.serve.bench_dtypes"], input=spec,
                               capture_output=True, text=True)
         lines = done.stdout.strip().splitlines()
         if done.returncode or not lines:
@@ -145,4 +146,4 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 if __name__ == "__main__":
-    print(json.dumps(measure_dtype(*json.loads(sys.argv[1]))))
+    print(json.dumps(measure_dtype(*json.loads(sys.stdin.read()))))
