@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -192,8 +193,8 @@ def load_quantized_block(ckpt: Checkpoint, device: str, group_size: int) -> nn.M
         bias = first.get(f"{name}.bias")
         if bias is not None:
             expected[f"{name}.bias"] = tuple(bias.shape)
-    state = read_checked(ckpt.path / SAFETENSORS_FILE, expected, group_size)
-    state = {name: t if name in int4_names else t.to(dt) for name, t in state.items()}
+    state = read_checked(ckpt.path / SAFETENSORS_FILE, expected, group_size,
+                         lambda name, t: t if name in int4_names else t.to(dt))
     _install_block_int4(model, targets, state, group_size, dt)
     state.update({name: state[source] for name, source in aliases.items()})
     model.load_state_dict(state, strict=True, assign=True)
@@ -229,10 +230,10 @@ def _install_block_int4(model: nn.Module, targets: dict[str, nn.Module],
         state.update({f"{name}.{key}": t for key, t in module.state_dict().items()})
 
 
-def read_checked(file: Path, expected: dict[str, tuple[int, ...]], group_size: int
-                 ) -> dict[str, Tensor]:
+def read_checked(file: Path, expected: dict[str, tuple[int, ...]], group_size: int,
+                 convert: Callable[[str, Tensor], Tensor] | None = None) -> dict[str, Tensor]:
     """Every tensor of a quantized folder's file, each name and shape checked against
-    `expected` before one is read."""
+    `expected` before one is read; `convert(name, tensor)` applied to each as it is read."""
     try:
         with safe_open(str(file), framework="pt") as f:
             shapes = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
@@ -243,7 +244,9 @@ def read_checked(file: Path, expected: dict[str, tuple[int, ...]], group_size: i
                     raise CheckpointError(f"{file}: tensor '{name}' has shape "
                                           f"{list(shapes.get(name) or [])}, the config and group "
                                           f"size {group_size} imply {list(expected[name])}")
-            return {name: f.get_tensor(name) for name in shapes}
+            if convert is None:
+                return {name: f.get_tensor(name) for name in shapes}
+            return {name: convert(name, f.get_tensor(name)) for name in shapes}
     except CheckpointError:
         raise
     except Exception as e:  # safetensors raises its own error types for damaged files
