@@ -8,7 +8,9 @@
    canvas at batch 1 in 16 denoising steps, through our block loop (engine.models.block) and
    through transformers' `generate` on the same weights, against the memory-bandwidth bound
    (every step reads the decoder's weights, experts included: 256 tokens routed top-8 of 128
-   touch all of them).
+   touch all of them). Then the same model at int4 (quantized in place on the GPU, group 64)
+   and the same canvas through our loop: weights held, peak memory, tokens/s beside bf16's,
+   and which matmul its int4 layers run (`--skip dg-int4` leaves it out).
 
 Every result is written to OUT/real_scale.json as soon as it exists, so a run cut short by
 its time limit still returns what it measured; sections that would not fit the time left
@@ -117,8 +119,20 @@ def gpu_memory(device: str) -> dict[str, float]:
     return {"gpu_allocated_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2)}
 
 
+def reset_peak(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+
+
+def gpu_peak(device: str) -> dict[str, float]:
+    """The peak GPU memory since `reset_peak`."""
+    if not device.startswith("cuda"):
+        return {}
+    return {"gpu_peak_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2)}
+
+
 def dg_section(run: Run, device: str, layers: int | None, experts: int | None,
-               steps: int) -> None:
+               steps: int, int4: bool = True) -> None:
     import transformers
 
     from engine.models.block import denoise_block
@@ -168,10 +182,12 @@ def dg_section(run: Run, device: str, layers: int | None, experts: int | None,
                             "weights_gb": round(decoder_bytes / 1e9, 2), **gpu_memory(device)})
     with torch.inference_mode():
         timed(device, ours)  # warm-up: kernels, allocator
+        reset_peak(device)
         drafts, ours_s = timed(device, ours)
         run.record("dg.ours", {"steps": drafts[-1].step, "seconds": round(ours_s, 3),
                                "canvas_tok_s": round(CANVAS / ours_s, 1),
-                               "ms_per_step": round(1000 * ours_s / drafts[-1].step, 2)})
+                               "ms_per_step": round(1000 * ours_s / drafts[-1].step, 2),
+                               **gpu_peak(device)})
         if run.left() < 2 * ours_s + 20:
             run.record("dg.transformers", "skipped: out of time")
         else:
@@ -184,6 +200,45 @@ def dg_section(run: Run, device: str, layers: int | None, experts: int | None,
         "ms_per_step": round(1000 * bound_step_s, 2),
         "canvas_tok_s": round(CANVAS / (steps * bound_step_s), 1),
         "assumes": "H200 4.8 TB/s; every step reads all decoder weights"})
+    if not int4:
+        return
+    if run.left() < 2 * ours_s + 60:
+        run.record("dg.int4", "skipped: out of time")
+        return
+    dg_int4(run, device, model, ours)
+
+
+def dg_int4(run: Run, device: str, model: Any, ours: Any) -> None:
+    """The same model at int4 (engine.models.int4, the layers `--dtype int4` quantizes, in
+    place on the device), then the same canvas: the memory it holds, the run's peak, and
+    tokens/s beside bf16's. Quantizing in place holds the bf16 model until it ends (about
+    68 GB at the full shape: an H200 only); `--dtype int4` quantizes while loading instead."""
+    from collections import Counter
+
+    from engine.models.int4 import DEFAULT_GROUP_SIZE, Int4Linear, quantize_int4
+
+    with torch.no_grad():
+        kept, quantize_s = timed(device, lambda: quantize_int4(
+            model, DEFAULT_GROUP_SIZE, torch.device(device), torch.bfloat16))
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    held = {t.data_ptr(): t.numel() * t.element_size()
+            for t in [*model.parameters(), *model.buffers()]}
+    # Which matmul each int4 layer runs: "cuda" is the packed op, "dequantize" the fallback.
+    kernels = Counter(m.kernel for m in model.modules() if isinstance(m, Int4Linear))
+    run.record("dg.int4.quantize", {"quantize_s": round(quantize_s, 1),
+                                    "weights_gb": round(sum(held.values()) / 1e9, 2),
+                                    "kernels": dict(kernels), "kept_float": kept,
+                                    **gpu_memory(device)})
+    with torch.inference_mode():
+        timed(device, ours)  # warm-up: the int4 kernels' first calls
+        reset_peak(device)
+        drafts, seconds = timed(device, ours)
+    run.record("dg.int4.ours", {"steps": drafts[-1].step, "seconds": round(seconds, 3),
+                                "canvas_tok_s": round(CANVAS / seconds, 1),
+                                "ms_per_step": round(1000 * seconds / drafts[-1].step, 2),
+                                **gpu_peak(device)})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -193,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=480)
     parser.add_argument("--rehearse", action="store_true",
                         help="the CPU rehearsal: 1 layer, 4 experts, 2 steps, 2 requests")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["dream", "dg"])
+    parser.add_argument("--skip", nargs="*", default=[], choices=["dream", "dg", "dg-int4"])
     args = parser.parse_args(argv)
 
     run = Run(args.out, args.budget_s)
@@ -211,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     for section, need, fn in [
         ("dream", 150, lambda: dream_section(run, device, dream_layers, requests, clients,
                                              compile_modes, args.work)),
-        ("dg", 90, lambda: dg_section(run, device, dg_layers, dg_experts, steps)),
+        ("dg", 90, lambda: dg_section(run, device, dg_layers, dg_experts, steps,
+                                      int4="dg-int4" not in args.skip)),
     ]:
         if section in args.skip:
             continue

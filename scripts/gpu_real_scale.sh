@@ -4,7 +4,8 @@
 #      the equivalence, block-family and real-shape tests), at most TEST_S seconds;
 #   2. scripts/gpu_real_scale.py: Dream-Coder-7B shape (latency, 1/4/8 concurrent canvases,
 #      compile off and on) and DiffusionGemma-26B-A4B shape (tokens/s of our block loop vs
-#      transformers' generate vs the memory-bandwidth bound), within what is left.
+#      transformers' generate vs the memory-bandwidth bound; then at int4: weights held, peak
+#      memory, tokens/s), within what is left.
 #
 # Before the device call (here, in the checkout the device tool sends): the working tree that
 # travels must stay under 64 MiB and the bundled models alone are 57 MB, so move them out and

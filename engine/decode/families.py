@@ -270,7 +270,9 @@ class BlockDecoder(Decoder):
     def load_model(cls, ckpt: Any, device: str, dtype: str, compile: bool
                    ) -> tuple[nn.Module, bool]:
         from engine.models.block import load_block_model
+        from engine.models.config import CheckpointError
         from engine.models.int4 import DEFAULT_GROUP_SIZE
+        from engine.models.quantized import load_quantized_block, quantization_of
 
         if compile:
             raise ValueError("compile is for the masked and AR families")
@@ -279,6 +281,12 @@ class BlockDecoder(Decoder):
             # parameters, most of its weights).
             raise ValueError("dtype 'int8' is for the masked and AR families; the block "
                              "family quantizes with 'int4'")
+        written = quantization_of(ckpt.path)  # by dg-engine quantize
+        if written is not None and dtype != "int4":
+            raise CheckpointError(f"{ckpt.path}: holds int4 weights (dg-engine quantize); load "
+                                  "it with dtype int4")
+        if written is not None:
+            return load_quantized_block(ckpt, device, written["group_size"]), False
         if dtype == "int4":
             return load_block_model(ckpt, device, "auto", DEFAULT_GROUP_SIZE), False
         return load_block_model(ckpt, device, dtype), False

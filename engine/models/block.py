@@ -90,12 +90,13 @@ def _transformers() -> Any:
 
 
 def load_block_model(ckpt: Checkpoint, device: str = "auto", dtype: str = "auto",
-                     int4_group: int | None = None) -> Any:
+                     int4_group: int | None = None, pack: bool = True) -> Any:
     """`DiffusionGemmaForBlockDiffusion` from the checkpoint folder, on device/dtype, in eval mode.
 
     Safetensors only, local files only, no remote code. With `int4_group`, the linear layers
     and the experts get int4 weights in groups of that size (engine.models.int4), `dtype`
-    being the float one around them; see `_quantize_while_loading`.
+    being the float one around them; see `_quantize_while_loading`. `pack`: False leaves
+    them in the dequantizing layout (what dg-engine quantize writes).
     """
     from engine.models.checkpoint import resolve_device, resolve_dtype, weight_files
 
@@ -115,7 +116,7 @@ def load_block_model(ckpt: Checkpoint, device: str = "auto", dtype: str = "auto"
     except (OSError, ValueError, RuntimeError) as e:
         raise CheckpointError(f"{ckpt.path}: cannot load DiffusionGemma weights ({e})") from e
     if int4_group is not None:
-        _quantize_while_loading(model, int4_group, dev, dt)
+        _quantize_while_loading(model, int4_group, dev, dt, pack)
     if dt != stored:
         if dev.type == "cpu":
             convert_releasing_pages(model, dt)
@@ -125,7 +126,7 @@ def load_block_model(ckpt: Checkpoint, device: str = "auto", dtype: str = "auto"
 
 
 def _quantize_while_loading(model: torch.nn.Module, group_size: int, device: torch.device,
-                            dtype: torch.dtype) -> None:
+                            dtype: torch.dtype, pack: bool = True) -> None:
     """Quantize `model`'s matrices to int4 on `device`, a matrix (an expert) at a time,
     straight from the memory-mapped stored weights, giving each one's pages back once it is
     quantized: neither the host nor the device ever holds the model's 16-bit matrices, only
@@ -134,7 +135,7 @@ def _quantize_while_loading(model: torch.nn.Module, group_size: int, device: tor
     from engine.models.int4 import quantize_int4
 
     with torch.no_grad():
-        quantize_int4(model, group_size, device, dtype, release=_release_pages)
+        quantize_int4(model, group_size, device, dtype, release=_release_pages, use_ops=pack)
 
 
 def stored_dtype(files: dict[str, Any]) -> torch.dtype | None:
@@ -195,21 +196,27 @@ def exact_buffers(model: torch.nn.Module, dtype: torch.dtype) -> None:
     rounding, and float32 logits drift from a float32 model's (docs/models.md). They come
     from a skeleton built in `dtype`, whose weights are allocated but never written, so never
     resident."""
-    from transformers.initialization import no_init_weights
-
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        with no_init_weights():
-            skeleton = type(model)(model.config)
-    finally:
-        torch.set_default_dtype(default)
+    skeleton = block_skeleton(type(model), model.config, dtype)
     persistent = set(model.state_dict())
     for name, buf in skeleton.named_buffers():
         if name not in persistent:
             owner, _, attr = name.rpartition(".")
             model.get_submodule(owner)._buffers[attr] = buf
     del skeleton
+
+
+def block_skeleton(model_cls: Any, config: Any, dtype: torch.dtype) -> Any:
+    """`model_cls(config)` built in `dtype`, its weights allocated but never written (so never
+    resident), its non-persistent buffers computed as a model built in `dtype` has them."""
+    from transformers.initialization import no_init_weights
+
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with no_init_weights():
+            return model_cls(config)
+    finally:
+        torch.set_default_dtype(default)
 
 
 def _release_pages(tensor: Tensor) -> None:

@@ -33,8 +33,9 @@ log = logging.getLogger(__name__)
 
 # Chosen by measurement on random and on the bundled model's layers (docs/models.md, "int4").
 DEFAULT_GROUP_SIZE = 64
-# The CUDA op's packing parameter; 8 is what PyTorch's own int4 examples use for bf16.
-CUDA_INNER_K_TILES = 8
+# The CUDA op's packing parameter: 8 is what PyTorch's own int4 examples use for bf16; the op
+# takes 2, 4 or 8 and needs in-features a multiple of 16 times it.
+CUDA_INNER_K_TILES = (8, 4, 2)
 # Weights quantized at a time: bounds the float temporaries of quantizing one large matrix.
 QUANTIZE_BLOCK = 1 << 18
 # The CPU op packs blocks of 64 rows independently, so a weight packs in row blocks too.
@@ -99,6 +100,12 @@ def _unnibble(packed: Tensor) -> Tensor:
     return torch.stack([packed >> 4, packed & 15], -1).reshape(packed.shape[0], -1)
 
 
+def cuda_inner_k_tiles(in_features: int) -> int | None:
+    """The CUDA op's inner k-tiles for a layer of `in_features`: the largest it takes that
+    divides them (DiffusionGemma's expert down projections, 704 in, take 4), or None."""
+    return next((t for t in CUDA_INNER_K_TILES if in_features % (16 * t) == 0), None)
+
+
 def _pack_for_op(nibbles: Tensor, use_ops: bool) -> tuple[str, Tensor]:
     """(kernel, weight) for the packed op of the nibbles' device, or ("dequantize", nibbles)
     where no op takes this shape (the ops check their shapes when packing and when called)."""
@@ -109,9 +116,11 @@ def _pack_for_op(nibbles: Tensor, use_ops: bool) -> tuple[str, Tensor]:
             return "cpu", torch.cat([
                 op(_unnibble(nibbles[first:first + CPU_PACK_ROWS]).to(torch.int32), 1)
                 for first in range(0, nibbles.shape[0], CPU_PACK_ROWS)])
-        if use_ops and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 8:
+        tiles = cuda_inner_k_tiles(nibbles.shape[1] * 2)
+        if (use_ops and device.type == "cuda" and tiles is not None
+                and torch.cuda.get_device_capability(device)[0] >= 8):
             return "cuda", torch.ops.aten._convert_weight_to_int4pack(nibbles.contiguous(),
-                                                                     CUDA_INNER_K_TILES)
+                                                                     tiles)
     except RuntimeError as e:
         log.debug("int4: no packed op for a %s weight on %s (%s)", tuple(nibbles.shape), device, e)
     return "dequantize", nibbles
@@ -274,13 +283,15 @@ class Int4Experts(nn.Module):
 
 def quantize_int4(model: nn.Module, group_size: int = DEFAULT_GROUP_SIZE,
                   device: torch.device | None = None, dtype: torch.dtype | None = None,
-                  release: Callable[[Tensor], None] | None = None) -> list[str]:
+                  release: Callable[[Tensor], None] | None = None, use_ops: bool = True
+                  ) -> list[str]:
     """Replace, in place, every `nn.Linear` of `model` by an `Int4Linear` and every expert
     bank (`is_expert_bank`) by an `Int4Experts`, quantized on `device` (default: where each
     weight is), for a model computing in `dtype` (default: each weight's). `release` is
     called with each float weight once it is quantized (the block family gives
-    memory-mapped pages back). The names of the layers kept in float, with why, are
-    returned.
+    memory-mapped pages back). `use_ops`: False leaves the layers in the dequantizing layout
+    (what a quantized checkpoint stores). The names of the layers kept in float, with why,
+    are returned.
 
     Kept in float: a layer whose in-features are not a multiple of `group_size` (no whole
     groups), and a layer whose weight is an embedding's too (a tied output head: the
@@ -297,12 +308,12 @@ def quantize_int4(model: nn.Module, group_size: int = DEFAULT_GROUP_SIZE,
             new: nn.Module = done[key]
         elif isinstance(module, nn.Linear):
             new = Int4Linear.quantized(module.weight, module.bias, group_size,
-                                       dtype or module.weight.dtype, device)
+                                       dtype or module.weight.dtype, device, use_ops)
             if release is not None:
                 release(module.weight)
         else:
             new = Int4Experts.from_bank(module, group_size, dtype or module.gate_up_proj.dtype,
-                                        device, release=release)
+                                        device, use_ops, release)
         done[key] = new
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model

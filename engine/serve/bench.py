@@ -8,6 +8,10 @@ of the project's own source files, so every run sees the same work.
 
 The scheduler is driven in this process, without the socket: what is measured is scheduling
 and batching; the protocol adds one small JSON message per step.
+
+`--section dtypes` instead loads the model once per dtype (`--dtypes`, each in its own
+process) and measures a full pass, a completion, load time and memory side by side
+(engine/serve/bench_dtypes.py).
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from engine.data.stats import percentile
+from engine.serve.bench_dtypes import add_arguments as add_dtype_arguments
+from engine.serve.bench_dtypes import dtype_rows
+from engine.serve.bench_dtypes import print_rows as print_dtype_rows
 from engine.types import InfillRequest, SamplerSettings
 
 SOURCES = Path(__file__).resolve().parent
@@ -158,14 +165,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--requests", type=int, default=16, help="requests per level")
     parser.add_argument("--max-tokens", type=int, default=24, help="hole size")
     parser.add_argument("--clients", default="1,4,8")
-    parser.add_argument("--section", choices=("all", "concurrency", "cache"), default="all")
+    parser.add_argument("--section", choices=("all", "concurrency", "cache", "dtypes"),
+                        default="all", help="all: concurrency and cache; dtypes (only when "
+                        "asked: a load per dtype): the model at several dtypes side by side")
     parser.add_argument("--json", action="store_true")
+    add_dtype_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from engine import Engine
 
+    if args.section == "dtypes":
+        return run_dtypes(args)
     engine = Engine.load(args.model, device=args.device)
     cases = cursor_cases(args.requests)
     settings = SamplerSettings()
@@ -191,6 +203,16 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"model": args.model or "bundled", "device": str(engine.device),
                           "concurrency": rows, "cache": cache_rows}))
     return 0
+
+
+def run_dtypes(args: argparse.Namespace) -> int:
+    rows = dtype_rows(args.model, args.dtypes.split(","), cursor_cases(args.requests + 1),
+                      args.device, args.passes, args.max_tokens, args.threads)
+    if args.json:
+        print(json.dumps({"model": args.model or "bundled", "dtypes": rows}))
+    else:
+        print_dtype_rows(rows)
+    return 1 if any("error" in row for row in rows) else 0
 
 
 def _print_row(row: dict[str, Any], header: bool) -> None:

@@ -89,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-kind", type=int, default=20, help="cases per kind per package")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--dtype", default="auto",
+                        help="as Engine.load takes it: auto, float32, int8, int4, ...")
     parser.add_argument("--json", type=Path, help="append one JSON line per model and kind")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -101,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| model | kind | cases | tokens / forward | passes | exact | edit similarity | p50 |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for spec in args.model:
-        engine = Engine.load(None if spec == "bundled" else spec)
+        engine = Engine.load(None if spec == "bundled" else spec, dtype=args.dtype)
         engine.infill("def f(x):\n    return ", "\n", max_tokens=8)  # warm-up, unscored
         for kind, cases in by_kind.items():
             row = {"model": spec, "kind": kind, **evaluate(engine, cases, kind)}

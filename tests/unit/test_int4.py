@@ -11,7 +11,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine import Engine
-from engine.models.int4 import Int4Linear, dequantize_weight, quantize_int4, quantize_weight
+from engine.models.int4 import (
+    Int4Linear,
+    cuda_inner_k_tiles,
+    dequantize_weight,
+    quantize_int4,
+    quantize_weight,
+)
 
 
 def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -66,6 +72,17 @@ def test_a_shape_the_op_refuses_takes_the_dequantizing_path_exactly() -> None:
     with torch.no_grad():
         want = F.linear(x, dequantize_weight(codes, scales_and_zeros, 32), layer.bias)
         assert torch.equal(q(x), want)  # the same computation, step for step
+
+
+@pytest.mark.parametrize(("in_features", "tiles"), [
+    (2816, 8), (3584, 8), (18944, 8),  # DiffusionGemma's hidden, DiffuCoder-7B's widths
+    (704, 4),  # DiffusionGemma's expert down projection: 8 tiles would leave it unpacked
+    (96, 2), (80, None)])
+def test_the_cuda_op_packs_with_inner_k_tiles_that_divide_the_in_features(
+    in_features: int, tiles: int | None
+) -> None:
+    # The op itself runs on CUDA only; what it is given is chosen here, on any machine.
+    assert cuda_inner_k_tiles(in_features) == tiles
 
 
 def test_int4_output_is_close_to_float() -> None:

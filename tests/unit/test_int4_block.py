@@ -16,7 +16,10 @@ if not hasattr(transformers, "DiffusionGemmaForBlockDiffusion"):
     pytest.skip("this transformers has no DiffusionGemma", allow_module_level=True)
 
 from engine import Engine  # noqa: E402
+from engine.cli import main  # noqa: E402
 from engine.decode.families import decoder_for  # noqa: E402
+from engine.models import int4  # noqa: E402
+from engine.models.config import CheckpointError  # noqa: E402
 from engine.models.int4 import Int4Experts, Int4Linear, is_expert_bank  # noqa: E402
 from tests.support.diffusion_gemma import write_diffusion_gemma  # noqa: E402
 
@@ -123,3 +126,32 @@ def test_the_block_family_refuses_int8_and_compile_with_the_reason() -> None:
         block.load_model(None, "cpu", "int8", False)
     with pytest.raises(ValueError, match="compile is for the masked and AR families"):
         block.load_model(None, "cpu", "int4", True)
+
+
+def test_the_block_familys_quantized_checkpoint_loads_without_requantizing_and_fills_alike(
+    dg64: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "dg64-int4"
+    assert main(["quantize", "--model", str(dg64), "--out", str(out)]) == 0
+    prefix, suffix = "def add(a, b):\n    return ", "\n"
+    want = Engine.load(str(dg64), device="cpu", dtype="int4").infill(prefix, suffix, 8, seed=0)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("requantized")
+
+    monkeypatch.setattr(int4, "_quantize_block", refuse)
+    loaded = Engine.load(str(out), device="cpu", dtype="int4")
+    model = loaded.model
+    encoder, decoder = model.model.encoder.language_model, model.model.decoder
+    # Stored once, shared again: the encoder's and decoder's layers, the head and embedding.
+    assert all(isinstance(encoder.layers[i].experts, Int4Experts)
+               and encoder.layers[i].experts is decoder.layers[i].experts for i in range(2))
+    assert model.lm_head.weight.data_ptr() == decoder.embed_tokens.weight.data_ptr()
+    got = loaded.infill(prefix, suffix, 8, seed=0)
+    assert got.token_ids == want.token_ids and got.text == want.text
+    with pytest.raises(CheckpointError, match="holds int4 weights .* load it with dtype int4"):
+        Engine.load(str(out), device="cpu", dtype="float32")
+    weights = out / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1000])
+    with pytest.raises(CheckpointError, match="model.safetensors: truncated: tensor '"):
+        Engine.load(str(out), device="cpu", dtype="int4")

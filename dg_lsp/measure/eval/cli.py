@@ -105,7 +105,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto",
                    help="auto (masked models: int8 linear layers on the CPU; bfloat16 on a GPU), "
-                   "int8, float32, bfloat16, float16")
+                   "int8, int4 (every family), float32, bfloat16, float16")
     p.add_argument("--exec-timeout", type=float, default=5.0,
                    help="seconds one HumanEval program may run")
     p.add_argument("--samples", type=Path, metavar="FILE",
