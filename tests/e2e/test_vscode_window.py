@@ -13,16 +13,20 @@ instruction typed into its input box: the saved file must change in those lines 
 still parse. Last, a next edit in another file: the
 first `count` of PRICES renamed (NEW_NAME) by typing; the suggestion the server sends must be
 drawn (another `count` struck out, the new text beside it, the hint at the end of the line),
-Tab jumps to it, Tab applies it (the saved file is checked).
+Tab jumps to it, Tab applies it (the saved file is checked). Then several holes at once: two
+cursors (point.py's `self.… = ` lines, "Add Cursors to Line Ends") and "dg-lsp: Complete at
+every cursor"; read_lines.py's `...` and `pass  # TODO` stubs and "Fill every hole in this
+function" picked from the Ctrl+. menu: each saved file must be what the same code computes
+here (tests/support/holes_scenes.py).
 
 The server's model load is held half a second longer than it takes (the same way as
 tests/integration/test_progress.py), so that VS Code's rendering of its `$/progress` in the status
 bar is
 seen reliably while it loads.
 
-Screenshots (ghost text; the rewrite before and after; the next edit) are written to the test's
-folder and, with DG_UPDATE_PICTURES=1, to editors/vscode/media/ for the READMEs (256-colour
-PNGs, Pillow).
+Screenshots (ghost text; the rewrite before and after; the next edit; the filled holes) are
+written to the test's folder and, with DG_UPDATE_PICTURES=1, to editors/vscode/media/ for the
+READMEs (256-colour PNGs, Pillow).
 Skipped, with the reason, where code-server, Chromium, Playwright or npm is missing.
 """
 
@@ -43,10 +47,19 @@ from typing import Any
 import pytest
 
 from dg_lsp.settings import DEFAULT_MIN_CONFIDENCE
+from tests.support.holes_scenes import (
+    POINT,
+    POINT_CURSORS,
+    READ_LINES,
+    READ_LINES_CURSOR,
+    cursors_filled,
+    function_filled,
+)
 from tests.support.nvim_harness import BUNDLED, FIB, ROOT, expected_completion, process_tree
 from tests.support.ports import free_port
 from tests.support.slow_load import SLOW_LOAD
 from tests.support.vscode import VSCODE, run
+from tests.support.vscode_window import fill_holes, poll
 
 pytestmark = pytest.mark.e2e  # code-server in Chromium
 
@@ -63,7 +76,8 @@ STACK_LINE = 14  # 1-based, as Go to Line takes it
 REWRITE_LINES = (4, 8)  # fibonacci's definition, in fib.py
 INSTRUCTION = "add type hints"
 PICTURES = {"ghost": "vscode-ghost-text.png", "before": "vscode-rewrite-before.png",
-            "after": "vscode-rewrite-after.png", "next": "vscode-next-edit.png"}
+            "after": "vscode-rewrite-after.png", "next": "vscode-next-edit.png",
+            "holes": "vscode-fill-holes.png"}
 # The next edit: line 2's `count` becomes NEW_NAME as typed; the others may follow.
 NEW_NAME = "count2"
 PRICES = """def total_price(items):
@@ -137,17 +151,6 @@ def kill_tree(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=30)
 
 
-def poll(what: str, ready: Callable[[], Any], timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = ready()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout} s")
-        time.sleep(0.1)
-
-
 @pytest.fixture(scope="module")
 def vscode_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One code-server session: type and accept, then rewrite. Each step's observations are
@@ -185,6 +188,8 @@ def vscode_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     source.write_text(FIB)
     (folder / "stack.py").write_text(STACK_TYPED)
     (folder / "prices.py").write_text(PRICES)
+    (folder / "point.py").write_text(POINT)
+    (folder / "read_lines.py").write_text(READ_LINES)
 
     port = free_port()
     log = (tmp / "code-server.log").open("wb")
@@ -373,6 +378,13 @@ def drive(page: Any, port: int, folder: Path, source: Path, tmp: Path,
         page.screenshot(path=str(tmp / "next-edit-timeout.png"))
         result["next_error"] = f"{exc} (the window then: {tmp / 'next-edit-timeout.png'})"
 
+    # Several holes at once, on files of their own: a step that times out fails only its tests.
+    try:
+        fill_holes(page, folder, open_file, editor_text, save_and_read, shot, result)
+    except (PlaywrightTimeout, TimeoutError) as exc:
+        page.screenshot(path=str(tmp / "holes-timeout.png"))
+        result["holes_error"] = f"{exc} (the window then: {tmp / 'holes-timeout.png'})"
+
 
 # What the extension's decorations draw: the struck-out text, and the `after` texts (the new
 # text, the jump hint), which VS Code renders as CSS ::after content.
@@ -495,3 +507,19 @@ def test_a_next_edit_is_drawn_and_tab_jumps_to_it_then_applies_it(vscode_run):
                   for i in range(len(PRICES_RENAMED)) if PRICES_RENAMED.startswith("count", i)}
     assert applied in candidates, applied
     ast.parse(applied)
+
+
+def test_complete_at_every_cursor_writes_each_cursors_own_text(vscode_run, bundled_engine):
+    assert "cursors_filled" in vscode_run, (vscode_run["error"] or vscode_run.get(
+        "holes_error")) + vscode_run["log"][-3000:]
+    expected = cursors_filled(bundled_engine, POINT, POINT_CURSORS)
+    assert expected != POINT  # the model wrote something at the cursors
+    assert vscode_run["cursors_filled"] == expected
+
+
+def test_the_fill_action_picked_from_the_menu_fills_every_hole(vscode_run, bundled_engine):
+    assert "function_filled" in vscode_run, (vscode_run["error"] or vscode_run.get(
+        "holes_error")) + vscode_run["log"][-3000:]
+    expected = function_filled(bundled_engine, READ_LINES, READ_LINES_CURSOR)
+    assert "..." not in expected and "TODO" not in expected
+    assert vscode_run["function_filled"] == expected
