@@ -22,16 +22,14 @@ import json
 import pickle
 from pathlib import Path
 
-from dg_lsp.completion.pipeline import Completion, CompletionRequest, Pipeline
+from dg_lsp.completion.pipeline import Pipeline
 from dg_lsp.lsp.engine_host import open_for_command
 from dg_lsp.measure.eval import cross_file
 from dg_lsp.measure.eval.heldout import HELDOUT_PACKAGES, heldout_sources
 from dg_lsp.measure.eval.scoring import exact_match
 from dg_lsp.repository.index import RepositoryIndex
-from dg_lsp.repository.retrieve import OFFERS, RepositoryContext
+from dg_lsp.repository.retrieve import OFFERS
 from dg_lsp.settings import Settings
-from dg_lsp.syntax.languages import language_for
-from engine.types import last_draft
 
 # name -> RepositoryContext fields (None: repositoryContext false)
 VARIANTS: dict[str, dict | None] = {
@@ -64,7 +62,6 @@ def main() -> None:
         print(cross_file.format_table(cross_file.run(folders, backend, args.per_class,
                                                      args.seed)))
         return
-    language = language_for("python")
     asked: dict[tuple, object] = {}  # distinct request -> the engine's last draft
     if args.cache is not None and args.cache.exists():
         asked = pickle.loads(args.cache.read_bytes())
@@ -85,18 +82,9 @@ def main() -> None:
             fields = VARIANTS[name]
             pipeline = Pipeline(backend, Settings(repository_context=fields is not None))
             for cursor in picked:
-                request = CompletionRequest(
-                    cursor.document, cursor.offset, language, (folder / cursor.path).as_uri(),
-                    repository=RepositoryContext(index, cursor.path, **(fields or {})))
-                pipeline.cache.clear()
-                ctx, drafts = pipeline.start(request)
-                key = (ctx.prefix, ctx.suffix, ctx.kind, ctx.repeats)
-                if key not in asked:
-                    asked[key] = last_draft(drafts)
-                drafts.close()
-                decided = pipeline.decide(request, ctx, asked[key])
-                shown = isinstance(decided, Completion)
-                right = shown and exact_match(decided.text, cursor.truth)
+                text = cross_file.shown_text(pipeline, index, folder, cursor, fields, asked)
+                shown = text is not None
+                right = shown and exact_match(text, cursor.truth)
                 total = totals.setdefault((name, cursor.kind), [0, 0, 0])
                 total[0] += 1
                 total[1] += right
@@ -105,7 +93,7 @@ def main() -> None:
                     rows.write(json.dumps({"variant": name, "path": cursor.path,
                                            "offset": cursor.offset, "kind": cursor.kind,
                                            "truth": cursor.truth, "shown": shown,
-                                           "text": decided.text if shown else "",
+                                           "text": text or "",
                                            "exact": right}) + "\n")
             print(name, {k: v for (n, k), v in totals.items() if n == name},
                   f"engine asked {len(asked)} times", flush=True)

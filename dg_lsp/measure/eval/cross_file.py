@@ -92,7 +92,6 @@ def run(folders: list[Path], backend: Backend, per_class: int, seed: int,
     """One row per (package, cursor class, context of CONTEXTS). The engine is asked once
     per distinct request: a part that leaves a cursor's request as it was costs nothing."""
     rows = []
-    language = language_for("python")
     for folder in folders:
         index = RepositoryIndex(folder)
         index.build()
@@ -102,18 +101,9 @@ def run(folders: list[Path], backend: Backend, per_class: int, seed: int,
             pipeline = Pipeline(backend, Settings(repository_context=fields is not None))
             scored: dict[str, list[tuple[bool, bool, float]]] = {CROSS_FILE: [], CONTROL: []}
             for cursor in picked:
-                request = CompletionRequest(
-                    cursor.document, cursor.offset, language, (folder / cursor.path).as_uri(),
-                    repository=RepositoryContext(index, cursor.path, **(fields or {})))
-                pipeline.cache.clear()
-                ctx, drafts = pipeline.start(request)
-                key = (ctx.prefix, ctx.suffix, ctx.kind, ctx.repeats)
-                if key not in asked:
-                    asked[key] = last_draft(drafts)
-                drafts.close()
-                decided = pipeline.decide(request, ctx, asked[key])
-                shown = isinstance(decided, Completion)
-                text = decided.text if shown else ""
+                text = shown_text(pipeline, index, folder, cursor, fields, asked)
+                shown = text is not None
+                text = text or ""
                 right = shown and exact_match(text, cursor.truth)
                 scored[cursor.kind].append((shown, right, edit_similarity(text, cursor.truth)))
                 if on_cursor is not None:
@@ -122,6 +112,24 @@ def run(folders: list[Path], backend: Backend, per_class: int, seed: int,
             for kind, results in scored.items():
                 rows.append(_row(folder.name, kind, name, results))
     return rows
+
+
+def shown_text(pipeline: Pipeline, index: RepositoryIndex, folder: Path, cursor: Cursor,
+               fields: dict[str, Any] | None, asked: dict[tuple, Draft | None]) -> str | None:
+    """What `pipeline` shows at `cursor` of `folder` (None: nothing), with the repository
+    context `fields` (RepositoryContext's; None: off). The engine is asked once per distinct
+    request: `asked` keeps its last draft of each."""
+    request = CompletionRequest(
+        cursor.document, cursor.offset, language_for("python"), (folder / cursor.path).as_uri(),
+        repository=RepositoryContext(index, cursor.path, **(fields or {})))
+    pipeline.cache.clear()
+    ctx, drafts = pipeline.start(request)
+    key = (ctx.prefix, ctx.suffix, ctx.kind, ctx.repeats)
+    if key not in asked:
+        asked[key] = last_draft(drafts)
+    drafts.close()
+    decided = pipeline.decide(request, ctx, asked[key])
+    return decided.text if isinstance(decided, Completion) else None
 
 
 def _row(package: str, kind: str, context: str, results: list[tuple[bool, bool, float]]
