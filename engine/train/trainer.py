@@ -99,6 +99,8 @@ class TrainConfig:
     edit_share: float = bounded(0.5, SHARE_RANGE)
     # Real edits (a file of `dg-engine version-edits`) added to the synthetic ones.
     real_edits: str | None = None
+    # The share of the infill rows with 2-3 holes (engine.train.examples.multi_split).
+    multi_hole_share: float = bounded(0.0, SHARE_RANGE)
 
     def check(self) -> None:
         """ValueError naming the first option out of its range (engine.bounds) or a model
@@ -334,7 +336,9 @@ class Trainer:
         edits = (load_or_build(self.out, data, self.tok, cfg.edits, cfg.seed, real)
                  if cfg.edits or real else None)
         self.maker = ExampleMaker(train, newline, self.ids, cfg.seq_len, edits=edits,
-                                  edit_share=cfg.edit_share)
+                                  edit_share=cfg.edit_share,
+                                  multi_hole_share=cfg.multi_hole_share)
+        # One hole per row, whatever the training rows: held-out losses compare across runs.
         self.val_maker = ExampleMaker(val, newline, self.ids, cfg.seq_len)
         self.device = resolve_device(cfg.device)
         # The threads of each step: the user's --threads, else as many as the machine's
@@ -538,4 +542,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--real-edits", default=d.real_edits, metavar="FILE",
                    help="also mix in the real edits of FILE (written by `dg-engine "
                    "version-edits`), each once beside the N synthetic ones")
+    p.add_argument("--multi-hole-share", type=float, default=d.multi_hole_share,
+                   help="share of the infill rows with 2-3 holes of whole lines, kept code "
+                   "between them (what a multi-hole request decodes jointly; default 0)")
     p.set_defaults(func=run)

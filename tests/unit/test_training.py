@@ -100,6 +100,22 @@ def test_training_resumes_from_saved_state(corpus: Path, tmp_path: Path) -> None
     assert resumed.train()["steps"] == 30
 
 
+def test_multi_hole_rows_train_and_leave_the_held_out_loss_one_hole(corpus: Path,
+                                                                    tmp_path: Path) -> None:
+    """`--multi-hole-share`: that share of the infill rows has 2-3 holes (several EOS); the
+    held-out loss stays on one-hole rows, comparable with runs without it."""
+    cfg = toy_config(corpus, tmp_path / "ckpt", "masked")
+    cfg.multi_hole_share, cfg.max_steps = 1.0, 3
+    trainer = Trainer(cfg)
+    targets, _ = trainer.maker.masked_batch(np.random.default_rng(0), 16)
+    assert max(int((row == trainer.ids.eos).sum()) for row in targets) >= 2
+    assert trainer.val_maker.multi_hole_share == 0.0
+    assert trainer.train()["config"]["multi_hole_share"] == 1.0
+    cfg.multi_hole_share = 1.5
+    with pytest.raises(ValueError, match="--multi-hole-share: expected a finite number in 0..1"):
+        cfg.check()
+
+
 def test_the_benchmark_package_is_never_in_a_corpus(tmp_path: Path) -> None:
     from engine.train.corpus import iter_source_files
 
