@@ -217,28 +217,31 @@ def vscode_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return result
 
 
-def drive(page: Any, port: int, folder: Path, source: Path, tmp: Path,
-          result: dict[str, Any]) -> None:
-    """What a person does, step by step; what each step shows goes into `result`."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+class Window:
+    """The browser page with what every step does in it: pictures, the status bar, the
+    editor's text, saving and opening files as a person does."""
 
-    def shot(name: str) -> None:
-        path = tmp / PICTURES[name]
-        page.screenshot(path=str(path))
-        result["pictures"][name] = path
+    def __init__(self, page: Any, tmp: Path, result: dict[str, Any]) -> None:
+        self.page, self.tmp, self.result = page, tmp, result
 
-    def status_labels() -> list[str]:
-        return [label for label in page.eval_on_selector_all(
+    def shot(self, name: str) -> None:
+        path = self.tmp / PICTURES[name]
+        self.page.screenshot(path=str(path))
+        self.result["pictures"][name] = path
+
+    def status_labels(self) -> list[str]:
+        return [label for label in self.page.eval_on_selector_all(
             ".statusbar-item a", "items => items.map(a => a.getAttribute('aria-label') || '')")]
 
-    def editor_text() -> str:
-        return page.inner_text(".monaco-editor .view-lines").replace("\xa0", " ")
+    def editor_text(self) -> str:
+        return self.page.inner_text(".monaco-editor .view-lines").replace("\xa0", " ")
 
-    def save_and_read(path: Path = source) -> str:
+    def save_and_read(self, path: Path) -> str:
         """The saved text, once the write is over: Ctrl+S, until the editor's tab is no longer
         dirty (auto-save is off: only this saves), then the file read until two reads a moment
         apart agree on a non-empty text (code-server truncates the file before it writes it;
         CI once read it empty in between)."""
+        page = self.page
         page.wait_for_selector(".tab.active.dirty", timeout=10_000)  # there is a change
         page.keyboard.press("Control+s")
         poll("the file saved", lambda: page.query_selector(".tab.active.dirty") is None)
@@ -250,9 +253,10 @@ def drive(page: Any, port: int, folder: Path, source: Path, tmp: Path,
 
         return poll("the saved file complete", settled)
 
-    def open_file(name: str, marker: str) -> None:
+    def open_file(self, name: str, marker: str) -> None:
         """Quick Open, as a person does it; again if the file did not open (on a busy
         machine Enter once landed before the list had settled and nothing opened)."""
+        page = self.page
         for attempt in range(3):
             page.keyboard.press("Escape")
             page.keyboard.press("Control+p")
@@ -261,129 +265,154 @@ def drive(page: Any, port: int, folder: Path, source: Path, tmp: Path,
             poll(f"{name} in Quick Open", lambda: name in page.inner_text(".quick-input-list"))
             page.keyboard.press("Enter")
             try:
-                poll(f"{name} in the editor", lambda: marker in editor_text(), timeout=20)
+                poll(f"{name} in the editor", lambda: marker in self.editor_text(), timeout=20)
                 return
             except TimeoutError:
                 if attempt == 2:
                     raise
 
+    def go_to_line_end(self, line: int) -> None:
+        self.page.keyboard.press("Control+g")
+        self.page.keyboard.type(str(line))
+        self.page.keyboard.press("Enter")
+        self.page.keyboard.press("End")
+
+
+def drive(page: Any, port: int, folder: Path, source: Path, tmp: Path,
+          result: dict[str, Any]) -> None:
+    """What a person does, step by step; what each step shows goes into `result`."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    window = Window(page, tmp, result)
     try:
         page.goto(f"http://127.0.0.1:{port}/?folder={folder}")
         page.wait_for_selector(".monaco-workbench", timeout=120_000)
-        open_file("stack.py", "class Stack")
-        # typing before the language client runs asks nobody: wait as a person would for
-        # the status bar's idle item
-        poll("the server running", lambda: [label for label in status_labels()
-                                            if "circle-outline" in label])
-        page.keyboard.press("Control+g")
-        page.keyboard.type(str(STACK_LINE))
-        page.keyboard.press("Enter")
-        page.keyboard.press("End")
-        page.keyboard.type(TYPED, delay=50)
-
-        # the first request loads the model: the status bar, until the ghost text is drawn
-        seen: list[str] = []
-        typed_at = time.monotonic()
-        result["nudges"] = 0
-
-        def ghost_or_labels() -> str | None:
-            nonlocal typed_at
-            seen.extend(label for label in status_labels() if label not in seen)
-            ghost = page.query_selector(".ghost-text-decoration")
-            if ghost:
-                return ghost.inner_text().replace("\xa0", " ")
-            # Once in CI no request followed the keystrokes (the status bar stayed idle, the
-            # model never loaded); a person would ask again (Alt+\, "Trigger Inline
-            # Suggestion"). Only while nothing loads: a load in progress is waited for.
-            if (time.monotonic() - typed_at > 20
-                    and not any("loading" in label for label in status_labels())):
-                page.keyboard.press("Alt+Backslash")
-                typed_at = time.monotonic()
-                result["nudges"] += 1
-            return None
-
-        def accept_ghost(ghost: str) -> None:
-            """Tab, until the line holds the ghost text. Once in CI the ghost text went away
-            just before Tab landed (the file was saved without it); a person would take back
-            whatever Tab did, type the last letter again and press Tab again. The misses are
-            kept."""
-            result["tab_misses"] = []
-            for _ in range(3):
-                page.keyboard.press("Tab")
-                poll("the ghost text gone", lambda: page.query_selector(
-                    ".ghost-text-decoration") is None)
-                lines = editor_text().split("\n")
-                if TYPED_LINE + ghost in lines:
-                    return
-                result["tab_misses"].append(lines)
-                page.screenshot(path=str(tmp / f"tab-miss-{len(result['tab_misses'])}.png"))
-                page.keyboard.press("Escape")
-                page.keyboard.press("Control+g")  # back in the editor, at the line's end
-                page.keyboard.type(str(STACK_LINE))
-                page.keyboard.press("Enter")
-                page.keyboard.press("End")
-                if TYPED_LINE not in lines:  # Tab typed something after the line
-                    page.keyboard.press("Control+z")
-                page.keyboard.press("Backspace")  # and type the `.` again, which asks again
-                page.keyboard.type(TYPED[-1], delay=50)
-                poll("the ghost text again", lambda: page.query_selector(
-                    ".ghost-text-decoration"), timeout=60)
-            raise TimeoutError(f"Tab did not accept the ghost text: {result['tab_misses']}")
-
-        result["ghost"] = poll("the ghost text", ghost_or_labels, timeout=180)
-        result["status_seen"] = seen
-        result["typed"] = editor_text()
-        shot("ghost")
-        result["status_ready"] = poll("the status bar's ready state", lambda: [
-            label for label in status_labels() if "dg-lsp" in label and "check" in label])
-
-        accept_ghost(result["ghost"])
-        result["accepted"] = save_and_read(folder / "stack.py")
-
-        open_file("fib.py", "def fibonacci")
-        first, last = REWRITE_LINES
-        page.keyboard.press("Control+g")
-        page.keyboard.type(str(first))
-        page.keyboard.press("Enter")
-        page.keyboard.press("Home")
-        for _ in range(last - first):
-            page.keyboard.press("Shift+ArrowDown")
-        page.keyboard.press("Shift+End")
-        page.keyboard.press("F1")
-        page.wait_for_selector(".quick-input-widget input")
-        page.keyboard.type("dg-lsp: Rewrite selection with instruction")
-        poll("the command in the palette",
-             lambda: "Rewrite selection" in page.inner_text(".quick-input-list"))
-        page.keyboard.press("Enter")
-        poll("the instruction's input box", lambda: "Instruction for the selected code" in
-             page.inner_text(".quick-input-widget"))
-        result["prompt"] = page.inner_text(".quick-input-widget")
-        page.keyboard.type(INSTRUCTION)
-        shot("before")
-        before = editor_text()
-        page.keyboard.press("Enter")
-        poll("the rewrite applied", lambda: editor_text() != before, timeout=180)
-        # the picture without the selection; Escape may first go to the notification
-        poll("the selection cleared", lambda: page.keyboard.press("Escape") or time.sleep(0.3)
-             or "selected)" not in page.inner_text(".statusbar"), timeout=10)
-        shot("after")
-        result["rewritten"] = save_and_read()
+        ghost_text_step(window, folder / "stack.py")
+        rewrite_step(window, source)
     except PlaywrightTimeout as exc:
         raise TimeoutError(str(exc)) from exc
 
+    def save_and_read(path: Path = source) -> str:
+        return window.save_and_read(path)
+
     # The next edit, on its own file: a step that times out fails only its own test.
     try:
-        next_edit(page, folder / "prices.py", open_file, save_and_read, shot, result)
+        next_edit(page, folder / "prices.py", window.open_file, save_and_read, window.shot,
+                  result)
     except (PlaywrightTimeout, TimeoutError) as exc:
         page.screenshot(path=str(tmp / "next-edit-timeout.png"))
         result["next_error"] = f"{exc} (the window then: {tmp / 'next-edit-timeout.png'})"
 
     # Several holes at once, on files of their own: a step that times out fails only its tests.
     try:
-        fill_holes(page, folder, open_file, editor_text, save_and_read, shot, result)
+        fill_holes(page, folder, window.open_file, window.editor_text, save_and_read,
+                   window.shot, result)
     except (PlaywrightTimeout, TimeoutError) as exc:
         page.screenshot(path=str(tmp / "holes-timeout.png"))
         result["holes_error"] = f"{exc} (the window then: {tmp / 'holes-timeout.png'})"
+
+
+def ghost_text_step(window: Window, stack: Path) -> None:
+    """Type at the end of a line of stack.py, wait for the model (the status bar says it
+    loads), see the ghost text, Tab it in and save."""
+    page, result = window.page, window.result
+    window.open_file("stack.py", "class Stack")
+    # typing before the language client runs asks nobody: wait as a person would for
+    # the status bar's idle item
+    poll("the server running", lambda: [label for label in window.status_labels()
+                                        if "circle-outline" in label])
+    window.go_to_line_end(STACK_LINE)
+    page.keyboard.type(TYPED, delay=50)
+
+    # the first request loads the model: the status bar, until the ghost text is drawn
+    seen: list[str] = []
+    typed_at = time.monotonic()
+    result["nudges"] = 0
+
+    def ghost_or_labels() -> str | None:
+        nonlocal typed_at
+        seen.extend(label for label in window.status_labels() if label not in seen)
+        ghost = page.query_selector(".ghost-text-decoration")
+        if ghost:
+            return ghost.inner_text().replace("\xa0", " ")
+        # Once in CI no request followed the keystrokes (the status bar stayed idle, the
+        # model never loaded); a person would ask again (Alt+\, "Trigger Inline
+        # Suggestion"). Only while nothing loads: a load in progress is waited for.
+        if (time.monotonic() - typed_at > 20
+                and not any("loading" in label for label in window.status_labels())):
+            page.keyboard.press("Alt+Backslash")
+            typed_at = time.monotonic()
+            result["nudges"] += 1
+        return None
+
+    result["ghost"] = poll("the ghost text", ghost_or_labels, timeout=180)
+    result["status_seen"] = seen
+    result["typed"] = window.editor_text()
+    window.shot("ghost")
+    result["status_ready"] = poll("the status bar's ready state", lambda: [
+        label for label in window.status_labels() if "dg-lsp" in label and "check" in label])
+    accept_ghost(window, result["ghost"])
+    result["accepted"] = window.save_and_read(stack)
+
+
+def accept_ghost(window: Window, ghost: str) -> None:
+    """Tab, until the line holds the ghost text. Once in CI the ghost text went away just
+    before Tab landed (the file was saved without it); a person would take back whatever Tab
+    did, type the last letter again and press Tab again. The misses are kept."""
+    page, result = window.page, window.result
+    result["tab_misses"] = []
+    for _ in range(3):
+        page.keyboard.press("Tab")
+        poll("the ghost text gone", lambda: page.query_selector(
+            ".ghost-text-decoration") is None)
+        lines = window.editor_text().split("\n")
+        if TYPED_LINE + ghost in lines:
+            return
+        result["tab_misses"].append(lines)
+        page.screenshot(path=str(window.tmp / f"tab-miss-{len(result['tab_misses'])}.png"))
+        page.keyboard.press("Escape")
+        window.go_to_line_end(STACK_LINE)  # back in the editor, at the line's end
+        if TYPED_LINE not in lines:  # Tab typed something after the line
+            page.keyboard.press("Control+z")
+        page.keyboard.press("Backspace")  # and type the `.` again, which asks again
+        page.keyboard.type(TYPED[-1], delay=50)
+        poll("the ghost text again", lambda: page.query_selector(
+            ".ghost-text-decoration"), timeout=60)
+    raise TimeoutError(f"Tab did not accept the ghost text: {result['tab_misses']}")
+
+
+def rewrite_step(window: Window, source: Path) -> None:
+    """Select lines of fib.py, run "Rewrite selection with instruction", type the
+    instruction, and save what the server's edit left."""
+    page, result = window.page, window.result
+    window.open_file("fib.py", "def fibonacci")
+    first, last = REWRITE_LINES
+    page.keyboard.press("Control+g")
+    page.keyboard.type(str(first))
+    page.keyboard.press("Enter")
+    page.keyboard.press("Home")
+    for _ in range(last - first):
+        page.keyboard.press("Shift+ArrowDown")
+    page.keyboard.press("Shift+End")
+    page.keyboard.press("F1")
+    page.wait_for_selector(".quick-input-widget input")
+    page.keyboard.type("dg-lsp: Rewrite selection with instruction")
+    poll("the command in the palette",
+         lambda: "Rewrite selection" in page.inner_text(".quick-input-list"))
+    page.keyboard.press("Enter")
+    poll("the instruction's input box", lambda: "Instruction for the selected code" in
+         page.inner_text(".quick-input-widget"))
+    result["prompt"] = page.inner_text(".quick-input-widget")
+    page.keyboard.type(INSTRUCTION)
+    window.shot("before")
+    before = window.editor_text()
+    page.keyboard.press("Enter")
+    poll("the rewrite applied", lambda: window.editor_text() != before, timeout=180)
+    # the picture without the selection; Escape may first go to the notification
+    poll("the selection cleared", lambda: page.keyboard.press("Escape") or time.sleep(0.3)
+         or "selected)" not in page.inner_text(".statusbar"), timeout=10)
+    window.shot("after")
+    result["rewritten"] = window.save_and_read(source)
 
 
 # What the extension's decorations draw: the struck-out text, and the `after` texts (the new
