@@ -12,8 +12,10 @@ document changed while the model ran).
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcContentModified, JsonRpcException
@@ -25,7 +27,10 @@ from dg_lsp.lsp.documents import short_path
 from dg_lsp.lsp.state import DgLanguageServer
 from dg_lsp.positions import offset_at, position_at
 from dg_lsp.syntax.languages import language_for
+from engine.backend import Backend
 from engine.serve.client import EngineUnavailable
+
+T = TypeVar("T")
 
 # workspace/executeCommand arguments: [{"textDocument": {"uri", "version"}, "range",
 # "instruction"?, "strength"?}]; applies the rewrite with workspace/applyEdit and returns the
@@ -193,43 +198,30 @@ async def rewrite(
 ) -> types.WorkspaceEdit:
     """Run one action on the document as it is at `version` (and at `revision`, given one:
     OpenDocument.revision); its WorkspaceEdit."""
-    _check_version(server, uri, version, revision)
+    check_version(server, uri, version, revision)
     revision = server.documents.get(uri).revision
     if len(server.documents.get(uri).text) > MAX_DOCUMENT_CHARS:
-        raise _refuse(server, f"{short_path(uri)} is too large to rewrite "
+        raise refuse(server, f"{short_path(uri)} is too large to rewrite "
                       f"(over {MAX_DOCUMENT_CHARS} characters)")
     if not server.documents.get(uri).is_valid_text:
-        raise _refuse(server, f"{short_path(uri)} holds a lone surrogate (not valid Unicode); "
+        raise refuse(server, f"{short_path(uri)} holds a lone surrogate (not valid Unicode); "
                       "nothing was changed")
     found = _targets(server, uri, lsp_range)
     if found is None:
-        raise _refuse(server, f"cannot rewrite {short_path(uri)}: range or document invalid")
+        raise refuse(server, f"cannot rewrite {short_path(uri)}: range or document invalid")
     doc, targets = found
     target = next((t for t in targets if t.action == action), None)
     if target is None:
-        raise _refuse(server, f"'{action}' does not apply here")
+        raise refuse(server, f"'{action}' does not apply here")
     backend = await server.engine.backend()
     if backend is None:
-        raise _refuse(server, "the model is not loaded")
-    stop = threading.Event()
-    loop = asyncio.get_running_loop()
-    try:
-        # On a thread of its own, each step on the engine's worker: completions in other
-        # documents take their steps between this rewrite's instead of after all of them.
-        edit = await loop.run_in_executor(
-            None, action_edit, server.engine.stepped(backend), doc, target, server.settings,
-            instruction, strength, stop.is_set)
-    except asyncio.CancelledError:
-        stop.set()
-        raise
-    except RewriteError as exc:
-        raise _refuse(server, str(exc)) from exc
-    except EngineUnavailable as exc:
-        server.engine.lost(exc, backend)
-        raise _refuse(server, "the engine stopped; try again") from exc
+        raise refuse(server, "the model is not loaded")
+    edit = await on_engine(server, backend, functools.partial(
+        action_edit, server.engine.stepped(backend), doc, target, server.settings,
+        instruction, strength))
     # The user may have typed, or reopened the document, while the model ran: the edit's
     # range is read on the text it was computed on.
-    _check_version(server, uri, version, revision)
+    check_version(server, uri, version, revision)
     enc = server.position_encoding
     # The fills of several holes: one TextEdit each, so the code between them is untouched.
     text_edits = [types.TextEdit(types.Range(position_at(doc.text, start, enc),
@@ -260,13 +252,32 @@ def _targets(server: DgLanguageServer, uri: str, lsp_range: types.Range
     return parsed, targets_at(parsed, start, end) + hole_targets(parsed, start, end)
 
 
-def _check_version(server: DgLanguageServer, uri: str, version: int | None,
+async def on_engine(server: DgLanguageServer, backend: Backend,
+                    compute: Callable[[Callable[[], bool]], T]) -> T:
+    """`compute(cancelled)` on a thread of its own, its steps on the engine's worker
+    (`server.engine.stepped`): completions in other documents take their steps between this
+    edit's instead of after all of them. A refusal, or an engine lost meanwhile, is the error
+    the user is shown."""
+    stop = threading.Event()
+    try:
+        return await asyncio.get_running_loop().run_in_executor(None, compute, stop.is_set)
+    except asyncio.CancelledError:
+        stop.set()
+        raise
+    except RewriteError as exc:
+        raise refuse(server, str(exc)) from exc
+    except EngineUnavailable as exc:
+        server.engine.lost(exc, backend)
+        raise refuse(server, "the engine stopped; try again") from exc
+
+
+def check_version(server: DgLanguageServer, uri: str, version: int | None,
                    revision: int | None = None) -> None:
     """Refuse (ContentModified, shown to the user) unless `uri` is open at `version` and, given
     a `revision`, still has that revision's text (OpenDocument.revision)."""
     doc = server.documents.get(uri)
     if doc is None:
-        raise _refuse(server, f"{short_path(uri)} is not open")
+        raise refuse(server, f"{short_path(uri)} is not open")
     if version is not None and doc.version != version:
         message = (f"dg-lsp: {short_path(uri)} changed (version {version} → {doc.version}) "
                    "while the edit was computed; nothing was changed")
@@ -279,7 +290,7 @@ def _check_version(server: DgLanguageServer, uri: str, version: int | None,
     raise JsonRpcContentModified(message)
 
 
-def _refuse(server: DgLanguageServer, reason: str) -> JsonRpcException:
+def refuse(server: DgLanguageServer, reason: str) -> JsonRpcException:
     message = f"dg-lsp: {reason}"
     server.window_show_message(types.ShowMessageParams(types.MessageType.Warning, message))
     return JsonRpcException(message, REQUEST_FAILED)

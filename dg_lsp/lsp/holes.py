@@ -9,21 +9,19 @@ engine that cannot fill several holes at once.
 
 from __future__ import annotations
 
-import asyncio
-import threading
+import functools
 
 from lsprotocol import types
 
 from dg_lsp.actions.cursors import complete_at_cursors
-from dg_lsp.actions.rewrite import MAX_DOCUMENT_CHARS, RewriteError
+from dg_lsp.actions.rewrite import MAX_DOCUMENT_CHARS
 from dg_lsp.actions.targets import ParsedText
-from dg_lsp.lsp.actions import _check_version, _refuse
+from dg_lsp.lsp.actions import check_version, on_engine, refuse
 from dg_lsp.lsp.documents import short_path
 from dg_lsp.lsp.messages import FILL_HOLES, FilledHole, FilledHoles, FillHolesParams
 from dg_lsp.lsp.state import DgLanguageServer
 from dg_lsp.positions import offset_at, position_at
 from dg_lsp.syntax.languages import language_for
-from engine.serve.client import EngineUnavailable
 
 
 def register(server: DgLanguageServer) -> None:
@@ -35,37 +33,26 @@ def register(server: DgLanguageServer) -> None:
 async def fill_holes(server: DgLanguageServer, params: FillHolesParams) -> FilledHoles:
     """Each position's own completion, in the order the positions were given."""
     uri, version = params.text_document.uri, params.text_document.version
-    _check_version(server, uri, version)
+    check_version(server, uri, version)
     doc = server.documents.get(uri)
     if len(doc.text) > MAX_DOCUMENT_CHARS or not doc.is_valid_text or "\x00" in doc.text:
-        raise _refuse(server, f"cannot complete in {short_path(uri)}: too large, binary or "
+        raise refuse(server, f"cannot complete in {short_path(uri)}: too large, binary or "
                       "not valid Unicode")
     encoding = server.position_encoding
     offsets = [offset_at(doc.text, p, encoding) for p in params.positions]
     if any(offset is None for offset in offsets):
         outside = next(p for p, o in zip(params.positions, offsets, strict=True) if o is None)
-        raise _refuse(server, f"position {outside.line}:{outside.character} is outside "
+        raise refuse(server, f"position {outside.line}:{outside.character} is outside "
                       f"{short_path(uri)}")
     text, revision = doc.text, doc.revision
     backend = await server.engine.backend()
     if backend is None:
-        raise _refuse(server, "the model is not loaded")
+        raise refuse(server, "the model is not loaded")
     language = language_for(doc.language_id, uri)
     parsed = ParsedText(text, language, server.trees.tree(uri, text, language), uri)
-    stop = threading.Event()
-    try:
-        fills = await asyncio.get_running_loop().run_in_executor(
-            None, complete_at_cursors, server.engine.stepped(backend), parsed, offsets,
-            server.settings, stop.is_set)
-    except asyncio.CancelledError:
-        stop.set()
-        raise
-    except RewriteError as exc:
-        raise _refuse(server, str(exc)) from exc
-    except EngineUnavailable as exc:
-        server.engine.lost(exc, backend)
-        raise _refuse(server, "the engine stopped; try again") from exc
-    _check_version(server, uri, version, revision)
+    fills = await on_engine(server, backend, functools.partial(
+        complete_at_cursors, server.engine.stepped(backend), parsed, offsets, server.settings))
+    check_version(server, uri, version, revision)
     items = []
     for position, offset, found in zip(params.positions, offsets, fills.suggestions,
                                        strict=True):
