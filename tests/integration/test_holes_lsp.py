@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.support.lsp_wire import WireServer
+from tests.support.lsp_wire import WireServer, apply_text_edits
 
 HOLES_SERVER = """
 import json, sys
@@ -56,17 +56,6 @@ def fill_action(wire: WireServer, line: int) -> dict:
     return action
 
 
-def apply(text: str, edits: list[dict]) -> str:
-    lines = text.split("\n")
-    offsets = [sum(len(line) + 1 for line in lines[:n]) for n in range(len(lines))]
-    for edit in sorted(edits, key=lambda e: (e["range"]["start"]["line"],
-                                            e["range"]["start"]["character"]), reverse=True):
-        start = offsets[edit["range"]["start"]["line"]] + edit["range"]["start"]["character"]
-        end = offsets[edit["range"]["end"]["line"]] + edit["range"]["end"]["character"]
-        text = text[:start] + edit["newText"] + text[end:]
-    return text
-
-
 @pytest.mark.parametrize("wire", [[("total = sum(xs)", "return total / len(xs)")]],
                          indirect=True)
 def test_every_hole_of_the_function_is_filled_in_one_workspace_edit(wire):
@@ -75,7 +64,7 @@ def test_every_hole_of_the_function_is_filled_in_one_workspace_edit(wire):
     (change,) = resolved["edit"]["documentChanges"]
     assert change["textDocument"] == {"uri": URI, "version": 1}
     assert len(change["edits"]) == 2
-    assert apply(SOURCE, change["edits"]) == SOURCE.replace(
+    assert apply_text_edits(SOURCE, change["edits"]) == SOURCE.replace(
         "    ...\n    pass  # TODO: return the mean\n",
         "    total = sum(xs)\n    return total / len(xs)\n")
 

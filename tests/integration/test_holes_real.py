@@ -21,7 +21,7 @@ from dg_lsp.settings import Settings
 from dg_lsp.syntax.errors import count_errors
 from dg_lsp.syntax.languages import language_for
 from engine import Engine
-from tests.support.lsp_wire import WireServer
+from tests.support.lsp_wire import WireServer, apply_text_edits
 from tests.support.paths import BUNDLED, ROOT
 
 pytestmark = pytest.mark.skipif(not hasattr(Engine, "holes_stream"),
@@ -51,17 +51,6 @@ def wire():
     server.close()
 
 
-def apply(text: str, edits: list[dict]) -> str:
-    lines = text.split("\n")
-    offsets = [sum(len(line) + 1 for line in lines[:n]) for n in range(len(lines))]
-    for edit in sorted(edits, key=lambda e: (e["range"]["start"]["line"],
-                                            e["range"]["start"]["character"]), reverse=True):
-        start = offsets[edit["range"]["start"]["line"]] + edit["range"]["start"]["character"]
-        end = offsets[edit["range"]["end"]["line"]] + edit["range"]["end"]["character"]
-        text = text[:start] + edit["newText"] + text[end:]
-    return text
-
-
 def test_the_fill_action_over_lsp_is_the_one_computed_here(wire, bundled_engine):
     actions = wire.call("textDocument/codeAction", {
         "textDocument": {"uri": URI},
@@ -78,7 +67,7 @@ def test_the_fill_action_over_lsp_is_the_one_computed_here(wire, bundled_engine)
         assert answer["error"]["message"] == f"dg-lsp: {exc}"
         return
     (change,) = answer["result"]["edit"]["documentChanges"]
-    filled = apply(SOURCE, change["edits"])
+    filled = apply_text_edits(SOURCE, change["edits"])
     assert filled == SOURCE[:expected.start] + expected.text + SOURCE[expected.end:]
     parsed = ParsedText(filled, language_for("python"))
     assert count_errors(parsed.tree) <= count_errors(doc.tree)  # `a = ` is broken already

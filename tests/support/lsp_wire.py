@@ -146,3 +146,16 @@ class WireServer:
                 self.proc.kill()
                 self.proc.wait()
             self.log.close()
+
+
+def apply_text_edits(text: str, edits: list[dict]) -> str:
+    """`text` with the TextEdits of an LSP answer (JSON, UTF-16 positions of ASCII text)
+    applied, last first."""
+    lines = text.split("\n")
+    offsets = [sum(len(line) + 1 for line in lines[:n]) for n in range(len(lines))]
+    for edit in sorted(edits, key=lambda e: (e["range"]["start"]["line"],
+                                            e["range"]["start"]["character"]), reverse=True):
+        start = offsets[edit["range"]["start"]["line"]] + edit["range"]["start"]["character"]
+        end = offsets[edit["range"]["end"]["line"]] + edit["range"]["end"]["character"]
+        text = text[:start] + edit["newText"] + text[end:]
+    return text
