@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dg_lsp.actions.holes import MAX_HOLE_TOKENS, MAX_HOLES, canvas_texts, engine_refusal
+from dg_lsp.actions.holes import MAX_HOLE_TOKENS, MAX_HOLES, canvas_texts, filled
 from dg_lsp.actions.rewrite import RewriteError
 from dg_lsp.actions.targets import ParsedText
 from dg_lsp.completion.postprocess import Suggestion, postprocess, unit_end
 from dg_lsp.context import build_context, char_budget
 from dg_lsp.settings import Settings
 from engine.backend import Backend
-from engine.types import HolesRequest, last_draft
+from engine.types import HolesRequest
 
 
 @dataclass
@@ -51,14 +51,7 @@ def complete_at_cursors(backend: Backend, doc: ParsedText, offsets: list[int],
                          sum(sizes), settings.suffix_fraction)
     request = HolesRequest(texts, sizes, settings.sampler, settings.canvas_length,
                            settings.suffix_fraction, tuple(unit_end(ctx) for ctx in contexts))
-    try:
-        last = last_draft(backend.holes_stream(request, cancel, document=doc.uri or None))
-    except ValueError as exc:
-        raise engine_refusal(exc, "cursors") from exc
-    if last is None or last.finish_reason == "cancelled":
-        raise RewriteError("cancelled")
-    if len(last.holes) != len(places):
-        raise RewriteError(f"the engine answered {len(last.holes)} holes for {len(places)}")
+    last = filled(backend, request, cancel, doc.uri, "cursors")
     found = {at: postprocess(raw, ctx) for at, raw, ctx in zip(places, last.holes, contexts,
                                                                strict=True)}
     return CursorFills([found[at] for at in offsets], last.step)

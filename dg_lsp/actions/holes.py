@@ -36,7 +36,7 @@ from engine.backend import Backend
 from engine.bounds import HOLE_COUNT_RANGE, MASKED_TOKENS_RANGE
 from engine.text.stops import cut_at_special
 from engine.text.units import BLOCK, trim_block
-from engine.types import HolesRequest, UnitEnd, last_draft
+from engine.types import Draft, HolesRequest, UnitEnd, last_draft
 
 FILL_ACTIONS = (FILL_FUNCTION, FILL_SELECTION)
 STATEMENT_TOKENS = 32  # a statement stub: a line or a few
@@ -100,15 +100,7 @@ def fill_edit(backend: Backend, doc: ParsedText, target: Target, settings: Setti
     stubs = stubs_in(doc, target.start, target.end)
     if not stubs:
         raise RewriteError("there is no hole to fill here")
-    request = holes_request(doc, stubs, settings)
-    try:
-        last = last_draft(backend.holes_stream(request, cancel, document=doc.uri or None))
-    except ValueError as exc:
-        raise engine_refusal(exc, "holes") from exc
-    if last is None or last.finish_reason == "cancelled":
-        raise RewriteError("cancelled")
-    if len(last.holes) != len(stubs):
-        raise RewriteError(f"the engine answered {len(last.holes)} holes for {len(stubs)}")
+    last = filled(backend, holes_request(doc, stubs, settings), cancel, doc.uri, "holes")
     if (reason := gate.refusal(last.score, settings.min_edit_confidence)) is not None:
         raise RewriteError(reason)
     parts = checked_fills(doc, stubs, last.holes)
@@ -188,14 +180,25 @@ def shape_fill(written: str, indent: str, outer: str) -> str:
     return text.strip("\n").lstrip(" \t").rstrip()
 
 
-def engine_refusal(exc: ValueError, what: str) -> RewriteError:
-    """Why the engine refused `what` (the holes, the cursors), as the user reads it: a running
-    engine from before several holes at once does not know the request; otherwise the
-    engine's reason (the canvas cannot hold them, a bound)."""
-    if getattr(exc, "code", "") == "unknown-op":
-        return RewriteError("the running engine predates filling several holes at once: "
-                            "restart dg-engine to use it")
-    return RewriteError(f"the engine refused the {what}: {exc}")
+def filled(backend: Backend, request: HolesRequest, cancel: Callable[[], bool] | None,
+           uri: str, what: str) -> Draft:
+    """The last draft of `request`'s holes (`what` they are to the user: the holes, the
+    cursors); RewriteError when it was cancelled or the engine refused it. A running engine
+    from before several holes at once does not know the request: the user is told so rather
+    than given the engine's reason."""
+    try:
+        last = last_draft(backend.holes_stream(request, cancel, document=uri or None))
+    except ValueError as exc:
+        if getattr(exc, "code", "") == "unknown-op":
+            raise RewriteError("the running engine predates filling several holes at once: "
+                               "restart dg-engine to use it") from exc
+        raise RewriteError(f"the engine refused the {what}: {exc}") from exc
+    if last is None or last.finish_reason == "cancelled":
+        raise RewriteError("cancelled")
+    if len(last.holes) != len(request.max_tokens):
+        raise RewriteError(f"the engine answered {len(last.holes)} holes for "
+                           f"{len(request.max_tokens)}")
+    return last
 
 
 def _target(action: str, stubs: list[Stub]) -> Target:
