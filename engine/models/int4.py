@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 # Chosen by measurement on random and on the bundled model's layers (docs/models.md, "int4").
 DEFAULT_GROUP_SIZE = 64
+# The group sizes PyTorch's packed int4 ops take (a layer whose in-features are not a multiple
+# of its group stays in float).
+GROUP_SIZES = (32, 64, 128, 256)
 # The CUDA op's packing parameter: 8 is what PyTorch's own int4 examples use for bf16; the op
 # takes 2, 4 or 8 and needs in-features a multiple of 16 times it.
 CUDA_INNER_K_TILES = (8, 4, 2)

@@ -46,6 +46,7 @@ from engine.models.checkpoint import (
 from engine.models.config import CheckpointError
 from engine.models.int4 import (
     DEFAULT_GROUP_SIZE,
+    GROUP_SIZES,
     Int4Experts,
     Int4Linear,
     install_int4,
@@ -79,6 +80,8 @@ def quantization_of(folder: Path) -> dict[str, Any] | None:
 
 def write_quantized(source: Path, out: Path, group_size: int = DEFAULT_GROUP_SIZE) -> Path:
     """Quantize the checkpoint at `source` (quantized while loading, on the CPU) into `out`."""
+    if group_size not in GROUP_SIZES:
+        raise ValueError(f"group size {group_size}: the packed int4 ops take {GROUP_SIZES}")
     ckpt = read_checkpoint(source)
     if quantization_of(source) is not None:
         raise CheckpointError(f"{source}: already quantized")
@@ -266,5 +269,6 @@ def register(sub: Any) -> None:
                         help="checkpoint folder or a hub id in the local cache")
     parser.add_argument("--out", required=True, help="the folder to write (new or empty)")
     parser.add_argument("--group-size", type=int, default=DEFAULT_GROUP_SIZE,
+                        choices=GROUP_SIZES,
                         help=f"input features per scale (default {DEFAULT_GROUP_SIZE})")
     parser.set_defaults(func=run)

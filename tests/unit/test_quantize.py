@@ -13,6 +13,7 @@ from engine.cli import main
 from engine.models import int4
 from engine.models.config import CheckpointError
 from engine.models.int4 import Int4Linear
+from engine.models.quantized import write_quantized
 
 PREFIX, SUFFIX = "def add(a, b):\n    return ", "\n"
 
@@ -92,3 +93,11 @@ def test_the_command_refuses_what_it_cannot_write(quantized: Path, dream_ckpt: P
     assert capsys.readouterr().err.strip().endswith(f"{quantized}: already quantized")
     assert main(["quantize", "--model", str(dream_ckpt), "--out", str(quantized)]) == 2
     assert capsys.readouterr().err.strip() == f"dg-engine: {quantized}: exists and is not empty"
+    with pytest.raises(SystemExit) as exit_:
+        main(["quantize", "--model", str(dream_ckpt), "--out", "/nonexistent/x",
+              "--group-size", "0"])
+    assert exit_.value.code == 2
+    assert "--group-size: invalid choice: 0 (choose from 32, 64, 128, 256)" in (
+        capsys.readouterr().err)
+    with pytest.raises(ValueError, match=r"group size 7: the packed int4 ops take \(32, 64"):
+        write_quantized(dream_ckpt, Path("/nonexistent/x"), 7)
