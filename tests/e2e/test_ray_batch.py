@@ -39,6 +39,7 @@ from tests.support.wait import wait_for  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "engine" / "bundled" / "default"
 FILES = 30
+FRESH = 0.25  # seconds: a report this new was made well inside one request (its passes)
 
 
 def module_source(i: int) -> str:
@@ -80,18 +81,21 @@ def test_a_batch_through_two_replicas_survives_one_killed_mid_run(tmp_path):  # 
         run.stdin.write(TEAM_TOKEN + "\n")  # as `printenv DG_TOKEN | dg-lsp batch ...`
         run.stdin.close()
 
-        def under_way() -> bool:
+        def busy_replica() -> dict | None:
+            """A replica with requests in flight now: a third of the targets done, and a report
+            made within FRESH seconds that shows two or more live requests. A replica's report is
+            up to a report period old; killed on an older one, it may have finished them all
+            (seen on CI: "live 3", retried 0) and lose nothing to retry."""
             assert run.poll() is None, (tmp_path / "batch.err").read_text()
-            replicas = engine.status()["replicas"]
-            # and requests in flight on one: killed between two, a replica loses nothing to
-            # retry (seen on a loaded machine). Its report is up to a report period old, so
-            # one live request may be done by the kill; the batch keeps several in flight.
-            return (sum(r.get("completed", 0) for r in replicas) >= 12
-                    and any(r.get("live", 0) >= 2 for r in replicas))
+            replicas, now = engine.status()["replicas"], time.time()
+            if sum(r.get("completed", 0) for r in replicas) < 12:
+                return None
+            busy = [r for r in replicas
+                    if r.get("live", 0) >= 2 and now - r.get("reportedAt", 0) <= FRESH]
+            return max(busy, key=lambda r: r["live"], default=None)
 
-        wait_for(under_way, 120, "a third of the targets, two in flight on one replica",
-                 interval=0.5)
-        victim = max(engine.status()["replicas"], key=lambda r: (r.get("live", 0), r["replica"]))
+        victim = wait_for(busy_replica, 120, "a third of the targets, two in flight on one replica",
+                          interval=0.05)
         os.kill(victim["pid"], signal.SIGKILL)
         killed_at = time.monotonic() - started
         run.wait(300)
