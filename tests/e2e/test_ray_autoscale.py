@@ -13,7 +13,7 @@ import time
 import pytest
 
 pytest.importorskip("ray.serve", reason="Ray is optional: pip install 'dg-lsp[distributed]'")
-pytestmark = pytest.mark.e2e  # a Ray cluster of its own: about 50 s on a loaded 2-core machine
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("ray")]  # a Ray cluster of its own: about 50 s on a loaded 2-core machine
 
 from engine.serve.team.remote import RemoteEngine  # noqa: E402
 from engine.types import InfillRequest, SamplerSettings  # noqa: E402

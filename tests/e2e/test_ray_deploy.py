@@ -14,7 +14,7 @@ import signal
 import pytest
 
 pytest.importorskip("ray.serve", reason="Ray is optional: pip install 'dg-lsp[distributed]'")
-pytestmark = pytest.mark.e2e  # a Ray cluster, started as docs/team.md says
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("ray")]  # a Ray cluster, started as docs/team.md says
 
 from engine.serve.team.remote import RemoteEngine  # noqa: E402
 from engine.types import InfillRequest  # noqa: E402
