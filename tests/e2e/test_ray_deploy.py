@@ -14,7 +14,9 @@ import signal
 import pytest
 
 pytest.importorskip("ray.serve", reason="Ray is optional: pip install 'dg-lsp[distributed]'")
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("ray")]  # a Ray cluster, started as docs/team.md says
+# A Ray cluster, started as docs/team.md says. Under `pytest -n`, on the worker that runs
+# every Ray test.
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("ray")]
 
 from engine.serve.team.remote import RemoteEngine  # noqa: E402
 from engine.types import InfillRequest  # noqa: E402

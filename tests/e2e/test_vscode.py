@@ -22,7 +22,8 @@ import pytest
 
 from tests.support.vscode import ROOT, VSCODE, run
 
-pytestmark = pytest.mark.e2e  # npm builds the extension; its tests drive a real server
+# npm in editors/vscode: with test_vscode_window.py on one worker of `pytest -n`, never at once.
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("vscode")]  # its tests drive a real server
 
 UNIT_TESTS, E2E_TESTS = 31, 4
 

@@ -61,7 +61,8 @@ from tests.support.slow_load import SLOW_LOAD
 from tests.support.vscode import VSCODE, run
 from tests.support.vscode_window import fill_holes, poll
 
-pytestmark = pytest.mark.e2e  # code-server in Chromium
+# npm in editors/vscode: with test_vscode.py on one worker of `pytest -n`, never at once.
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("vscode")]  # code-server in Chromium
 
 CODE_SERVER_HOME = Path(os.environ.get("DG_CODE_SERVER_HOME") or Path(
     os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dg-lsp" / "code-server")

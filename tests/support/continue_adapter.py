@@ -3,6 +3,7 @@ into the user's cache and driven by tests/support/continue_adapter.mjs under Nod
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -31,10 +32,17 @@ def installed_adapter() -> Path:
     major = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30)
     if int(major.stdout.strip().lstrip("v").split(".")[0]) < 18:
         pytest.skip(f"Continue's adapter package needs Node.js 18 or later, not {major.stdout}")
+    CACHE.mkdir(parents=True, exist_ok=True)
+    # The suite's workers (pytest -n) may ask at once: one installs, the others wait for it.
+    with (CACHE / ".install.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _install(npm)
+
+
+def _install(npm: str) -> Path:
     manifest = CACHE / "node_modules" / PACKAGE / "package.json"
     if manifest.exists() and json.loads(manifest.read_text())["version"] == VERSION:
         return CACHE
-    CACHE.mkdir(parents=True, exist_ok=True)
     result = subprocess.run(
         [npm, "install", "--prefix", str(CACHE), "--no-audit", "--no-fund", "--ignore-scripts",
          f"{PACKAGE}@{VERSION}"], capture_output=True, text=True, timeout=600)
