@@ -98,11 +98,14 @@ def test_each_way_asks_as_it_should_and_is_scored_hole_by_hole(tmp_path: Path) -
     k = len(case.middles)
     assert backend.asked == ["holes"] + ["infill"] * (2 * k)
     joint, sequential, independent = (tallies[m].to_dict() for m in multi_hole.MODES)
-    assert (joint["holes"], joint["holes_exact"], joint["all_right"], joint["passes"]) == (
-        k, k, 1, 5)
+    assert (joint["holes"], joint["holes_exact"], joint["all_right"], joint["passes"],
+            joint["edit_similarity"]) == (k, k, 1, 5, 1.0)
     assert (sequential["holes_exact"], sequential["passes"]) == (k, 5 * k)
     # Independently every hole but the first is asked with an earlier hole's line missing.
     assert (independent["holes_exact"], independent["all_right"]) == (1, 0)
+    # ... and gets "pass" there: the mean of 1.0 and each other hole's similarity to "pass".
+    others = [multi_hole.edit_similarity("    pass\n", m) for m in case.middles[1:]]
+    assert independent["edit_similarity"] == round((1.0 + sum(others)) / k, 3) < 1.0
 
 
 def test_the_command_prints_one_object_per_way(tmp_path: Path, capsys: pytest.CaptureFixture,
@@ -114,7 +117,8 @@ def test_the_command_prints_one_object_per_way(tmp_path: Path, capsys: pytest.Ca
     report = json.loads(capsys.readouterr().out)
     assert report["cases"] == 1
     for mode in ("joint", "sequential", "independent"):
-        assert set(report[mode]) == {"holes", "holes_exact", "all_right", "passes", "ms_p50"}
+        assert set(report[mode]) == {"holes", "holes_exact", "all_right", "edit_similarity",
+                                "passes", "ms_p50"}
     assert report["joint"]["passes"] == 3
 
 

@@ -14,8 +14,10 @@ way fills every hole of the case with one engine:
 
 Every hole is a single-line hole of the same size, ended at its line (UnitEnd "line"), and
 scored as the single-line cases are (dg_lsp.measure.eval.scoring: cut at its first newline,
-exact after whitespace normalization). Per way: holes, holes exactly right, cases with every
-hole right, forward passes in all, and the median milliseconds a case's holes took together.
+exact after whitespace normalization, and its edit similarity). Per way: holes, holes exactly
+right, cases with every hole right, the holes' mean edit similarity (what says "as right" where
+few holes are exactly right), forward passes in all, and the median milliseconds a case's holes
+took together.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from dg_lsp.measure.eval.scoring import exact_match, single_line
+from dg_lsp.measure.eval.scoring import edit_similarity, exact_match, single_line
 from dg_lsp.syntax.languages import language_for
 from engine.backend import Backend
 from engine.data.cases import source_files
@@ -57,11 +59,15 @@ class ModeTally:
     holes: int = 0
     holes_exact: int = 0
     all_right: int = 0
+    similarity: float = 0.0  # summed over the holes
     passes: int = 0
     ms: list[float] | None = None
 
     def add(self, fills: list[str], middles: tuple[str, ...], passes: int, ms: float) -> None:
-        right = [exact_match(single_line(f), m) for f, m in zip(fills, middles, strict=True)]
+        lines = [single_line(f) for f in fills]
+        right = [exact_match(line, m) for line, m in zip(lines, middles, strict=True)]
+        self.similarity += sum(edit_similarity(line, m)
+                               for line, m in zip(lines, middles, strict=True))
         self.holes += len(right)
         self.holes_exact += sum(right)
         self.all_right += all(right)
@@ -70,7 +76,9 @@ class ModeTally:
 
     def to_dict(self) -> dict[str, float | int]:
         return {"holes": self.holes, "holes_exact": self.holes_exact,
-                "all_right": self.all_right, "passes": self.passes,
+                "all_right": self.all_right,
+                "edit_similarity": round(self.similarity / self.holes, 3) if self.holes else 0.0,
+                "passes": self.passes,
                 "ms_p50": round(statistics.median(self.ms), 1) if self.ms else 0.0}
 
 
@@ -218,11 +226,13 @@ def evaluate(filler: Filler, cases: list[HolesCase]) -> dict[str, ModeTally]:
 
 
 def format_table(tallies: dict[str, ModeTally], cases: int) -> str:
-    rows = [["mode", "holes", "exact", "all right", "passes", "passes/case", "p50 ms"]]
+    rows = [["mode", "holes", "exact", "all right", "edit sim", "passes", "passes/case",
+             "p50 ms"]]
     for mode, tally in tallies.items():
         exact = f"{tally.holes_exact} ({_share(tally.holes_exact, tally.holes)})"
         right = f"{tally.all_right} ({_share(tally.all_right, cases)})"
-        rows.append([mode, str(tally.holes), exact, right, str(tally.passes),
+        similarity = f"{tally.to_dict()['edit_similarity']:.3f}"
+        rows.append([mode, str(tally.holes), exact, right, similarity, str(tally.passes),
                      f"{tally.passes / max(cases, 1):.1f}", f"{tally.to_dict()['ms_p50']:.1f}"])
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
