@@ -202,10 +202,10 @@ async def rewrite(
     revision = server.documents.get(uri).revision
     if len(server.documents.get(uri).text) > MAX_DOCUMENT_CHARS:
         raise refuse(server, f"{short_path(uri)} is too large to rewrite "
-                      f"(over {MAX_DOCUMENT_CHARS} characters)")
+                     f"(over {MAX_DOCUMENT_CHARS} characters)")
     if not server.documents.get(uri).is_valid_text:
         raise refuse(server, f"{short_path(uri)} holds a lone surrogate (not valid Unicode); "
-                      "nothing was changed")
+                     "nothing was changed")
     found = _targets(server, uri, lsp_range)
     if found is None:
         raise refuse(server, f"cannot rewrite {short_path(uri)}: range or document invalid")

@@ -37,13 +37,13 @@ async def fill_holes(server: DgLanguageServer, params: FillHolesParams) -> Fille
     doc = server.documents.get(uri)
     if len(doc.text) > MAX_DOCUMENT_CHARS or not doc.is_valid_text or "\x00" in doc.text:
         raise refuse(server, f"cannot complete in {short_path(uri)}: too large, binary or "
-                      "not valid Unicode")
+                     "not valid Unicode")
     encoding = server.position_encoding
     offsets = [offset_at(doc.text, p, encoding) for p in params.positions]
     if any(offset is None for offset in offsets):
         outside = next(p for p, o in zip(params.positions, offsets, strict=True) if o is None)
         raise refuse(server, f"position {outside.line}:{outside.character} is outside "
-                      f"{short_path(uri)}")
+                     f"{short_path(uri)}")
     text, revision = doc.text, doc.revision
     backend = await server.engine.backend()
     if backend is None:
