@@ -13,9 +13,8 @@ import time
 import pytest
 
 pytest.importorskip("ray.serve", reason="Ray is optional: pip install 'dg-lsp[distributed]'")
-# A Ray cluster of its own: about 50 s on a loaded 2-core machine. Under `pytest -n`, on the
-# worker that runs every Ray test.
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("ray")]
+# A Ray cluster of its own: about 50 s on a loaded 2-core machine.
+pytestmark = pytest.mark.e2e
 
 from engine.serve.team.remote import RemoteEngine  # noqa: E402
 from engine.types import InfillRequest, SamplerSettings  # noqa: E402

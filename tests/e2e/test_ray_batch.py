@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("ray.serve", reason="Ray is optional: pip install 'dg-lsp[distributed]'")
-# A Ray cluster of its own; under `pytest -n`, on the worker that runs every Ray test.
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("ray")]
+# A Ray cluster of its own.
+pytestmark = pytest.mark.e2e
 
 from dg_lsp.actions.targets import ParsedText  # noqa: E402
 from dg_lsp.syntax.errors import count_errors  # noqa: E402

@@ -14,9 +14,8 @@ import signal
 import pytest
 
 pytest.importorskip("ray.serve", reason="Ray is optional: pip install 'dg-lsp[distributed]'")
-# A Ray cluster, started as docs/team.md says. Under `pytest -n`, on the worker that runs
-# every Ray test.
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("ray")]
+# A Ray cluster, started as docs/team.md says.
+pytestmark = pytest.mark.e2e
 
 from engine.serve.team.remote import RemoteEngine  # noqa: E402
 from engine.types import InfillRequest  # noqa: E402

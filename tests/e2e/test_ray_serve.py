@@ -21,8 +21,8 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="Ray is optional: pip install 'dg-lsp[distributed]'")
 serve = pytest.importorskip("ray.serve", reason="needs ray[serve]")
-# A local Ray cluster; under `pytest -n`, on the worker that runs every Ray test.
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("ray")]
+# A local Ray cluster.
+pytestmark = pytest.mark.e2e
 
 from engine.serve.client import EngineRefused, EngineUnavailable  # noqa: E402
 from engine.serve.team.app import APP_NAME, AppOptions, build_app, token_digest  # noqa: E402

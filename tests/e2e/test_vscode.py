@@ -23,7 +23,7 @@ import pytest
 from tests.support.vscode import ROOT, VSCODE, run
 
 # npm in editors/vscode, as test_vscode_window.py: tests/support/vscode.py runs one at a time.
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("vscode")]  # its tests drive a real server
+pytestmark = pytest.mark.e2e  # its tests drive a real server
 
 UNIT_TESTS, E2E_TESTS = 31, 4
 

@@ -62,7 +62,7 @@ from tests.support.vscode import VSCODE, run
 from tests.support.vscode_window import fill_holes, poll
 
 # npm in editors/vscode, as test_vscode.py: tests/support/vscode.py runs one at a time.
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("vscode")]  # code-server in Chromium
+pytestmark = pytest.mark.e2e  # code-server in Chromium
 
 CODE_SERVER_HOME = Path(os.environ.get("DG_CODE_SERVER_HOME") or Path(
     os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dg-lsp" / "code-server")

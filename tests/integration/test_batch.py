@@ -141,7 +141,6 @@ def test_bodies_and_syntax_fixes_are_each_targets_edit_and_leave_files_parseable
 
 
 @pytest.mark.e2e  # a local Ray cluster
-@pytest.mark.xdist_group("ray")
 def test_a_ray_cluster_of_two_workers_gives_the_local_patch(tmp_path, docstrings_run):
     ray = pytest.importorskip("ray", reason="Ray is optional: pip install 'dg-lsp[distributed]'")
     started = time.perf_counter()
