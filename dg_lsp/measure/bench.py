@@ -64,7 +64,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="cases per section (batch: files, three functions each)")
     parser.add_argument("--functions", type=int, default=2,
                         help="whole functions typed keystroke by keystroke (lsp section)")
-    parser.add_argument("--model", default=None, help="checkpoint (default: bundled)")
+    parser.add_argument("--model", default=None,
+                        help="checkpoint folder or hub id (default: the bundled model)")
     parser.add_argument("--ar-model", default=str(AR_BASELINE),
                         help="autoregressive baseline to compare ('' to skip)")
     parser.add_argument("--device", default="auto")
@@ -88,13 +89,18 @@ def run(args: argparse.Namespace) -> int:
     from dg_lsp.measure.bench_lsp import cut_functions, peak_rss_mb
     from dg_lsp.measure.eval.heldout import PACKAGE, VERSION, heldout_sources
     from engine.data.cases import cut_cases, cut_cursor_cases
+    from engine.models.checkpoint import read_checkpoint, resolve
+    from engine.models.config import CheckpointError
 
     sections = args.section or list(DEFAULT_SECTIONS)
     try:
+        # Refused here, not by every server the sections start: those would answer each
+        # request with nothing, and the tables would time a model that never ran.
+        read_checkpoint(resolve(args.model))
         load = parse_load(args.load) if args.load else None
         folder = args.cases_from or heldout_sources()
         cases = cut_cases(folder, args.limit, seed=args.seed, kinds=("single-line",))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, CheckpointError) as exc:
         print(f"dg-lsp bench: {exc}", file=sys.stderr)
         return 2
     source = str(folder) if args.cases_from else f"{PACKAGE} {VERSION} (held out)"
