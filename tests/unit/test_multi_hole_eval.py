@@ -37,10 +37,16 @@ def write_source(folder: Path) -> Path:
     return folder
 
 
-def test_cases_are_whole_one_line_statements_apart_that_put_back_give_the_file(
-        tmp_path: Path) -> None:
-    cases = multi_hole.cut_holes_cases(write_source(tmp_path / "src"), 5, seed=1)
-    assert cases == multi_hole.cut_holes_cases(tmp_path / "src", 5, seed=1)
+ONE_LINERS = ("cleaned = [p.strip() for p in parts]", "total = len(cleaned)",
+              'os.environ.setdefault("SEP", sep)', "result = sep.join(cleaned)",
+              "assert result is not None", "return result", '"""Join the parts."""')
+
+
+@pytest.mark.parametrize("cut", multi_hole.CUTS)
+def test_cases_are_one_line_statements_apart_that_put_back_give_the_file(
+        tmp_path: Path, cut: str) -> None:
+    cases = multi_hole.cut_holes_cases(write_source(tmp_path / "src"), 5, seed=1, cut=cut)
+    assert cases == multi_hole.cut_holes_cases(tmp_path / "src", 5, seed=1, cut=cut)
     assert len(cases) == 1  # one function
     (case,) = cases
     assert 2 <= len(case.middles) <= 3 and len(case.texts) == len(case.middles) + 1
@@ -48,13 +54,34 @@ def test_cases_are_whole_one_line_statements_apart_that_put_back_give_the_file(
                                                             strict=True))
     assert rebuilt == SOURCE
     lines = SOURCE.splitlines(keepends=True)
-    rows = [lines.index(m) for m in case.middles]
+    if cut == multi_hole.STATEMENT:
+        # What an editor sends: the indentation before the hole, the newline after it.
+        assert set(case.middles) <= set(ONE_LINERS)
+        assert all(t.endswith("\n    ") for t in case.texts[:-1])
+        assert all(t.startswith("\n") for t in case.texts[1:])
+        rows = [lines.index(f"    {m}\n") for m in case.middles]
+    else:
+        assert set(case.middles) <= {f"    {line}\n" for line in ONE_LINERS}
+        assert all(t.endswith("\n") for t in case.texts[:-1])
+        rows = [lines.index(m) for m in case.middles]
     assert all(b - a > 1 for a, b in zip(rows, rows[1:], strict=False))
-    one_liners = {"    cleaned = [p.strip() for p in parts]\n", "    total = len(cleaned)\n",
-                  '    os.environ.setdefault("SEP", sep)\n', "    result = sep.join(cleaned)\n",
-                  "    assert result is not None\n", "    return result\n",
-                  '    """Join the parts."""\n'}
-    assert set(case.middles) <= one_liners
+
+
+def test_a_fill_is_scored_up_to_its_first_newline_kept_where_the_hole_is_a_line() -> None:
+    fill = "return total\n    return other"
+    statement = multi_hole.HolesCase("f.py:1", ("a", "b"), ("return total",))
+    line = multi_hole.HolesCase("f.py:1", ("a", "b"), ("    return total\n",),
+                                multi_hole.WHOLE_LINE)
+    assert statement.written(fill) == "return total"
+    assert line.written(fill) == "return total\n"
+
+
+def test_an_unknown_cut_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown cut 'word'"):
+        multi_hole.cut_holes_cases(write_source(tmp_path / "src"), 1, cut="word")
+
+
+WRONG = "pass\n"
 
 
 class Knows:
@@ -72,7 +99,7 @@ class Knows:
             if prefix == "".join(t + m for t, m in zip(texts[:k], middles, strict=False)) \
                     + texts[k]:
                 return middle
-        return "    pass\n"
+        return WRONG
 
     def infill_stream(self, request: InfillRequest, cancel=None, *, document=None
                       ) -> Iterator[Draft]:
@@ -90,8 +117,10 @@ class Knows:
                     finish_reason="stop", holes=self.case.middles)
 
 
-def test_each_way_asks_as_it_should_and_is_scored_hole_by_hole(tmp_path: Path) -> None:
-    (case,) = multi_hole.cut_holes_cases(write_source(tmp_path / "src"), 1, seed=1)
+@pytest.mark.parametrize("cut", multi_hole.CUTS)
+def test_each_way_asks_as_it_should_and_is_scored_hole_by_hole(tmp_path: Path,
+                                                               cut: str) -> None:
+    (case,) = multi_hole.cut_holes_cases(write_source(tmp_path / "src"), 1, seed=1, cut=cut)
     backend = Knows(case, passes=5)
     filler = multi_hole.Filler(backend, multi_hole.SamplerSettings(), 16, 256)
     tallies = multi_hole.evaluate(filler, [case])
@@ -104,7 +133,7 @@ def test_each_way_asks_as_it_should_and_is_scored_hole_by_hole(tmp_path: Path) -
     # Independently every hole but the first is asked with an earlier hole's line missing.
     assert (independent["holes_exact"], independent["all_right"]) == (1, 0)
     # ... and gets "pass" there: the mean of 1.0 and each other hole's similarity to "pass".
-    others = [multi_hole.edit_similarity("    pass\n", m) for m in case.middles[1:]]
+    others = [multi_hole.edit_similarity(case.written(WRONG), m) for m in case.middles[1:]]
     assert independent["edit_similarity"] == round((1.0 + sum(others)) / k, 3) < 1.0
 
 
@@ -115,7 +144,7 @@ def test_the_command_prints_one_object_per_way(tmp_path: Path, capsys: pytest.Ca
     monkeypatch.setattr(eval_cli, "open_for_command", lambda settings: Knows(case, 3))
     assert main(["eval", "--suite", "multi-hole", "--cases-from", str(folder), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["cases"] == 1
+    assert (report["cases"], report["cut"]) == (1, multi_hole.STATEMENT)
     for mode in ("joint", "sequential", "independent"):
         assert set(report[mode]) == {"holes", "holes_exact", "all_right", "edit_similarity",
                                 "passes", "ms_p50"}

@@ -77,6 +77,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--hole-tokens", action="append", default=[], metavar="KIND=N",
                    help="fixed-protocol hole size for a kind (default: "
                         + ", ".join(f"{k}={n}" for k, n in DEFAULT_HOLE_TOKENS.items()) + ")")
+    p.add_argument("--cut", choices=multi_hole.CUTS, default=multi_hole.STATEMENT,
+                   help=f"'{MULTI_HOLE}': a hole is the statement alone, its indentation "
+                   "before it and its newline after it, as editors ask (statement, the "
+                   "default), or its whole line (line: HumanEval-Infilling's shape)")
     p.add_argument("--limit", type=int, help="number of cases (HumanEval: a seeded sample; "
                    f"cut cases: default {DEFAULT_CUT_CASES})")
     p.add_argument("--seed", type=int, default=0, help="chooses the sample and the cut cases")
@@ -229,7 +233,7 @@ def run_multi_hole(args: argparse.Namespace) -> int:
               "--model", file=sys.stderr)
         return 2
     count = args.limit if args.limit is not None else DEFAULT_CUT_CASES
-    cases = multi_hole.cut_holes_cases(args.cases_from, count, args.seed)
+    cases = multi_hole.cut_holes_cases(args.cases_from, count, args.seed, args.cut)
     # No prefix shared between requests: each fill is reproducible, whatever ran before it.
     settings = SamplerSettings(sampler=args.sampler, threshold=args.threshold,
                                cutoff=args.cutoff, eos_penalty=args.eos_penalty,
@@ -249,13 +253,14 @@ def run_multi_hole(args: argparse.Namespace) -> int:
         return 2
     if args.json:
         json.dump({"suite": MULTI_HOLE, "seed": args.seed, "cases": len(cases),
-                   "hole_tokens": size, "canvas_length": args.canvas_length,
+                   "cut": args.cut, "hole_tokens": size, "canvas_length": args.canvas_length,
                    **{mode: tally.to_dict() for mode, tally in tallies.items()}},
                   sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print(f"suite {MULTI_HOLE}: {len(cases)} cases, "
-              f"{sum(t.holes for t in tallies.values()) // 3} holes, seed {args.seed}")
+              f"{sum(t.holes for t in tallies.values()) // 3} holes cut as {args.cut}, "
+              f"seed {args.seed}")
         print(multi_hole.format_table(tallies, len(cases)))
     return 0
 

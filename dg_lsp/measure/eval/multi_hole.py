@@ -1,9 +1,19 @@
 """`dg-lsp eval --suite multi-hole`: several holes of one function, filled three ways.
 
 A case is a function of a held-out package with 2 or 3 of its one-line statements cut out
-(tree-sitter finds them: whole lines, indentation and newline included, never two on
-neighbouring lines, at most MAX_KEPT_CHARS of code between the first and the last). Each
-way fills every hole of the case with one engine:
+(tree-sitter finds them: never two on neighbouring lines, at most MAX_KEPT_CHARS of code
+between the first and the last). A hole is cut one of two ways (`--cut`):
+
+- statement (the default): the statement alone, its line's indentation left before the hole
+  and its newline after it. It is what editors send: the fill action's hole is a stub from its
+  indentation to its line's end (dg_lsp.actions.stubs), and a cursor on an emptied line stands
+  after the indentation with the newline after it (dg_lsp.actions.cursors);
+- line: the whole line, indentation and newline included: HumanEval-Infilling's single-line
+  shape, which the single-line cases cut (engine.data.cases). Its hole ends in a newline and
+  the code after it starts with bare indentation, a token boundary the training rows never
+  have (a line's newline and the next line's indentation are one token there).
+
+Each way fills every hole of the case with one engine:
 
 - joint: one HolesRequest (engine.types): the holes denoised together in one canvas, each
   seeing the others' text as it forms;
@@ -13,11 +23,11 @@ way fills every hole of the case with one engine:
 - independent: one InfillRequest per hole with every other hole's line missing.
 
 Every hole is a single-line hole of the same size, ended at its line (UnitEnd "line"), and
-scored as the single-line cases are (dg_lsp.measure.eval.scoring: cut at its first newline,
-exact after whitespace normalization, and its edit similarity). Per way: holes, holes exactly
-right, cases with every hole right, the holes' mean edit similarity (what says "as right" where
-few holes are exactly right), forward passes in all, and the median milliseconds a case's holes
-took together.
+scored as the single-line cases are (dg_lsp.measure.eval.scoring): its fill cut at its first
+newline (`HolesCase.written`), exact after whitespace normalization, and its edit similarity.
+Per way: holes, holes exactly right, cases with every hole right, the holes' mean edit
+similarity (what says "as right" where few holes are exactly right), forward passes in all,
+and the median milliseconds a case's holes took together.
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from dg_lsp.measure.eval.scoring import edit_similarity, exact_match, single_line
+from dg_lsp.measure.eval.scoring import edit_similarity, exact_match
 from dg_lsp.syntax.languages import language_for
 from engine.backend import Backend
 from engine.data.cases import source_files
@@ -45,13 +55,22 @@ PREFIX_CHARS, SUFFIX_CHARS = 2000, 1000  # context kept around a case, as engine
 # The code between a case's first and last hole: it travels whole in the joint canvas, and
 # must leave the holes and some context room in the editor's 256 tokens.
 MAX_KEPT_CHARS = 400
+STATEMENT, WHOLE_LINE = "statement", "line"  # how a hole is cut from its line (above)
+CUTS = (STATEMENT, WHOLE_LINE)
 
 
 @dataclass(frozen=True)
 class HolesCase:
     id: str  # file:line of the first hole
     texts: tuple[str, ...]  # the prefix, the code between the holes, the suffix
-    middles: tuple[str, ...]  # each hole's true line
+    middles: tuple[str, ...]  # what each hole held: its statement, or its line (`cut`)
+    cut: str = STATEMENT
+
+    def written(self, fill: str) -> str:
+        """A fill as the hole holds it: cut at its first newline, kept where the hole is a
+        whole line."""
+        line = fill.split("\n", 1)[0]
+        return line + "\n" if self.cut == WHOLE_LINE else line
 
 
 @dataclass
@@ -63,8 +82,8 @@ class ModeTally:
     passes: int = 0
     ms: list[float] | None = None
 
-    def add(self, fills: list[str], middles: tuple[str, ...], passes: int, ms: float) -> None:
-        lines = [single_line(f) for f in fills]
+    def add(self, lines: list[str], middles: tuple[str, ...], passes: int, ms: float) -> None:
+        """One case: its holes' fills as written (HolesCase.written), their true texts."""
         right = [exact_match(line, m) for line, m in zip(lines, middles, strict=True)]
         self.similarity += sum(edit_similarity(line, m)
                                for line, m in zip(lines, middles, strict=True))
@@ -105,9 +124,12 @@ def one_line_statements(text: str) -> Iterator[list[int]]:
         yield rows
 
 
-def cut_holes_cases(folder: Path, count: int, seed: int = 0) -> list[HolesCase]:
+def cut_holes_cases(folder: Path, count: int, seed: int = 0, cut: str = STATEMENT
+                    ) -> list[HolesCase]:
     """`count` cases from the Python sources under `folder`: functions chosen in a seeded order,
-    2 or 3 holes each where the function has that many statements apart."""
+    2 or 3 holes each where the function has that many statements apart, cut as `cut` says."""
+    if cut not in CUTS:
+        raise ValueError(f"unknown cut {cut!r} (choose from {', '.join(CUTS)})")
     candidates = []
     for path in source_files(folder):
         if path.suffix != ".py":
@@ -123,7 +145,8 @@ def cut_holes_cases(folder: Path, count: int, seed: int = 0) -> list[HolesCase]:
         picked = _apart(rows, rng.choice((2, 3)), rng)
         lines = text.splitlines(keepends=True)
         if picked is not None and len("".join(lines[picked[0] + 1 : picked[-1]])) <= MAX_KEPT_CHARS:
-            cases.append(_case(f"{path.relative_to(folder)}:{picked[0] + 1}", text, picked))
+            cases.append(_case(f"{path.relative_to(folder)}:{picked[0] + 1}", text, picked,
+                               cut))
         if len(cases) == count:
             break
     return cases
@@ -139,17 +162,24 @@ def _apart(rows: list[int], want: int, rng: random.Random) -> list[int] | None:
     return None
 
 
-def _case(case_id: str, text: str, rows: list[int]) -> HolesCase:
-    lines = text.splitlines(keepends=True)
-    texts, middles, start = [], [], 0
+def _case(case_id: str, text: str, rows: list[int], cut: str) -> HolesCase:
+    starts = [0]
+    for line in text.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    texts, middles, at = [], [], 0
     for row in rows:
-        texts.append("".join(lines[start:row]))
-        middles.append(lines[row] if lines[row].endswith("\n") else lines[row] + "\n")
-        start = row + 1
-    texts.append("".join(lines[start:]))
+        a, b = starts[row], starts[row + 1]
+        if cut == STATEMENT:
+            line = text[a:b].rstrip("\r\n")
+            a, b = a + len(line) - len(line.lstrip()), a + len(line)
+        texts.append(text[at:a])
+        middles.append(text[a:b] if cut == STATEMENT or text[a:b].endswith("\n")
+                       else text[a:b] + "\n")
+        at = b
+    texts.append(text[at:])
     texts[0] = _tail_lines(texts[0], PREFIX_CHARS)
     texts[-1] = _head_lines(texts[-1], SUFFIX_CHARS)
-    return HolesCase(case_id, tuple(texts), tuple(middles))
+    return HolesCase(case_id, tuple(texts), tuple(middles), cut)
 
 
 def _tail_lines(text: str, limit: int) -> str:
@@ -187,8 +217,8 @@ class Filler:
         fills: list[str] = []
         passes = 0
         for k in range(len(case.middles)):
-            prefix = "".join(t + single_line(f) for t, f in zip(case.texts, fills,
-                                                                strict=False))
+            prefix = "".join(t + case.written(f) for t, f in zip(case.texts, fills,
+                                                                 strict=False))
             text, steps = self._infill(prefix + case.texts[k], "".join(case.texts[k + 1 :]))
             fills.append(text)
             passes += steps
@@ -221,7 +251,7 @@ def evaluate(filler: Filler, cases: list[HolesCase]) -> dict[str, ModeTally]:
             started = time.perf_counter()
             fills, passes = getattr(filler, mode)(case)
             ms = 1000 * (time.perf_counter() - started)
-            tallies[mode].add(fills, case.middles, passes, ms)
+            tallies[mode].add([case.written(f) for f in fills], case.middles, passes, ms)
     return tallies
 
 
