@@ -137,18 +137,24 @@ def test_each_way_asks_as_it_should_and_is_scored_hole_by_hole(tmp_path: Path,
     assert independent["edit_similarity"] == round((1.0 + sum(others)) / k, 3) < 1.0
 
 
+@pytest.mark.parametrize("cut", multi_hole.CUTS)
 def test_the_command_prints_one_object_per_way(tmp_path: Path, capsys: pytest.CaptureFixture,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+                                               monkeypatch: pytest.MonkeyPatch,
+                                               cut: str) -> None:
     folder = write_source(tmp_path / "src")
-    (case,) = multi_hole.cut_holes_cases(folder, 1, seed=0)
+    (case,) = multi_hole.cut_holes_cases(folder, 1, seed=0, cut=cut)
+    # Knows asserts that the joint request carries this case's texts: the ones `cut` makes.
     monkeypatch.setattr(eval_cli, "open_for_command", lambda settings: Knows(case, 3))
-    assert main(["eval", "--suite", "multi-hole", "--cases-from", str(folder), "--json"]) == 0
+    flags = [] if cut == multi_hole.STATEMENT else ["--cut", cut]
+    assert main(["eval", "--suite", "multi-hole", "--cases-from", str(folder), "--json",
+                 *flags]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert (report["cases"], report["cut"]) == (1, multi_hole.STATEMENT)
+    assert (report["cases"], report["cut"]) == (1, cut)
     for mode in ("joint", "sequential", "independent"):
         assert set(report[mode]) == {"holes", "holes_exact", "all_right", "edit_similarity",
                                 "passes", "ms_p50"}
     assert report["joint"]["passes"] == 3
+    assert report["joint"]["holes_exact"] == report["joint"]["holes"]
 
 
 def test_the_command_wants_a_folder(capsys: pytest.CaptureFixture) -> None:
