@@ -11,6 +11,8 @@
 #   OUT=/path scripts/gpu_train.sh [MINUTES]            # on the GPU machine (device tool)
 #   TOY=1 OUT=/tmp/toy scripts/gpu_train.sh              # the 30-second CPU rehearsal
 #   CORPUS=folder ...                                    # reuse a corpus instead of building
+#   MULTI_HOLE_SHARE=0.5 ...                             # the masked run's infill rows with
+#                                                        # 2-3 holes (dg-engine train option)
 set -euo pipefail
 MINUTES=${1:-6}
 OUT=${OUT:?set OUT to the folder whose files come back}
@@ -52,9 +54,13 @@ echo "training for $MINUTES minutes"
 
 for objective in masked ar; do
   rm -rf "${WORK:?}/$objective"
+  rows=()
+  if [ "$objective" = masked ] && [ -n "${MULTI_HOLE_SHARE:-}" ]; then
+    rows=(--multi-hole-share "$MULTI_HOLE_SHARE")
+  fi
   PYTHONPATH=. "$PY" -m engine.cli train --objective "$objective" --data "$CORPUS" \
     --out "$WORK/$objective" --minutes "$MINUTES" --save-every-minutes 1000 "${SHAPE[@]}" \
-    > "$WORK/$objective.log" 2>&1 &
+    "${rows[@]}" > "$WORK/$objective.log" 2>&1 &
 done
 
 # Fail fast: a run that dies early must leave device minutes for a retry.
