@@ -1,6 +1,13 @@
 """Reading source files, writing them back, and diffs `git apply` accepts.
 
-Shared by `dg-lsp rewrite` and batch mode. One place owns a file's line endings and BOM:
+The one reader of source files for every command and the workspace index (`dg-lsp complete`,
+`rewrite`, `fill`, batch mode, the repository index and so retrieval). `read_source` reads only
+a regular file: a FIFO, a device such as /dev/zero, a folder or a socket is refused before a
+byte is read, and so is a file larger than its bound. Given the workspace's `root`, it also
+refuses a path whose target, links resolved, lies outside that root: a link inside a repository
+to a file elsewhere (a key, /etc/passwd) is never read, so never sent to a model.
+
+One place owns a file's line endings and BOM:
 `read_source` gives the model and the edits the text with "\\n" newlines and no BOM, and
 records how the file wrote them; `Source.restore` puts them back for the written file and for
 the patch alike: lines the edit kept keep their own ending, new lines get the file's dominant
@@ -63,11 +70,15 @@ class Source:
         return ("\ufeff" if self.bom else "") + restored
 
 
-def read_source(path: Path) -> Source:
-    """The file, checked before it is read (a regular file of at most MAX_SOURCE_BYTES: a
-    FIFO or /dev/zero is refused, not read); SourceError with a clear reason otherwise."""
+def read_source(path: Path, root: Path | None = None,
+                max_bytes: int = MAX_SOURCE_BYTES) -> Source:
+    """The file, checked before it is read (a regular file of at most `max_bytes`: a FIFO or
+    /dev/zero is refused, not read; with `root`, one whose target lies inside `root`);
+    SourceError with a clear reason otherwise."""
     target = Path(os.path.realpath(path))
-    data = _read_regular(path, target)
+    if root is not None and not target.is_relative_to(os.path.realpath(root)):
+        raise SourceError(f"{path}: leads outside {root} (to {target}); not read")
+    data = _read_regular(path, target, max_bytes)
     if b"\x00" in data:
         raise SourceError(f"{path}: binary file")
     bom = data.startswith(codecs.BOM_UTF8)
@@ -140,7 +151,7 @@ def _git_lines(text: str) -> list[str]:
     return [part + "\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
 
 
-def _read_regular(path: Path, target: Path) -> bytes:
+def _read_regular(path: Path, target: Path, max_bytes: int = MAX_SOURCE_BYTES) -> bytes:
     """The bytes of `target`, opened without following a link or blocking, fstat'ed first."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
@@ -155,16 +166,16 @@ def _read_regular(path: Path, target: Path) -> bytes:
             raise SourceError(f"{path}: is a directory")
         if not stat.S_ISREG(info.st_mode):
             raise SourceError(f"{path}: not a regular file")
-        if info.st_size > MAX_SOURCE_BYTES:
+        if info.st_size > max_bytes:
             raise SourceError(f"{path}: too large ({info.st_size} bytes)")
         with os.fdopen(os.dup(fd), "rb") as handle:
-            data = handle.read(MAX_SOURCE_BYTES + 1)
+            data = handle.read(max_bytes + 1)
     except OSError as exc:
         raise SourceError(f"{path}: {exc.strerror}") from None
     finally:
         os.close(fd)
-    if len(data) > MAX_SOURCE_BYTES:
-        raise SourceError(f"{path}: too large (over {MAX_SOURCE_BYTES} bytes)")
+    if len(data) > max_bytes:
+        raise SourceError(f"{path}: too large (over {max_bytes} bytes)")
     return data
 
 
@@ -175,8 +186,12 @@ def _check_writable(path: Path, target: Path, info: os.stat_result) -> None:
     # a file nobody may write is refused by its mode as well).
     if not info.st_mode & 0o222 or not os.access(target, os.W_OK):
         raise SourceError(f"{path}: read-only (mode {stat.S_IMODE(info.st_mode):04o})")
-    if not os.access(target.parent, os.W_OK | os.X_OK):
-        raise SourceError(f"{path}: its folder {target.parent} is read-only")
+    # The folder's mode as well as os.access: root may write a 0555 folder, but its owner
+    # made it read-only on purpose.
+    folder = os.stat(target.parent)
+    if not folder.st_mode & 0o222 or not os.access(target.parent, os.W_OK | os.X_OK):
+        raise SourceError(f"{path}: its folder {target.parent} is read-only "
+                          f"(mode {stat.S_IMODE(folder.st_mode):04o})")
     if info.st_nlink > 1:
         raise SourceError(f"{path}: has {info.st_nlink} hard links, which writing a new file "
                           "would split")

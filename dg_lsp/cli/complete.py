@@ -21,6 +21,7 @@ from lsprotocol import types
 from dg_lsp.completion import gate
 from dg_lsp.completion.pipeline import Completion, CompletionRequest, Hidden, Pipeline
 from dg_lsp.context import Context
+from dg_lsp.files import SourceError, read_source
 from dg_lsp.lsp.engine_host import NoEngine, check_engine_arguments, open_for_command
 from dg_lsp.positions import UTF32, line_end, line_of, line_start, offset_at, position_at
 from dg_lsp.repository.retrieve import context_for_file
@@ -91,9 +92,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         path, line, col = parse_location(args.location)
         check_engine_arguments(args.engine, args.token_file, [path])
-        text = path.read_text(encoding="utf-8")
+        text = read_source(path).text
         offset = cursor_offset(text, line, col)
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, SourceError) as exc:
         print(f"dg-lsp complete: {exc}", file=sys.stderr)
         return 2
     settings = settings_from_arguments(args, engine=args.engine,

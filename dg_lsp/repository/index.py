@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dg_lsp.repository.symbols import FileSymbols, file_symbols
-from dg_lsp.repository.walk import GIT_TIMEOUT, is_candidate, readable_text, repository_files
+from dg_lsp.repository.walk import GIT_TIMEOUT, indexed_text, is_candidate, repository_files
 from dg_lsp.syntax.languages import LanguageSpec, language_for
 from engine.bounds import MAX_INDEXED_CHARS, MAX_INDEXED_FILES, RETRIEVAL_FILES
 
@@ -69,7 +69,8 @@ class RepositoryIndex:
     def build(self, cancel: Callable[[], bool] | None = None,
               progress: Callable[[int, int], None] | None = None,
               limit: int = MAX_INDEXED_FILES) -> int:
-        """Read the root's files (dg_lsp.repository.walk), at most `limit`; the number read.
+        """Read the root's own files (dg_lsp.repository.walk: a link leading outside the root
+        is not read), at most `limit`; the number read.
         `cancel` is asked between files; `progress(done, total)` is told every hundred."""
         paths = repository_files(self.root, limit)
         done = 0
@@ -81,7 +82,7 @@ class RepositoryIndex:
             with self._lock:
                 if path in self._files:  # an open document's text came first
                     continue
-            text = readable_text(self.root / path)
+            text = indexed_text(self.root, path)
             if text is not None and self._chars + len(text) <= self.max_chars:
                 done += self.refresh(path, text)
         with self._lock:  # a file read early imports files read after it
@@ -124,7 +125,7 @@ class RepositoryIndex:
         """Read the file again, from `text` or else from disk: its text and what it defines and
         imports. A file gone from disk is removed."""
         if text is None:
-            text = readable_text(self.root / path)
+            text = indexed_text(self.root, path)
             if text is None:
                 self.remove(path)
                 return False

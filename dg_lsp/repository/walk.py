@@ -1,17 +1,24 @@
-"""Which files of a root the index reads: git's list where the root is in a git repository
-(tracked and untracked files, not the ignored), otherwise a walk that honours the .gitignore
-files it meets; in both, only languages the project knows, and never binary, generated
-(minified, lock files, vendored or build folders) or oversized files.
+"""Which files of a root are the repository's own, for the index and for batch mode alike:
+git's list where the root is in a git repository (tracked and untracked files, not the
+ignored), otherwise a walk that honours the .gitignore files it meets. Folders that are links
+are never entered, by git or by the walk; what a listed file's text is, and whether a link
+among them may be read, is decided by the one reader of files (dg_lsp.files.read_source, given
+the root: a link whose target lies outside the root is skipped).
+
+The index then keeps only languages the project knows, and never binary, generated (minified,
+lock files, vendored or build folders) or oversized files.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 from pathlib import Path, PurePosixPath
 
 import pathspec
 
+from dg_lsp.files import SourceError, read_source
 from dg_lsp.syntax.languages import language_for
 from engine.bounds import MAX_INDEXED_FILE_BYTES, MAX_INDEXED_FILES
 
@@ -37,20 +44,13 @@ def is_candidate(relative: str) -> bool:
     return language_for(None, name) is not None
 
 
-def readable_text(path: Path) -> str | None:
-    """The file's text, or None where it is not one to index: too large, binary, not UTF-8,
-    unreadable, or one long line (minified code)."""
+def indexed_text(root: Path, relative: str) -> str | None:
+    """The text of the root's file at `relative`, or None where it is not one to index: not a
+    regular file, leading outside the root, too large, binary, not UTF-8, unreadable, or one
+    long line (minified code)."""
     try:
-        if path.stat().st_size > MAX_INDEXED_FILE_BYTES or not path.is_file():
-            return None
-        data = path.read_bytes()
-    except OSError:
-        return None
-    if b"\x00" in data[:8192]:
-        return None
-    try:
-        text = data.decode("utf-8").replace("\r\n", "\n")
-    except UnicodeDecodeError:
+        text = read_source(root / relative, root, MAX_INDEXED_FILE_BYTES).text
+    except SourceError:
         return None
     if len(text) > 5000 and text.count("\n") < len(text) // 1000:
         return None  # minified: lines of thousands of characters
@@ -60,12 +60,19 @@ def readable_text(path: Path) -> str | None:
 def repository_files(root: Path, limit: int = MAX_INDEXED_FILES) -> list[str]:
     """The candidate files under `root` (relative, / separated), nearest to the root first,
     at most `limit`."""
-    listed = _git_files(root)
-    if listed is None:
-        listed = _walked_files(root, limit * 4)
-    found = [p for p in listed if is_candidate(p)]
+    found = [p for p in listed_files(root, SKIPPED_FOLDERS, limit * 4) if is_candidate(p)]
     found.sort(key=lambda p: (p.count("/"), p))
     return found[:limit]
+
+
+def listed_files(root: Path, skipped: frozenset[str], limit: int | None = None) -> list[str]:
+    """The files under the folder `root` (relative, / separated) that git, or else the
+    .gitignore files, do not ignore, outside folders named in `skipped`; at most `limit` of
+    those the walk finds (git's list is whole)."""
+    listed = _git_files(root)
+    if listed is None:
+        return _walked_files(root, skipped, limit)
+    return [p for p in listed if not skipped.intersection(PurePosixPath(p).parts[:-1])]
 
 
 def _git_files(root: Path) -> list[str] | None:
@@ -79,34 +86,66 @@ def _git_files(root: Path) -> list[str] | None:
         return None
     if done.returncode != 0:
         return None
-    names = done.stdout.decode("utf-8", "replace").split("\0")
+    names = done.stdout.decode("utf-8", "surrogateescape").split("\0")
     return list(dict.fromkeys(n for n in names if n))
 
 
-def _walked_files(root: Path, limit: int) -> list[str]:
-    """The files under `root` that no .gitignore on the way ignores, at most `limit`."""
+def _walked_files(root: Path, skipped: frozenset[str], limit: int | None) -> list[str]:
+    """The files under `root` that no .gitignore on the way ignores, depth first in name
+    order, at most `limit`. A stack, not recursion: a tree thousands of folders deep is walked
+    like any other (os.walk recurses on Python 3.11)."""
     found: list[str] = []
-    ignores: list[tuple[str, pathspec.PathSpec]] = []  # (folder, its .gitignore)
-    for folder, dirs, files in os.walk(root):
-        relative = Path(folder).relative_to(root).as_posix()
-        prefix = "" if relative == "." else relative + "/"
-        ignores = [(f, s) for f, s in ignores if prefix.startswith(f)]
-        if ".gitignore" in files:
-            try:
-                lines = (Path(folder) / ".gitignore").read_text(errors="replace").splitlines()
-                ignores.append((prefix, pathspec.GitIgnoreSpec.from_lines(lines)))
-            except OSError:
-                pass
-        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_FOLDERS
-                         and not _ignored(prefix + d + "/", ignores))
-        for name in sorted(files):
-            if not _ignored(prefix + name, ignores):
-                found.append(prefix + name)
-                if len(found) >= limit:
+    # (folder relative to root with a trailing / or "", the .gitignore specs above it)
+    stack: list[tuple[str, list[tuple[str, pathspec.PathSpec]]]] = [("", [])]
+    while stack:
+        prefix, ignores = stack.pop()
+        try:
+            with os.scandir(root / prefix if prefix else root) as entries:
+                listing = sorted((entry.name, _kind(entry)) for entry in entries)
+        except OSError:
+            continue
+        if (".gitignore", "file") in listing:
+            ignores = [*ignores, (prefix, _gitignore(root, prefix + ".gitignore"))]
+        folders = []
+        for name, kind in listing:
+            path = prefix + name
+            if kind == "folder":
+                if name not in skipped and not _ignored(path + "/", ignores):
+                    folders.append((path + "/", ignores))
+            elif kind == "file" and not _ignored(path, ignores):
+                found.append(path)
+                if limit is not None and len(found) >= limit:
                     return found
+        stack.extend(reversed(folders))
     return found
 
 
+def _kind(entry: os.DirEntry) -> str:
+    """"folder" (not a link to one), "file" (a regular file or a link, which the reader
+    judges), or "other" (a FIFO, socket or device: never listed)."""
+    try:
+        if entry.is_dir(follow_symlinks=False):
+            return "folder"
+        if entry.is_symlink() or stat.S_ISREG(entry.stat(follow_symlinks=False).st_mode):
+            return "file"
+    except OSError:
+        pass
+    return "other"
+
+
+def _gitignore(root: Path, relative: str) -> pathspec.PathSpec:
+    try:
+        lines = read_source(root / relative, root).text.splitlines()
+    except SourceError:
+        lines = []
+    return pathspec.GitIgnoreSpec.from_lines(lines)
+
+
 def _ignored(path: str, ignores: list[tuple[str, pathspec.PathSpec]]) -> bool:
-    """Whether a .gitignore of a folder above `path` (a folder's ends in /) ignores it."""
-    return any(spec.match_file(path[len(folder):]) for folder, spec in ignores)
+    """Whether a .gitignore of a folder above `path` (a folder's ends in /) ignores it: the
+    nearest .gitignore that has a say decides, as in git."""
+    for folder, spec in reversed(ignores):
+        result = spec.check_file(path[len(folder):])
+        if result.include is not None:
+            return result.include
+    return False

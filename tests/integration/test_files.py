@@ -129,8 +129,8 @@ def test_a_file_in_a_read_only_folder_is_refused_for_its_owner(users_folder, war
     users_folder.chmod(0o555)
     result = as_file_owner(users_folder, lambda: rewrite_and_report(path))
     assert result == {"status": 1, "stderr": f"dg-lsp rewrite: {path}: its folder "
-                                             f"{users_folder} is read-only; the file is "
-                                             "unchanged\n"}
+                                             f"{users_folder} is read-only (mode 0555); "
+                                             "the file is unchanged\n"}
     assert path.read_bytes() == CASES[0][1]
 
 

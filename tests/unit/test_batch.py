@@ -5,14 +5,14 @@ tests/integration/test_batch.py.
 
 from __future__ import annotations
 
-import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from dg_lsp.actions.rewrite import Edit, model_input
 from dg_lsp.actions.targets import DOCSTRING, ParsedText, all_targets
-from dg_lsp.batch.discover import discover, gitignore_regex
+from dg_lsp.batch.discover import discover
 from dg_lsp.batch.job import (
     BatchJob,
     Record,
@@ -56,17 +56,25 @@ def test_discovery_respects_gitignore_and_skips_vendored_code(tmp_path, monkeypa
         discover([Path("src"), Path("nope")])
 
 
-def test_gitignore_patterns_match_as_git_matches_them():
-    def matches(pattern: str, path: str) -> bool:
-        anchored = "/" in pattern.rstrip("/")
-        return re.fullmatch(gitignore_regex(pattern.lstrip("/"), anchored), path) is not None
+def test_the_walk_outside_git_lists_what_git_lists(tmp_path):
+    """The same .gitignore files, read by the walk and by git: the same files, links and
+    nested negations included."""
+    from dg_lsp.repository.walk import listed_files
 
-    assert matches("*.log", "a/b/debug.log") and not matches("*.log", "debug.log.txt")
-    assert matches("/build", "build") and not matches("/build", "src/build")
-    assert matches("doc/*.md", "doc/a.md") and not matches("doc/*.md", "doc/x/a.md")
-    assert matches("**/gen", "a/b/gen") and matches("**/gen", "gen")
-    assert matches("a/**/b", "a/b") and matches("a/**/b", "a/x/y/b")
-    assert matches("file?.[ch]", "x/file1.c") and not matches("file?.[!ch]", "file1.c")
+    files = {".gitignore": "*.log\n/build\ndoc/*.md\n**/gen\na/**/b\nfile?.[!ch]\n",
+             "a/b/debug.log": "", "debug.log.txt": "", "build/x.py": "", "src/build/y.py": "",
+             "doc/a.md": "", "doc/x/a.md": "", "x/y/gen/z.py": "", "a/b/c.py": "",
+             "a/x/y/b/d.py": "", "x/file1.c": "", "x/file1.d": "",
+             "keep/.gitignore": "!*.log\n", "keep/kept.log": ""}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    (tmp_path / "link.py").symlink_to("src/build/y.py")
+    walked = listed_files(tmp_path, frozenset())
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    assert sorted(walked) == sorted(listed_files(tmp_path, frozenset())) == [
+        ".gitignore", "debug.log.txt", "doc/x/a.md", "keep/.gitignore", "keep/kept.log",
+        "link.py", "src/build/y.py", "x/file1.c"]
 
 
 # -- one file's edits (scripted model text, no model) -----------------------------------------
