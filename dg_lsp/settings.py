@@ -27,6 +27,7 @@ from engine.bounds import (
     SUFFIX_FRACTION_RANGE,
     Bounds,
     bounded,
+    bounded_argument,
     bounds_of,
 )
 from engine.serve.token import INHERITED_TIMEOUT, MAX_FILE, inherited_descriptor
@@ -335,20 +336,6 @@ def engine_argument(modes: tuple[str, ...]) -> Callable[[str], str]:
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
         return text
-    return parse
-
-
-def bounded_argument(bounds: Bounds) -> Callable[[str], int | float]:
-    """An argparse `type` held to the same range as the setting `bounds` belongs to."""
-    def parse(text: str) -> int | float:
-        try:
-            value: int | float = int(text) if bounds.integer else float(text)
-        except ValueError:
-            kind = "an integer" if bounds.integer else "a number"
-            raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
-        if not bounds.admits(value):
-            raise argparse.ArgumentTypeError(f"expected {bounds}, got {text}")
-        return value
     return parse
 
 

@@ -11,8 +11,10 @@ No torch here: clients and validators read it without loading the engine.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +70,37 @@ def check_bounds(obj: Any) -> None:
             raise ValueError(problem)
 
 
+def bounded_argument(bounds: Bounds) -> Callable[[str], int | float]:
+    """An argparse `type` held to `bounds`: every number a command line takes is refused by
+    its flag's name when it is not one, not finite or out of range, before any work."""
+    def parse(text: str) -> int | float:
+        try:
+            value: int | float = int(text) if bounds.integer else float(text)
+        except ValueError:
+            kind = "an integer" if bounds.integer else "a number"
+            raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
+        if not bounds.admits(value):
+            raise argparse.ArgumentTypeError(f"expected {bounds}, got {text}")
+        return value
+    return parse
+
+
+# The TCP ports a listener may take (0, "any free port", would leave clients not knowing it).
+PORT_RANGE = Bounds(1, 65535, integer=True)
+
+
+def host_port_argument(text: str) -> str:
+    """An argparse `type` for a HOST:PORT listener: refused before the model is loaded, not
+    when the listener is opened after it (a port past 65535 ended in an internal error)."""
+    _, colon, port = text.rpartition(":")  # an empty host is 127.0.0.1 to the listeners
+    if not colon or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    if not PORT_RANGE.admits(int(port)):
+        raise argparse.ArgumentTypeError(f"expected a port in {PORT_RANGE.low}.."
+                                         f"{PORT_RANGE.high}, got {port}")
+    return text
+
+
 # A request's shape, shared by the editor's settings and the wire (where the model's own
 # positions may cap the canvas further).
 CANVAS_LENGTH_RANGE = Bounds(64, 8192, integer=True)
@@ -113,6 +146,24 @@ EDITS_RANGE = Bounds(0, 10**8, integer=True)
 HOLES_RANGE = Bounds(1, 10**8, integer=True)
 WINDOW_RANGE = Bounds(1, 1024, integer=True)
 CERTAINTY_RANGE = Bounds(0, 100)
+
+
+# `dg-engine serve` (engine.serve.command). A batch or queue of 0 admitted no request, a
+# negative deadline ended every one at once and a NaN one none, a negative memory budget
+# refused them all.
+MAX_BATCH_RANGE = Bounds(1, 1024, integer=True)
+MAX_QUEUE_RANGE = Bounds(1, 10**6, integer=True)
+MAX_CONNECTIONS_RANGE = Bounds(1, 10**6, integer=True)
+REQUEST_TIMEOUT_RANGE = Bounds(0.01, 1e6)  # seconds
+REQUEST_MB_RANGE = Bounds(0, 10**8, integer=True)  # 0: a quarter of the free memory
+IDLE_EXIT_RANGE = Bounds(0, 1e9)  # seconds; 0: never
+# A canvas length past which a request is background work; the canvases' own range.
+LARGE_CANVAS_RANGE = CANVAS_LENGTH_RANGE
+# The CPU threads of the engine's passes (`--threads`): a count past the cores this process
+# may run on is capped at them when the engine starts (engine.threads.user_threads).
+ENGINE_THREADS_RANGE = Bounds(1, 4096, integer=True)
+# `dg-engine plan --memory-gb`: a device's memory; an infinite one overflowed into bytes.
+MEMORY_GB_RANGE = Bounds(0.001, 1e6)
 
 
 # The workspace index (dg_lsp.repository): what it holds at most, so that a huge repository

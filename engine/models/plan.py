@@ -36,7 +36,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from engine.models.config import ModelConfig, config_from_hf
+from engine.bounds import CANVAS_LENGTH_RANGE, MEMORY_GB_RANGE, bounded_argument
+from engine.models.config import CheckpointError, ModelConfig, config_from_hf
 from engine.models.int4 import DEFAULT_GROUP_SIZE
 from engine.types import CANVAS_LENGTH as CANVAS
 
@@ -144,7 +145,9 @@ def plan(raw: dict[str, Any], dtype: str = "bfloat16", device: str = "cuda",
     compute = DTYPE_BYTES[dtype] if dtype not in QUANTIZED else (4 if device == "cpu" else 2)
     params, weights = weight_bytes(_meta_model(cfg), dtype, compute)
     vocab = raw["text_config"]["vocab_size"] if cfg.family == "block" else cfg.vocab_size
-    canvas = int(raw.get("canvas_length", CANVAS)) if cfg.family == "block" else CANVAS
+    canvas = raw.get("canvas_length", CANVAS) if cfg.family == "block" else CANVAS
+    if problem := CANVAS_LENGTH_RANGE.problem("canvas_length", canvas):
+        raise CheckpointError(f"{name}: {problem}")  # a negative one planned negative bytes
     per_token = _kv_per_token(cfg, compute)
     return Plan(
         model=name, family=cfg.family, dtype=dtype, parameters=params, weights=weights,
@@ -223,7 +226,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--device", default="auto",
                         help="cpu, cuda[:N] or auto: whose memory to compare with")
     parser.add_argument("--dtype", default="bf16", choices=sorted(DTYPE_NAMES))
-    parser.add_argument("--memory-gb", type=float, nargs="+",
+    parser.add_argument("--memory-gb", type=bounded_argument(MEMORY_GB_RANGE), nargs="+",
                         help="compare with devices of these sizes instead of this machine's")
     parser.add_argument("--json", action="store_true", help="the figures as JSON")
     parser.set_defaults(func=run)

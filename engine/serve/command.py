@@ -11,6 +11,18 @@ import argparse
 import sys
 from pathlib import Path
 
+from engine.bounds import (
+    ENGINE_THREADS_RANGE,
+    IDLE_EXIT_RANGE,
+    LARGE_CANVAS_RANGE,
+    MAX_BATCH_RANGE,
+    MAX_CONNECTIONS_RANGE,
+    MAX_QUEUE_RANGE,
+    REQUEST_MB_RANGE,
+    REQUEST_TIMEOUT_RANGE,
+    bounded_argument,
+    host_port_argument,
+)
 from engine.serve.daemon import DEFAULT_IDLE_EXIT, DEFAULT_MAX_CONNECTIONS, serve_endpoint
 from engine.serve.endpoint import Endpoint, UnsafeRuntimeDir, endpoint_for
 from engine.serve.limits import DEFAULT_REQUEST_TIMEOUT
@@ -31,8 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="torch.compile the model (slow start; see docs/performance.md)")
     parser.add_argument("--socket", type=Path, default=None,
                         help="Unix socket path (default: derived from model and device)")
-    parser.add_argument("--listen", metavar="HOST:PORT", help="also listen on TCP (needs a token)")
-    parser.add_argument("--http", metavar="HOST:PORT",
+    parser.add_argument("--listen", metavar="HOST:PORT", type=host_port_argument,
+                        help="also listen on TCP (needs a token)")
+    parser.add_argument("--http", metavar="HOST:PORT", type=host_port_argument,
                         help="also answer HTTP: OpenAI's /v1/completions and llama.cpp's "
                         "/infill (beyond 127.0.0.1: needs --token-file, and --tls-cert and "
                         "--tls-key; docs/usage.md)")
@@ -41,25 +54,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "proxy in front of it does that (warns: the token travels in clear)")
     parser.add_argument("--token-file", type=Path, help="file holding the token for --listen "
                         "and --http")
-    parser.add_argument("--max-batch", type=int, default=8, help="requests denoised together")
-    parser.add_argument("--max-queue", type=int, default=64, help="queued requests before busy")
-    parser.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
+    # Each number is refused by its flag's name before the model is loaded (engine.bounds).
+    parser.add_argument("--max-batch", type=bounded_argument(MAX_BATCH_RANGE), default=8,
+                        help="requests denoised together")
+    parser.add_argument("--max-queue", type=bounded_argument(MAX_QUEUE_RANGE), default=64,
+                        help="queued requests before busy")
+    parser.add_argument("--max-connections", type=bounded_argument(MAX_CONNECTIONS_RANGE),
+                        default=DEFAULT_MAX_CONNECTIONS,
                         help="connections served at once (more are refused)")
-    parser.add_argument("--request-timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT,
+    parser.add_argument("--request-timeout", type=bounded_argument(REQUEST_TIMEOUT_RANGE),
+                        default=DEFAULT_REQUEST_TIMEOUT,
                         help="seconds a request may take, queued or denoising; past it, it "
                         "ends with what it has (finish_reason 'deadline')")
-    parser.add_argument("--max-request-mb", type=int, default=0,
+    parser.add_argument("--max-request-mb", type=bounded_argument(REQUEST_MB_RANGE), default=0,
                         help="memory one request's forward pass may take (0: a quarter of "
                         "the device's free memory at start)")
-    parser.add_argument("--large-canvas", type=int, default=None,
+    parser.add_argument("--large-canvas", type=bounded_argument(LARGE_CANVAS_RANGE),
+                        default=None,
                         help="canvases over this many tokens run as background work "
                         "(default: engine.serve.scheduler.LARGE_CANVAS)")
-    parser.add_argument("--idle-exit", type=float, default=DEFAULT_IDLE_EXIT,
+    parser.add_argument("--idle-exit", type=bounded_argument(IDLE_EXIT_RANGE),
+                        default=DEFAULT_IDLE_EXIT,
                         help="exit after this many seconds with no client (0: never)")
-    parser.add_argument("--threads", type=int, default=None,
+    parser.add_argument("--threads", type=bounded_argument(ENGINE_THREADS_RANGE), default=None,
                         help="CPU threads for the model's passes, fixed (default: "
                         "OMP_NUM_THREADS where set, else before passes as many as the other "
-                        "processes leave cores, up to torch's default; engine/threads.py)")
+                        "processes leave cores, up to torch's default); more than the cores "
+                        "this process may run on are capped at them (engine/threads.py)")
     add_ray_arguments(parser)
     parser.set_defaults(func=serve)
 
