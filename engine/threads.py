@@ -17,7 +17,8 @@ follows one policy:
   processes included) and gives up a thread for every core that is more than `SLACK` busy
   elsewhere, keeping between one and torch's default (one a physical core). On an idle
   machine that is torch's default, spinning as it does; with one core taken, one fewer.
-- **What the user chose wins.** `--threads N` or `OMP_NUM_THREADS` fixes the count; the
+- **What the user chose wins.** `--threads N` or `OMP_NUM_THREADS` fixes the count, up to
+  the cores this process may run on (more are capped at them, with a notice on stderr); the
   `OMP_WAIT_POLICY` and `GOMP_SPINCOUNT` they set reach libgomp as they are.
 """
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
@@ -38,14 +40,28 @@ INTERVAL = 0.2
 SLACK = 0.25
 
 
-def user_threads(requested: int | None, environ: MutableMapping[str, str] | None = None
-                 ) -> int | None:
+def user_threads(requested: int | None, environ: MutableMapping[str, str] | None = None,
+                 cores: int | None = None) -> int | None:
     """The thread count the user fixed: `requested` (`--threads`), else OMP_NUM_THREADS when
-    it holds one positive number; None when the policy chooses."""
+    it holds one positive number; None when the policy chooses.
+
+    A count past the `cores` this process may run on (default: `available_cores()`) is capped
+    at them, with a notice on stderr: a thread without a core of its own holds up every
+    operator's barrier, so a completion took many times as long (and libgomp started that
+    many threads for every thread that runs passes)."""
     if requested is not None:
-        return max(1, requested)
-    raw = (os.environ if environ is None else environ).get("OMP_NUM_THREADS", "").strip()
-    return int(raw) if raw.isdigit() and int(raw) > 0 else None
+        count, source = max(1, requested), "--threads"
+    else:
+        raw = (os.environ if environ is None else environ).get("OMP_NUM_THREADS", "").strip()
+        if not (raw.isdigit() and int(raw) > 0):
+            return None
+        count, source = int(raw), "OMP_NUM_THREADS"
+    cores = cores or available_cores()
+    if count > cores:
+        print(f"dg-engine: {source} {count} is more than the {cores} CPU cores this process "
+              f"may run on: using {cores} threads", file=sys.stderr, flush=True)
+        return cores
+    return count
 
 
 @dataclass(frozen=True)
@@ -95,9 +111,11 @@ class ThreadPolicy:
                  interval: float = INTERVAL) -> None:
         """`most`: the threads on an idle machine; `fixed`: always `most` (the user chose).
         `torch_threads`: (get, set) of the calling thread's count (default: torch's)."""
-        self.most = max(1, most)
-        self.fixed = fixed
         self.cores = cores or available_cores()
+        # Never more than the cores: torch's own count may come from a replica's CPU share
+        # or an OMP_NUM_THREADS past them, and the first passes run it before a look.
+        self.most = max(1, min(most, self.cores))
+        self.fixed = fixed
         self.clock = clock
         self.interval = interval
         self._torch_threads = torch_threads

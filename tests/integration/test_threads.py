@@ -14,6 +14,7 @@ import pytest
 from engine.threads import (
     CpuTimes,
     ThreadPolicy,
+    available_cores,
     user_threads,
 )
 
@@ -96,13 +97,34 @@ def test_an_unreadable_proc_stat_keeps_the_count():
 
 
 def test_the_users_thread_count_is_threads_then_omp_num_threads():
-    assert user_threads(3, {"OMP_NUM_THREADS": "1"}) == 3
-    assert user_threads(0, {}) == 1
-    assert user_threads(None, {"OMP_NUM_THREADS": "2"}) == 2
+    assert user_threads(3, {"OMP_NUM_THREADS": "1"}, cores=4) == 3
+    assert user_threads(0, {}, cores=4) == 1
+    assert user_threads(None, {"OMP_NUM_THREADS": "2"}, cores=4) == 2
     # Not one positive number (libgomp's per-level lists, junk, 0): the policy chooses.
     assert [user_threads(None, {"OMP_NUM_THREADS": v}) for v in ("4,2", "many", "0", "")] == [
         None, None, None, None]
     assert user_threads(None, {}) is None
+
+
+def test_a_users_count_past_the_cores_is_capped_at_them_with_a_notice(
+        capsys: pytest.CaptureFixture[str]):
+    assert user_threads(1000, {}, cores=2) == 2
+    assert capsys.readouterr().err == (
+        "dg-engine: --threads 1000 is more than the 2 CPU cores this process may run on: "
+        "using 2 threads\n")
+    assert user_threads(None, {"OMP_NUM_THREADS": "64"}, cores=8) == 8
+    assert capsys.readouterr().err == (
+        "dg-engine: OMP_NUM_THREADS 64 is more than the 8 CPU cores this process may run on: "
+        "using 8 threads\n")
+    assert user_threads(8, {}, cores=8) == 8
+    assert capsys.readouterr().err == ""
+
+
+def test_torchs_own_count_past_the_cores_is_capped_from_the_first_pass():
+    # A replica's CPU share or OMP_NUM_THREADS may set torch's count past the cores; the
+    # policy chooses by load only after a first look, so it starts at the cores.
+    threads, applied = policy(Machine(), most=1000, cores=2)
+    assert (threads.most, threads.before_pass(), applied) == (2, 2, [1000, 2])
 
 
 def _fresh_torch_threads() -> int:
@@ -199,8 +221,36 @@ def test_a_fixed_engine_count_comes_from_threads_or_omp_num_threads(
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     engine = Engine.load(str(dream_ckpt), device="cpu", dtype="float32")
     assert (engine.runner.threads.most, engine.runner.threads.fixed) == (1, True)
-    engine = Engine.load(str(dream_ckpt), device="cpu", dtype="float32", threads=3)
-    assert (engine.runner.threads.most, engine.runner.threads.fixed) == (3, True)
+    engine = Engine.load(str(dream_ckpt), device="cpu", dtype="float32", threads=2)
+    assert (engine.runner.threads.most, engine.runner.threads.fixed) == (
+        min(2, available_cores()), True)
+
+
+@pytest.mark.parametrize(("threads", "environ"), [(1000, "1"), (None, "1000")],
+                         ids=["--threads", "OMP_NUM_THREADS"])
+def test_the_engine_runs_its_passes_on_no_more_threads_than_cores(
+        threads: int | None, environ: str, dream_ckpt: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]):
+    import threading
+
+    import torch
+
+    from engine import Engine
+
+    cores = available_cores()
+    monkeypatch.setenv("OMP_NUM_THREADS", environ)
+    engine = Engine.load(str(dream_ckpt), device="cpu", dtype="float32", threads=threads)
+    assert "is more than the" in capsys.readouterr().err
+    seen = {}
+
+    def run() -> None:
+        engine.infill("def f(x):\n    return ", "\n", 2)
+        seen["threads"] = torch.get_num_threads()
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join(timeout=120)
+    assert (seen["threads"], engine.runner.threads.describe()["threads"]) == (cores, cores)
 
 
 def test_the_machines_busy_time_counts_niced_processes_and_leaves_out_idle(monkeypatch, tmp_path):
