@@ -326,7 +326,12 @@ def quantize_int4(model: nn.Module, group_size: int = DEFAULT_GROUP_SIZE,
 
 def int4_targets(model: nn.Module, group_size: int) -> tuple[dict[str, nn.Module], list[str]]:
     """(name -> module) of the linear layers and expert banks `quantize_int4` quantizes, and
-    the names of those it keeps in float, with why (see `quantize_int4`)."""
+    the names of those it keeps in float, with why (see `quantize_int4`). Every int4 path
+    starts here, so a group size the ops do not take is refused here by name, not met as a
+    division by zero below."""
+    if type(group_size) is not int or group_size not in GROUP_SIZES:
+        raise ValueError(f"int4 group size {group_size!r}: the packed int4 ops take "
+                         f"{', '.join(map(str, GROUP_SIZES))}")
     embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     targets: dict[str, nn.Module] = {}
     kept: list[str] = []

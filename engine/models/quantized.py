@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -58,13 +59,18 @@ from engine.models.transformer import Transformer
 QUANTIZATION_FILE = "quantization.json"
 SCHEME = "int4"
 FORMAT = "dg-engine int4 v1"
+# The fields of its quantization.json: `source` is where the weights came from; the others
+# decide how they load.
+FIELDS = ("scheme", "format", "group_size", "source")
 # The source's files that travel with the weights (everything but its weights).
 COPIED = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
           "special_tokens_map.json")
 
 
 def quantization_of(folder: Path) -> dict[str, Any] | None:
-    """The folder's quantization.json, checked, or None where it has none."""
+    """The folder's quantization.json, every field checked, or None where it has none; a
+    field that is not what dg-engine quantize writes is refused by the file and its name
+    (a group size of 0 divided by zero while loading)."""
     path = folder / QUANTIZATION_FILE
     if not path.is_file():
         return None
@@ -72,19 +78,34 @@ def quantization_of(folder: Path) -> dict[str, Any] | None:
     if info.get("scheme") != SCHEME:
         raise CheckpointError(f"{path}: weights quantized with scheme {info.get('scheme')!r}; "
                               f"dg-engine loads its own {SCHEME!r} ones (dg-engine quantize)")
-    if info.get("format") != FORMAT or not isinstance(info.get("group_size"), int):
-        raise CheckpointError(f"{path}: not written by this dg-engine (format "
-                              f"{info.get('format')!r}, group size {info.get('group_size')!r})")
+    if info.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: format: expected {FORMAT!r} (written by dg-engine "
+                              f"quantize), got {info.get('format')!r}")
+    group_size = info.get("group_size")
+    if type(group_size) is not int or group_size not in GROUP_SIZES:
+        raise CheckpointError(f"{path}: group_size: expected one of "
+                              f"{', '.join(map(str, GROUP_SIZES))}, got {group_size!r}")
+    if not isinstance(info.get("source"), str):
+        raise CheckpointError(f"{path}: source: expected the source checkpoint's path, got "
+                              f"{info.get('source')!r}")
+    if unknown := sorted(set(info) - set(FIELDS)):
+        raise CheckpointError(f"{path}: unknown field {unknown[0]!r} (a {FORMAT!r} file "
+                              f"holds {', '.join(FIELDS)})")
     return info
 
 
 def write_quantized(source: Path, out: Path, group_size: int = DEFAULT_GROUP_SIZE) -> Path:
-    """Quantize the checkpoint at `source` (quantized while loading, on the CPU) into `out`."""
+    """Quantize the checkpoint at `source` (quantized while loading, on the CPU) into `out`.
+
+    Written into a hidden folder beside `out` and renamed to it once complete: a failure or
+    an interruption (Ctrl-C) leaves no `out` that a rerun refuses and loading fails on."""
     if group_size not in GROUP_SIZES:
         raise ValueError(f"group size {group_size}: the packed int4 ops take {GROUP_SIZES}")
     ckpt = read_checkpoint(source)
     if quantization_of(source) is not None:
         raise CheckpointError(f"{source}: already quantized")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{out}: exists and is not a folder")
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"{out}: exists and is not empty")
     # In float32, the scales as quantizing computed them; the other tensors are stored back in
@@ -98,14 +119,21 @@ def write_quantized(source: Path, out: Path, group_size: int = DEFAULT_GROUP_SIZ
                     for t in (module.weight, module.scales_and_zeros)}
     tensors = {name: (t if id(t) in int4_tensors else t.to(stored)).detach().contiguous()
                for name, t in first_names(model).items()}
-    out.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(out / SAFETENSORS_FILE), metadata={"format": "pt"})
-    for name in COPIED:
-        if (source / name).is_file():
-            shutil.copyfile(source / name, out / name)
-    info = {"scheme": SCHEME, "format": FORMAT, "group_size": group_size,
-            "source": str(source)}
-    (out / QUANTIZATION_FILE).write_text(json.dumps(info, indent=2) + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.parent / f".{out.name}.{secrets.token_hex(4)}.partial"
+    partial.mkdir()
+    try:
+        save_file(tensors, str(partial / SAFETENSORS_FILE), metadata={"format": "pt"})
+        for name in COPIED:
+            if (source / name).is_file():
+                shutil.copyfile(source / name, partial / name)
+        info = {"scheme": SCHEME, "format": FORMAT, "group_size": group_size,
+                "source": str(source)}
+        (partial / QUANTIZATION_FILE).write_text(json.dumps(info, indent=2) + "\n")
+        partial.replace(out)  # over an empty `out` too
+    except BaseException:  # KeyboardInterrupt included: nothing half-written stays
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     return out
 
 
