@@ -15,8 +15,13 @@ same bounds and deadline), in the same process, so editors and HTTP tools batch 
 (engine.serve.team.app.TeamBackend).
 A client that disconnects cancels its denoising.
 
+Streamed, an answer comes as it settles: each piece is text no later draft of the request can
+change (`settled_text`), the rest comes with the end, and the pieces add up to the answer the
+same drafts make unstreamed (`answer_pieces` makes both).
+
 Errors are OpenAI's error object (`{"error": {"message", "type", "param", "code"}}`) on
-every path, llama.cpp's clients read it too. With a token (--token-file), every path wants
+every path and every status, llama.cpp's clients read it too (engine.serve.http_listen has the
+statuses uvicorn answers itself). With a token (--token-file), every path wants
 `Authorization: Bearer <token>`, checked in constant time before the body is read: OpenAI
 clients send their API key there. The diffusion specifics ride in a `dg` field of the
 answer (the last chunk when streamed) that clients ignore: forward passes, tokens per
@@ -37,6 +42,8 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -72,12 +79,14 @@ class ApiError(Exception):
     """A request answered with OpenAI's error object and `status`."""
 
     def __init__(self, status: int, message: str, param: str | None = None,
-                 code: str | None = None, kind: str = "invalid_request_error") -> None:
+                 code: str | None = None, kind: str = "invalid_request_error",
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status, self.param, self.code, self.kind = status, param, code, kind
+        self.headers = headers
 
     def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), self.status)
+        return JSONResponse(self.body(), self.status, self.headers)
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": str(self), "type": self.kind, "param": self.param,
@@ -94,6 +103,20 @@ def tool_path(target: str) -> bool:
     engine's front and Ingress then refuse it with OpenAI's error object too."""
     path = target.split("?", 1)[0].rstrip("/") or "/"
     return any(path == known for _, known in ROUTES)
+
+
+def no_endpoint(method: str, path: str) -> ApiError:
+    """The refusal of `method path` where no endpoint serves it: 405 naming the methods the
+    path takes where it is one of these APIs', else 404."""
+    key = path.split("?", 1)[0].rstrip("/") or "/"
+    allowed = ", ".join(sorted(m for m, known in ROUTES if known == key))
+    shown = f"{method} {path}"[:100]
+    if allowed:
+        return ApiError(405, f"{shown}: this path takes {allowed}", None,
+                        "method_not_allowed", headers={"Allow": allowed})
+    endpoints = ", ".join(f"{m} {known}" for m, known in ROUTES)
+    return ApiError(404, f"{shown}: no such endpoint (this engine serves {endpoints})", None,
+                    "not_found")
 
 
 def snippets(extra: list[dict[str, str]]) -> str:
@@ -119,15 +142,65 @@ def visible(text: str, stops: list[str]) -> tuple[str, bool]:
 
 
 def _held_back(text: str, stops: list[str]) -> str:
-    """`text` less a tail that may still grow into a stop string or a whole character."""
+    """`text` less a tail that may still grow into a stop string."""
     keep = len(text)
     for stop in stops:
         for n in range(min(len(stop) - 1, len(text)), 0, -1):
             if text.endswith(stop[:n]):
                 keep = min(keep, len(text) - n)
                 break
-    text = text[:keep]
-    return text.rstrip("\ufffd")  # a multi-byte character whose bytes are not all committed
+    return text[:keep]
+
+
+# The families whose drafts hold committed tokens only, which no later step changes: the masked
+# family's text is its committed tokens up to the first gap (engine.decode.denoise; DreamOn's
+# edits of committed expand and stop tokens happen before the draft is taken), the AR
+# baseline's every token it wrote. The block family's drafts hold the argmax of positions its
+# next step samples again (engine.models.block), so none of its text is settled before the end.
+STEADY_FAMILIES = ("masked", "ar")
+
+
+def settled_text(draft: Draft, family: str) -> str:
+    """The part of `draft`'s text that no later draft of its request changes: the whole text
+    once it is the last; else, for a family in STEADY_FAMILIES, its text less a trailing
+    multi-byte character whose bytes are not all in (decoded as U+FFFD); else nothing."""
+    if draft.done:
+        return draft.text
+    if family in STEADY_FAMILIES:
+        return draft.text.rstrip("\ufffd")
+    return ""
+
+
+async def answer_pieces(drafts: AsyncIterator[Draft], stops: list[str], family: str
+                        ) -> AsyncIterator[tuple[str, Draft | None, bool]]:
+    """A request's answer as it settles: (text, None, False) pieces, each text no later draft
+    can change (nor a stop string cut), then ("", the last draft, whether a stop string ended
+    it). The texts add up to the answer: the text of the last draft (the done one, or the
+    first whose settled text holds a stop string) cut at the first stop string. Stop strings
+    are looked for in settled text only: text that may still change holds no stop.
+
+    Both the streamed and the whole answer are made of these pieces: a client cannot take text
+    back, so it is sent only once settled. Should a draft contradict what was sent (a family in
+    STEADY_FAMILIES whose text changed after all), the request fails, whole or streamed, rather
+    than answer text that does not add up."""
+    sent = ""
+    async with contextlib.aclosing(drafts):
+        async for draft in drafts:
+            text, stopped = visible(settled_text(draft, family), stops)
+            last = draft.done or stopped
+            if not last:
+                text = _held_back(text, stops)
+            if not text.startswith(sent):
+                raise ApiError(500, "the engine changed text it had settled", None,
+                               "unsettled", "server_error")
+            if len(text) > len(sent):
+                yield text[len(sent):], None, False
+                sent = text
+            if last:
+                yield "", draft, stopped
+                return
+    raise ApiError(500, "the engine's answer ended before its last draft", None, "incomplete",
+                   "server_error")
 
 
 class Field:
@@ -162,7 +235,7 @@ class Backend(Protocol):
     engine's replicas (engine.serve.team.app.TeamBackend)."""
 
     async def hello(self) -> dict[str, Any]:
-        """{"name", "started" (epoch seconds), "maxCanvas"}."""
+        """{"name", "started" (epoch seconds), "maxCanvas", "family" (the model's)}."""
 
     async def submit(self, message: dict[str, Any]) -> AsyncIterator[Draft]:
         """The drafts of an infill request (the socket protocol's fields), cancelled if the
@@ -181,7 +254,8 @@ class LocalBackend:
 
     async def hello(self) -> dict[str, Any]:
         return {"name": self.server.name, "started": int(self.server.scheduler.started),
-                "maxCanvas": self.server.limits.max_canvas}
+                "maxCanvas": self.server.limits.max_canvas,
+                "family": self.server.engine.config.family}
 
     def tokens(self, draft: Draft) -> int:
         return len(self.server.engine.completion_ids(draft))
@@ -221,9 +295,15 @@ class HttpApi:
         self.backend = backend
         self.digest = hashlib.sha256(token.encode()).digest() if token else None
         self.routes = {key: getattr(self, name) for key, name in ROUTES.items()}
-        routes = [Route(path, handler, methods=[method])
-                  for (method, path), handler in self.routes.items()]
-        self.app: ASGIApp = _Guard(Starlette(routes=routes), self.digest)
+        # Each path with and without a trailing slash, as the team's Ingress serves them
+        # (`endpoint`): Starlette's own answer to the other spelling is a redirect.
+        routes = [Route(spelling, handler, methods=[method])
+                  for (method, path), handler in self.routes.items()
+                  for spelling in (path, path + "/")]
+        app = Starlette(routes=routes, middleware=[Middleware(_Guard, digest=self.digest)],
+                        exception_handlers={HTTPException: _refused, Exception: _failed})
+        app.router.redirect_slashes = False
+        self.app: ASGIApp = app
 
     def endpoint(self, method: str, path: str) -> Callable[[Request], Any] | None:
         """The handler of `method path`, or None."""
@@ -253,7 +333,8 @@ class HttpApi:
                 prompt, suffix = split_fim(prompt) or (prompt, suffix)
             stops = body.stops()
             stream = body.get("stream", bool, False)
-            name = (await self.backend.hello())["name"]
+            hello = await self.backend.hello()
+            name = hello["name"]
             drafts = await self._submit(prompt, suffix,
                                         body.get("max_tokens", int, OPENAI_MAX_TOKENS), body,
                                         {"prefix": "prompt", "suffix": "suffix",
@@ -273,9 +354,10 @@ class HttpApi:
                 answer["dg"] = _extension(final, ignored)
             return answer
 
+        pieces = answer_pieces(drafts, stops, hello["family"])
         if stream:
-            return self._stream(drafts, stops, chunk, done_line=True)
-        return await self._whole(request, drafts, stops, chunk)
+            return self._stream(pieces, chunk, done_line=True)
+        return await self._whole(request, pieces, chunk)
 
     async def infill(self, request: Request) -> Response:
         try:
@@ -295,7 +377,8 @@ class HttpApi:
             n_predict = body.get("n_predict", int, body.get("max_tokens", int, -1))
             stops = body.stops()
             stream = body.get("stream", bool, False)
-            name = (await self.backend.hello())["name"]
+            hello = await self.backend.hello()
+            name = hello["name"]
             if n_predict == 0:  # llama.vim's cache warm-up: nothing to write
                 return JSONResponse({"content": "", "stop": True, "model": name,
                                      "tokens_predicted": 0, "stop_type": "limit"})
@@ -315,9 +398,10 @@ class HttpApi:
                     "stop_type": "word" if stopped else _llama_stop_type(final),
                     "dg": _extension(final, ignored)}
 
+        pieces = answer_pieces(drafts, stops, hello["family"])
         if stream:
-            return self._stream(drafts, stops, chunk, done_line=False)
-        return await self._whole(request, drafts, stops, chunk)
+            return self._stream(pieces, chunk, done_line=False)
+        return await self._whole(request, pieces, chunk)
 
     # -- the engine -----------------------------------------------------------------------
 
@@ -326,6 +410,10 @@ class HttpApi:
         """The drafts of one request, bounded as the socket's are; `names` maps the engine's
         field names to this API's, so that an error names the client's field."""
         settings = dict(body.get("dg_settings", dict, {}))
+        # The same request gets the same answer, whole or streamed, whatever came before it:
+        # keys/values an earlier request left were computed beside another hole
+        # (SamplerSettings.share_prefix), so a client opts in to them by name.
+        settings.setdefault("share_prefix", False)
         for name in ("temperature", "seed"):
             if body.body.get(name) is not None:
                 settings[name] = body.body[name]
@@ -349,51 +437,44 @@ class HttpApi:
                 text = text.replace(field, param, 1)
             raise ApiError(400, text, param, "invalid_value") from None
 
-    async def _whole(self, request: Request, drafts: AsyncIterator[Draft], stops: list[str],
+    async def _whole(self, request: Request,
+                     pieces: AsyncIterator[tuple[str, Draft | None, bool]],
                      chunk: Callable[[str, Draft | None, bool], dict]) -> Response:
         """One answer once the hole is done; the client leaving first cancels it."""
 
-        async def last() -> tuple[Draft, bool]:
-            async with contextlib.aclosing(drafts):
-                async for draft in drafts:
-                    text, stopped = visible(draft.text, stops)
-                    if stopped or draft.done:
-                        return draft, stopped
-            raise AssertionError("the scheduler ends every job with a final draft")
+        async def whole() -> tuple[str, Draft, bool]:
+            texts = []
+            async with contextlib.aclosing(pieces):  # a stop string ends the job here
+                async for text, last, stopped in pieces:
+                    texts.append(text)
+                    if last is not None:
+                        return "".join(texts), last, stopped
+            raise AssertionError("answer_pieces ends with the last draft or raises")
 
-        work = asyncio.ensure_future(last())
+        work = asyncio.ensure_future(whole())
         gone = asyncio.ensure_future(_disconnect(request))
         try:
             await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for task in (work, gone):
                 task.cancel()
-        if not work.done() or work.cancelled():
-            return Response(status_code=499)  # nobody reads it
+        if not work.done() or work.cancelled():  # nobody reads it
+            return ApiError(499, "the client closed the request", None, "client_closed").response()
         try:
-            draft, stopped = work.result()
+            text, draft, stopped = work.result()
         except ApiError as exc:
             return exc.response()
-        return JSONResponse(chunk(visible(draft.text, stops)[0], draft, stopped))
+        return JSONResponse(chunk(text, draft, stopped))
 
-    def _stream(self, drafts: AsyncIterator[Draft], stops: list[str],
+    def _stream(self, pieces: AsyncIterator[tuple[str, Draft | None, bool]],
                 chunk: Callable[[str, Draft | None, bool], dict], done_line: bool) -> Response:
-        """Server-sent events: the text as it is committed, then the final chunk."""
+        """Server-sent events: the answer's pieces as they settle, then the final chunk."""
 
         async def events() -> AsyncIterator[str]:
-            sent = ""
             try:
-                async with contextlib.aclosing(drafts):
-                    async for draft in drafts:
-                        text, stopped = visible(draft.text, stops)
-                        final = draft.done or stopped
-                        shown = text if final else _held_back(text, stops)
-                        if shown.startswith(sent) and len(shown) > len(sent):
-                            yield _event(chunk(shown[len(sent):], None, False))
-                            sent = shown
-                        if final:
-                            yield _event(chunk("", draft, stopped))
-                            break
+                async with contextlib.aclosing(pieces):
+                    async for text, last, stopped in pieces:
+                        yield _event(chunk(text, last, stopped))
             except ApiError as exc:
                 yield _event(exc.body())
             if done_line:
@@ -405,13 +486,15 @@ class HttpApi:
 
 class _Guard:
     """Every path wants a head within MAX_HEADER_BYTES and the token (when there is one)
-    before a byte of body is read; any other failure is OpenAI's error object too."""
+    before a byte of body is read (the application's outermost middleware: its refusals
+    come before routing)."""
 
     def __init__(self, app: ASGIApp, digest: bytes | None) -> None:
         self.app, self.digest = app, digest
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
+            await self.app(scope, receive, send)
             return
         # h11 bounds a head that arrives in pieces; one that arrives whole is measured here.
         head = len(scope["raw_path"]) + len(scope["query_string"]) + sum(
@@ -428,6 +511,20 @@ class _Guard:
 
     def _token_ok(self, scope: Scope) -> bool:
         return bearer_matches(dict(scope["headers"]).get(b"authorization"), self.digest)
+
+
+async def _refused(request: Request, exc: HTTPException) -> Response:
+    """Starlette's routing refusals (404, 405) as OpenAI's error object."""
+    if exc.status_code in (404, 405):
+        return no_endpoint(request.method, request.url.path).response()
+    return ApiError(exc.status_code, exc.detail, None, None, headers=exc.headers).response()
+
+
+async def _failed(request: Request, exc: Exception) -> Response:
+    """An endpoint that raised as OpenAI's error object (Starlette raises the exception again
+    after it, for uvicorn to log)."""
+    return ApiError(500, f"the engine failed: {type(exc).__name__}", None, "internal_error",
+                    "server_error").response()
 
 
 async def _json_body(request: Request) -> dict[str, Any]:

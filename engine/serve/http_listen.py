@@ -1,6 +1,12 @@
 """The port of `dg-engine serve --http HOST:PORT`: where it may listen, and the uvicorn server
 of engine.serve.http_api's endpoints, bounded as the team engine's front is (a deadline on each
-request head and on the TLS handshake, a cap on the head's size and on connections)."""
+request head and on the TLS handshake, a cap on the head's size and on connections).
+
+Every status it answers carries OpenAI's error object, the two uvicorn writes itself included
+(`_head_deadline`'s protocol): the 400 of a request head h11 cannot parse and the 503 past the
+connection cap. A WebSocket upgrade is an HTTP request like any other (ws="none"): uvicorn's
+WebSocket protocol would answer it with a plain-text 500.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,9 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from engine.serve.http_api import HEADER_TIMEOUT, MAX_HEADER_BYTES, HttpApi, LocalBackend
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from engine.serve.http_api import HEADER_TIMEOUT, MAX_HEADER_BYTES, ApiError, HttpApi, LocalBackend
 
 
 def loopback(host: str) -> bool:
@@ -81,7 +89,7 @@ def http_server(server: Any, listen: str, tls: tuple[Path, Path] | None = None) 
 
     host, port = parse_listen(listen)
     config = uvicorn.Config(HttpApi(LocalBackend(server), server.token).app, host=host,
-                            port=port, http=_head_deadline(),
+                            port=port, http=_head_deadline(), ws="none",
                             lifespan="off", access_log=False, log_level="warning",
                             limit_concurrency=server.max_connections, timeout_keep_alive=5,
                             timeout_graceful_shutdown=2,
@@ -96,11 +104,33 @@ def _head_deadline() -> type:
     size and the idle time after an answer, but a connection that never sends a head, or
     trickles it a byte at a time, it keeps open for good. Here each head (the first, and each
     next on a kept-alive connection) must be whole within HEADER_TIMEOUT of the connection
-    opening or the last answer, or the connection is closed."""
+    opening or the last answer, or the connection is closed.
+
+    The two answers uvicorn writes itself are OpenAI's error object here: the 400 it sends in
+    `send_400_response` for a head h11 refuses, before any app sees a request; and the 503
+    past the connection cap, where uvicorn runs its plain-text `service_unavailable` in the
+    app's place: the cap (limit_concurrency) is checked by the app instead (`_capped`)."""
+    import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class HeadDeadline(H11Protocol):
         head_timer: asyncio.TimerHandle | None = None
+
+        def __init__(self, config: Any, server_state: Any, app_state: dict[str, Any],
+                     _loop: asyncio.AbstractEventLoop | None = None) -> None:
+            super().__init__(config, server_state, app_state, _loop)
+            if self.limit_concurrency is not None:
+                self.app = _capped(self.app, self.limit_concurrency, server_state)
+                self.limit_concurrency = None  # uvicorn's check would answer in plain text
+
+        def send_400_response(self, msg: str) -> None:
+            response = ApiError(400, "a malformed request head, or one over "
+                                f"{MAX_HEADER_BYTES} bytes", None, "invalid_request").response()
+            headers = [*response.raw_headers, (b"connection", b"close")]
+            for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
+                          h11.Data(data=response.body), h11.EndOfMessage()):
+                self.transport.write(self.conn.send(event))
+            self.transport.close()
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -134,3 +164,20 @@ def _head_deadline() -> type:
                 self.transport.close()
 
     return HeadDeadline
+
+
+def _capped(app: ASGIApp, limit: int, state: Any) -> ASGIApp:
+    """`app` refusing a request with 503 while more than `limit` connections are open or more
+    than `limit` requests are in flight, this one counted in both (uvicorn's server `state`
+    counts them); the refused connection is closed. uvicorn's own check refused at `limit`
+    connections counting this one: one fewer than --max-connections, none at all for 1."""
+
+    async def capped(scope: Scope, receive: Receive, send: Send) -> None:
+        if len(state.connections) > limit or len(state.tasks) > limit:
+            busy = ApiError(503, f"the engine serves {limit} connections at once; try again",
+                            None, "busy", "server_error", headers={"Connection": "close"})
+            await busy.response()(scope, receive, send)
+            return
+        await app(scope, receive, send)
+
+    return capped

@@ -3,12 +3,14 @@ official `openai` package and the request shape llama.vim sends.
 
 One engine (tiny random Dream checkpoint, with a token) serves the module; what it answers
 must equal what the same checkpoint computes in this process for the same prefix, suffix
-and settings. Each test asks with its own prefix: a prefix the engine has seen may start
-from keys/values it kept (SamplerSettings.share_prefix), which the in-process engine has not.
+and settings. The HTTP port starts no request from keys/values an earlier one left
+(SamplerSettings.share_prefix) unless the request asks it to, so a prefix asked twice gets the
+same answer twice.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import signal
@@ -16,8 +18,9 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +31,8 @@ from engine.serve import protocol
 from engine.serve.endpoint import Endpoint
 from engine.serve.http_api import HEADER_TIMEOUT, MAX_HEADER_BYTES
 from tests.support.continue_adapter import adapter_call, installed_adapter
-from tests.support.openai_checks import check_completions
+from tests.support.front_thread import front_in_thread
+from tests.support.openai_checks import check_completions, check_streams_add_up
 from tests.support.ports import free_port
 from tests.support.tls import self_signed
 from tests.support.wait import wait_for
@@ -447,3 +451,114 @@ def test_an_oversized_head_sent_whole_gets_431(served):
                          headers={**_auth(), "X-Big": "a" * (MAX_HEADER_BYTES + 1)})
     assert response.status_code == 431
     assert response.json()["error"]["code"] == "too_large"
+
+
+# -- streamed answers add up ----------------------------------------------------------------
+
+
+def test_streamed_answers_add_up_to_the_whole_answer(served):
+    base, _, _ = served
+    check_streams_add_up(base, _auth())
+
+
+@pytest.fixture(scope="module")
+def block_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random DiffusionGemma: the block family, whose drafts rewrite their text at every
+    step (each holds the argmax of positions the next step samples again)."""
+    from tests.support.diffusion_gemma import write_diffusion_gemma
+
+    return write_diffusion_gemma(tmp_path_factory.mktemp("block"))
+
+
+def test_a_block_models_streamed_answers_add_up_to_the_whole_answer(block_ckpt, tmp_path):
+    with engine_process(block_ckpt, tmp_path, "127.0.0.1") as (base, _):
+        check_streams_add_up(base, _auth())
+
+
+class _Method:
+    """A deployment method as a Ray Serve handle offers it: `remote(...)`."""
+
+    def __init__(self, call: Any) -> None:
+        self.remote = call
+
+
+class _Replies:
+    """A streamed call's replies (Ray Serve's DeploymentResponseGenerator)."""
+
+    def __init__(self, replies: AsyncIterator[dict]) -> None:
+        self.replies = replies
+
+    def __aiter__(self) -> _Replies:
+        return self
+
+    async def __anext__(self) -> dict:
+        return await self.replies.__anext__()
+
+    def cancel(self) -> None:
+        asyncio.ensure_future(self.replies.aclose())
+
+
+class _ReplicaHandle:
+    """The handle the Ingress holds to its EngineReplica deployment, over one replica here."""
+
+    def __init__(self, replica: Any) -> None:
+        async def hello(key: str) -> dict:
+            return replica.hello(key)
+
+        self.hello = _Method(hello)
+        self.stream = _Method(lambda key, message: _Replies(replica.stream(key, message)))
+
+    def options(self, stream: bool = False) -> _ReplicaHandle:
+        return self
+
+
+@contextlib.contextmanager
+def team_without_ray(ckpt: Path) -> Iterator[str]:
+    """A team engine's HTTP face without Ray: engine.serve.team.app's Ingress over one
+    EngineReplica of `ckpt` (Ray Serve's handle stood in for), served by uvicorn on loopback
+    behind the team's Front, as `dg-engine serve --ray` runs them; the Front's URL."""
+    pytest.importorskip("ray.serve", reason="Ray is optional: pip install 'dg-lsp[distributed]'")
+    import uvicorn
+    from starlette.requests import Request
+
+    from engine import Engine
+    from engine.serve.limits import Limits
+    from engine.serve.scheduler import Scheduler
+    from engine.serve.team.app import EngineReplica, Ingress, token_digest
+    from engine.serve.team.front import Front
+
+    replica = EngineReplica.__new__(EngineReplica)  # its __init__ asks Ray for its id
+    replica.scheduler = Scheduler.loading(
+        lambda: Engine.load(str(ckpt), device="cpu", dtype="float32"), 2, 8)
+    replica.engine, replica.name, replica.replica = replica.scheduler.engine, "team", "r1"
+    replica.limits = Limits(replica.engine.config.max_position_embeddings, 1 << 30, 120.0)
+    board = type("Board", (), {"refuse": _Method(lambda: None)})()
+    ingress = Ingress(_ReplicaHandle(replica), board, token_digest(TOKEN))
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:  # as Ray Serve's proxy calls it
+        response = await ingress(Request(scope, receive))
+        await response(scope, receive, send)
+
+    proxy_port, port = free_port(), free_port()
+    proxy = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=proxy_port,
+                                          lifespan="off", log_level="warning"))
+    thread = threading.Thread(target=proxy.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: proxy.started, timeout=30, what="the stand-in proxy")
+        with front_in_thread(Front(("127.0.0.1", proxy_port), token_digest(TOKEN)), port):
+            yield f"http://127.0.0.1:{port}"
+    finally:
+        proxy.should_exit = True
+        thread.join(30)
+        replica.scheduler.stop()
+
+
+def test_through_the_team_front_streamed_answers_add_up_and_errors_are_openais(block_ckpt):
+    with team_without_ray(block_ckpt) as base:
+        check_streams_add_up(base, _auth())
+        response = httpx.get(f"{base}/v1/completions", headers=_auth(), timeout=60)
+        assert response.status_code == 405 and response.headers["allow"] == "POST"
+        assert response.json() == {"error": {
+            "message": "GET /v1/completions: this path takes POST",
+            "type": "invalid_request_error", "param": None, "code": "method_not_allowed"}}

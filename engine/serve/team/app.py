@@ -45,7 +45,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from engine.serve import protocol
 from engine.serve.endpoint import bearer_matches
-from engine.serve.http_api import ApiError, HttpApi, tool_path
+from engine.serve.http_api import ApiError, HttpApi, no_endpoint, tool_path
 from engine.serve.limits import DEFAULT_REQUEST_TIMEOUT, Limits, free_memory, parse_request
 from engine.serve.team.remote import reply_line
 from engine.serve.team.routing import routing_key
@@ -254,6 +254,8 @@ class Ingress:
             return JSONResponse(_error(None, "unauthorized", message), status_code=401)
         if handler := self.api.endpoint(request.method, request.url.path):
             return await handler(request)
+        if tool_path(request.url.path):  # one of the tools' paths, asked with another method
+            return no_endpoint(request.method, request.url.path).response()
         path = request.url.path.rstrip("/").rsplit("/v1/", 1)[-1]
         if request.method == "GET" and path == "hello":
             hello = await self.engines.hello.remote("")
@@ -313,7 +315,7 @@ class TeamBackend:
             hello = await self.engines.hello.remote("")
             self.info = {"name": hello["model"], "started": self.started,
                          "maxCanvas": hello["limits"]["maxCanvas"],
-                         "ends": set(hello["completion_ends"])}
+                         "family": hello["family"], "ends": set(hello["completion_ends"])}
         return self.info
 
     def tokens(self, draft: Draft) -> int:
