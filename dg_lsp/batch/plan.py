@@ -52,9 +52,9 @@ def prepare(args: argparse.Namespace
     source = None
     if args.query is not None:
         try:
-            source = args.query.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise BadInput(f"cannot read the query {args.query}: {exc}") from None
+            source = read_source(args.query).text
+        except SourceError as exc:
+            raise BadInput(f"cannot read the query: {exc}") from None
     try:
         files = discover(args.paths, args.include, args.exclude)
     except FileNotFoundError as exc:

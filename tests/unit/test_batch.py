@@ -5,6 +5,7 @@ tests/integration/test_batch.py.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -152,7 +153,10 @@ def test_a_failing_target_is_recorded_and_the_others_still_run():
     (["src", "--action", "rewrite", "--query", "q.scm"], "malformed query: python: Invalid"),
     (["src", "--action", "rewrite", "--query", "nocapture.scm"],
      "the query captures no @target"),
-    (["src", "--action", "rewrite", "--query", "missing.scm"], "cannot read the query"),
+    (["src", "--action", "rewrite", "--query", "missing.scm"],
+     "cannot read the query: missing.scm: no such file"),
+    (["src", "--action", "rewrite", "--query", "fifo.scm"],  # a read would wait for ever
+     "cannot read the query: fifo.scm: not a regular file"),
     (["src", "--action", "rewrite"], "--action rewrite needs --query"),
     (["src", "--action", "docstrings", "--strength", "2"],
      "argument --strength: expected a finite number in 0..1, got 2"),
@@ -165,6 +169,7 @@ def test_bad_input_exits_2_with_a_clear_message_and_writes_nothing(tmp_path, mon
     make_repo(tmp_path)
     (tmp_path / "q.scm").write_text("(function_definition @target")
     (tmp_path / "nocapture.scm").write_text("(function_definition) @fn")
+    os.mkfifo(tmp_path / "fifo.scm")
     monkeypatch.chdir(tmp_path)
     before = snapshot(tmp_path)
     try:
