@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from engine.models.checkpoint import read_checkpoint, resolve
-from engine.train.state import check_output_folder
+from engine.train.state import check_output_folder, replacing, write_text
 
 COPIED = ("tokenizer.json", "tokenizer_config.json", "generation_config.json",
           "model.safetensors.index.json")
@@ -58,16 +58,21 @@ def merge(base: str, tuned: str, weight: float, out: Path) -> dict[str, Any]:
     # Only once everything else is checked, so a refused merge leaves no folder behind; an
     # --out that is --base or --tuned would be overwritten while it is the input.
     check_output_folder(out, [base_ckpt.path, tuned_ckpt.path])
+    # Each file whole or not at all, config.json last: a merge cut short (Ctrl-C, a full disk)
+    # leaves no half-written shard, and no folder that reads as a checkpoint.
+    (out / "config.json").unlink(missing_ok=True)
     for name, tensors in shards.items():
-        save_file(tensors, out / name, metadata={"format": "pt"})
+        with replacing(out / name) as tmp:
+            save_file(tensors, tmp, metadata={"format": "pt"})
     for name in COPIED:
         if (tuned_ckpt.path / name).is_file():
-            shutil.copyfile(tuned_ckpt.path / name, out / name)
+            with replacing(out / name) as tmp:
+                shutil.copyfile(tuned_ckpt.path / name, tmp)
     record = {"merged": {"weight": weight,
                          "base": base_ckpt.raw_config.get("dg_lsp_training"),
                          "tuned": tuned_ckpt.raw_config.get("dg_lsp_training")}}
     config = dict(tuned_ckpt.raw_config, dg_lsp_training=record)
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    write_text(out / "config.json", json.dumps(config, indent=2) + "\n")
     return record
 
 

@@ -374,3 +374,29 @@ def test_merge_refuses_to_write_over_a_checkpoint_it_reads(
                            "--weight", "0.5", "--out", str(tuned)], capsys)
     assert code == 2 and f"--out {tuned}: is the checkpoint the run reads" in err
     assert digest(tuned) == before
+
+
+def test_a_merge_cut_short_leaves_no_half_written_file_and_no_checkpoint(
+        teacher: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while a shard is being written, over an earlier merge's folder: no half-written
+    shard and no config.json are left, so the folder is not taken for a checkpoint; a rerun
+    writes it whole."""
+    import engine.train.merge as merging
+
+    tuned = tmp_path / "tuned"
+    shutil.copytree(teacher, tuned)
+    out = tmp_path / "merged"
+    merging.merge(str(teacher), str(tuned), 0.5, out)
+
+    def interrupted(tensors: object, path: object, metadata: object = None) -> None:
+        Path(path).write_bytes(b"half a shard")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(merging, "save_file", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        merging.merge(str(teacher), str(tuned), 0.25, out)
+    assert "config.json" not in {p.name for p in out.iterdir()}
+    assert all(p.read_bytes() != b"half a shard" for p in out.iterdir())
+    monkeypatch.undo()
+    merging.merge(str(teacher), str(tuned), 0.5, out)
+    assert (out / "config.json").is_file() and not list(out.glob("*.tmp"))
