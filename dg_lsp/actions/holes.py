@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from dg_lsp.actions.rewrite import MAX_DOCUMENT_CHARS, Edit, RewriteError, compute_edit
-from dg_lsp.actions.stubs import BODY, Stub, find_stubs, stubs_in
+from dg_lsp.actions.stubs import BODY, Stub, stubs_in
 from dg_lsp.actions.targets import (
     BODY_TOKENS,
     FILL_FUNCTION,
@@ -49,20 +49,22 @@ def hole_targets(doc: ParsedText, start: int, end: int) -> list[Target]:
     """The fill actions at the selection [start, end) (a cursor when equal): every hole of the
     innermost function around `start` that has one, and every hole the selection meets. A lone
     stub that is a whole body is "Complete function body"'s: no fill action is offered for it."""
-    stubs = find_stubs(doc)
-    if not stubs:
-        return []
     found = []
-    around = [doc.span(node) for kind, node, body, _ in doc.definitions()
-              if kind == "function" and body is not None]
-    for a, b in sorted((span for span in around if span[0] <= start <= span[1]),
-                       key=lambda span: span[1] - span[0]):
+    # Only the functions around the cursor, and their stubs, are looked at: editors ask on
+    # every cursor move, in files of any size.
+    around = sorted((doc.span(node) for kind, node, body, _ in doc.definitions(start=start,
+                                                                              end=start)
+                     if kind == "function" and body is not None),
+                    key=lambda span: span[1] - span[0])
+    stubs = stubs_in(doc, *around[-1]) if around else []
+    for a, b in around:
         inside = [s for s in stubs if a <= s.start and s.end <= b]
         if inside:
             if not _body_only(inside):
                 found.append(_target(FILL_FUNCTION, inside))
             break
-    selected = [s for s in stubs if s.start < end and start < s.end] if end > start else []
+    selected = ([s for s in stubs_in(doc, start, end) if s.start < end and start < s.end]
+                if end > start else [])
     if selected and not _body_only(selected):
         found.append(_target(FILL_SELECTION, selected))
     return found
@@ -104,9 +106,7 @@ def fill_edit(backend: Backend, doc: ParsedText, target: Target, settings: Setti
     if (reason := gate.refusal(last.score, settings.min_edit_confidence)) is not None:
         raise RewriteError(reason)
     parts = checked_fills(doc, stubs, last.holes)
-    text = doc.text[target.start : target.end]
-    for start, end, fill in reversed(parts):
-        text = text[: start - target.start] + fill + text[end - target.start :]
+    text = spliced(doc.text, parts, target.start, target.end)
     return Edit(target.start, target.end, text, last.step, parts)
 
 
@@ -161,15 +161,27 @@ def checked_fills(doc: ParsedText, stubs: list[Stub], raw: tuple[str, ...]
         if count_errors(alone.tree) > before:
             raise RewriteError(f"the fill for the hole at {stub.where} does not parse: "
                                f"`{fill.splitlines()[0][:60]}`")
-        if any(stub.start <= s.start < stub.start + len(fill) for s in find_stubs(alone)):
+        filled_to = stub.start + len(fill)
+        if any(stub.start <= s.start < filled_to
+               for s in stubs_in(alone, stub.start, filled_to)):
             raise RewriteError(f"the model left the hole at {stub.where} a stub")
         parts.append((stub.start, stub.end, fill))
-    whole = doc.text
-    for start, end, fill in reversed(parts):
-        whole = whole[:start] + fill + whole[end:]
-    if count_errors(ParsedText(whole, doc.language).tree) > before:
+    if count_errors(ParsedText(spliced(doc.text, parts), doc.language).tree) > before:
         raise RewriteError("the fills do not parse together")
     return parts
+
+
+def spliced(text: str, parts: list[tuple[int, int, str]], start: int = 0,
+            end: int | None = None) -> str:
+    """text[start:end] with each (part start, part end, new text) of `parts` (in document
+    order, not overlapping, inside [start, end]) in place: one join, where replacing them one
+    by one copied the whole text once per part."""
+    pieces, at = [], start
+    for part_start, part_end, new in parts:
+        pieces += [text[at:part_start], new]
+        at = part_end
+    pieces.append(text[at:end])
+    return "".join(pieces)
 
 
 def shape_fill(written: str, indent: str, outer: str) -> str:

@@ -21,6 +21,7 @@ A bare `...` that only declares (a Protocol's method, an `@abstractmethod` or `@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import tree_sitter as ts
@@ -28,9 +29,11 @@ import tree_sitter as ts
 from dg_lsp.actions.targets import ParsedText, is_docstring
 
 QUERY = "holes"
+CAPTURES = ("stub", "stub.marked", "comment")
 STATEMENT, BODY = "statement", "body"  # Stub.size: a line or two, or a whole body
 _MARKED = re.compile(r"\b(TODO|FIXME)\b")
 _DECLARING = re.compile(r"@\s*(\w+\.)*(abstractmethod|overload)\b")
+Function = tuple[ts.Node, ts.Node, str]  # a function's node, its body, its name
 
 
 @dataclass(frozen=True)
@@ -52,38 +55,78 @@ class Stub:
 
 def find_stubs(doc: ParsedText) -> list[Stub]:
     """Every stub hole of the document, in document order."""
-    if doc.tree is None or not doc.language.has_query(QUERY):
-        return []
-    functions = [(node, body, name) for kind, node, body, name in doc.definitions()
-                 if kind == "function" and body is not None]
-    if not functions:
-        return []
-    declaring_file = doc.uri.endswith(".pyi")
-    found: dict[int, Stub] = {}
-    captures = ts.QueryCursor(doc.language.query(QUERY)).captures(doc.tree.root_node)
-    for capture in ("stub", "stub.marked", "comment"):
-        for node in captures.get(capture, []):
-            inner = _innermost(functions, node)
-            if inner is None:
-                continue
-            stub = _stub(doc, node, capture, inner, functions)
-            if stub is None or stub.start in found:
-                continue
-            if capture == "stub" and not stub.note and (
-                    declaring_file or _declares_only(doc, inner[0])):
-                continue
-            found[stub.start] = stub
-    return [found[start] for start in sorted(found)]
+    return stubs_in(doc, 0, len(doc.text))
 
 
 def stubs_in(doc: ParsedText, start: int, end: int) -> list[Stub]:
-    """The stub holes whose span meets [start, end] (a cursor when equal)."""
-    return [s for s in find_stubs(doc) if s.start <= end and start <= s.end]
+    """The stub holes whose span meets [start, end] (a cursor when equal), in document order.
+
+    Only the lines of that range are searched (tree-sitter's byte range), and each candidate
+    finds the functions holding it in one pass over both in document order: a code action at
+    a cursor costs what the function there costs, and a whole file what its length does."""
+    if doc.tree is None or not doc.language.has_query(QUERY):
+        return []
+    first = doc.line_start(start)
+    last = doc.text.find("\n", end)
+    last = len(doc.text) if last < 0 else last
+    functions = [(node, body, name) for kind, node, body, name
+                 in doc.definitions(start=first, end=last)
+                 if kind == "function" and body is not None]
+    if not functions:
+        return []
+    cursor = ts.QueryCursor(doc.language.query(QUERY))
+    cursor.set_byte_range(doc.byte(first), doc.byte(last) + 1)
+    captures = cursor.captures(doc.tree.root_node)
+    # Where two captures make the same hole, the first of CAPTURES names it.
+    candidates = sorted(((node, capture) for capture in CAPTURES
+                         for node in captures.get(capture, [])),
+                        key=lambda c: (c[0].start_byte, CAPTURES.index(c[1])))
+    declaring_file = doc.uri.endswith(".pyi")
+    statements: dict[int, int] = {}  # body id -> _statements(body), once per body
+    found: dict[int, Stub] = {}
+    holding = _holders(functions, [node for node, _ in candidates])
+    for (node, capture), holders in zip(candidates, holding, strict=True):
+        inner = next((f for f in reversed(holders) if _body_start(*f[:2]) <= node.start_byte
+                      and node.end_byte <= f[1].end_byte), None)
+        if inner is None:
+            continue
+        body = inner[1]
+        if body.id not in statements:
+            statements[body.id] = _statements(body)
+        stub = _stub(doc, node, capture, inner, doc.span(holders[0][0]), statements[body.id])
+        if stub is None or stub.start in found or not (stub.start <= end and start <= stub.end):
+            continue
+        if capture == "stub" and not stub.note and (
+                declaring_file or _declares_only(doc, inner[0])):
+            continue
+        found[stub.start] = stub
+    return [found[at] for at in sorted(found)]
 
 
-def _stub(doc: ParsedText, node: ts.Node, capture: str,
-          inner: tuple[ts.Node, ts.Node, str], functions: list) -> Stub | None:
-    """The hole `node` makes where it stands alone on its line; None elsewhere."""
+def _holders(functions: list[Function], nodes: list[ts.Node]) -> Iterator[list[Function]]:
+    """The functions holding each of `nodes` (in document order), outermost first.
+
+    One sweep: the functions open at a node are a stack of nested ones (tree nodes nest), so
+    each function is pushed and popped once and a node looks only at those around it."""
+    pending = sorted(functions, key=lambda f: f[0].start_byte)
+    stack: list[Function] = []
+    i = 0
+    for node in nodes:
+        while stack and stack[-1][0].end_byte <= node.start_byte:
+            stack.pop()
+        while i < len(pending) and pending[i][0].start_byte <= node.start_byte:
+            while stack and stack[-1][0].end_byte <= pending[i][0].start_byte:
+                stack.pop()
+            stack.append(pending[i])
+            i += 1
+        yield [f for f in stack if f[0].start_byte <= node.start_byte
+               and node.end_byte <= f[0].end_byte]
+
+
+def _stub(doc: ParsedText, node: ts.Node, capture: str, inner: Function,
+          outer: tuple[int, int], statements: int) -> Stub | None:
+    """The hole `node` makes where it stands alone on its line; None elsewhere. `outer`: the
+    outermost function holding it (characters), `statements`: those of `inner`'s body."""
     text = doc.text
     start, node_end = doc.span(node)
     line_start = doc.line_start(start)
@@ -104,19 +147,11 @@ def _stub(doc: ParsedText, node: ts.Node, capture: str,
         note = rest if _MARKED.search(rest) else ""
         if capture == "stub.marked" and not note:
             return None
-    function, body, name = inner
-    size = BODY if _only_stubs(doc, body, capture) else STATEMENT
-    outer = next(doc.span(f) for f, _, _ in functions
-                 if f.start_byte <= node.start_byte and node.end_byte <= f.end_byte)
-    return Stub(start, line_end, text[line_start:start], note, size, name, outer,
-                text.count("\n", 0, start))
-
-
-def _innermost(functions: list, node: ts.Node) -> tuple[ts.Node, ts.Node, str] | None:
-    """The innermost (function, body, name) whose body holds `node`."""
-    holding = [f for f in functions
-               if _body_start(*f[:2]) <= node.start_byte and node.end_byte <= f[1].end_byte]
-    return min(holding, key=lambda f: f[1].end_byte - f[1].start_byte, default=None)
+    # the body holds nothing but comments, a docstring and this one stub
+    only = statements == 0 or (statements == 1 and capture != "comment")
+    # tree-sitter counts rows at "\n" as Stub.line does: no count from the file's start
+    return Stub(start, line_end, text[line_start:start], note, BODY if only else STATEMENT,
+                inner[2], outer, node.start_point.row)
 
 
 def _body_start(function: ts.Node, body: ts.Node) -> int:
@@ -126,15 +161,15 @@ def _body_start(function: ts.Node, body: ts.Node) -> int:
     return colon.end_byte if colon is not None else body.start_byte
 
 
-def _only_stubs(doc: ParsedText, body: ts.Node, capture: str) -> bool:
-    """Whether the body holds nothing but comments, a docstring and this one stub."""
+def _statements(body: ts.Node) -> int:
+    """How many statements the body holds besides comments and a docstring."""
     children = body.named_children
     if len(children) == 1 and children[0].type == "statement_list":  # Go's
         children = children[0].named_children
     statements = [child for child in children if "comment" not in child.type]
     if statements and is_docstring(statements[0]):
         statements = statements[1:]
-    return not statements or (len(statements) == 1 and capture != "comment")
+    return len(statements)
 
 
 def _declares_only(doc: ParsedText, function: ts.Node) -> bool:

@@ -100,6 +100,14 @@ class ParsedText:
                                                 initial=0))
         return bisect_left(self._char_starts, byte)
 
+    def byte(self, offset: int) -> int:
+        """The byte offset of a character offset."""
+        if len(self.data) == len(self.text):
+            return offset
+        if self._char_starts is not None:
+            return self._char_starts[offset]
+        return len(self.text[:offset].encode("utf-8"))
+
     def span(self, node: ts.Node) -> tuple[int, int]:
         return self.char(node.start_byte), self.char(node.end_byte)
 
@@ -114,19 +122,30 @@ class ParsedText:
             end += 1
         return self.text[start:end]
 
-    def definitions(self, query: ts.Query | None = None
-                    ) -> list[tuple[str, ts.Node, ts.Node | None, str]]:
+    def definitions(self, query: ts.Query | None = None, start: int = 0,
+                    end: int | None = None) -> list[tuple[str, ts.Node, ts.Node | None, str]]:
         """(kind "function" | "class", node, body or None, name) for every definition that
-        `query` (default: the language's actions.scm) captures as @function or @class."""
+        `query` (default: the language's actions.scm) captures as @function or @class, in
+        document order; with `end`, only those meeting characters [start, end] (the ones
+        around a cursor when equal): tree-sitter then matches only there, so a code action
+        at a cursor does not walk every definition of the file."""
         if self.tree is None:
             return []
         found = []
         cursor = ts.QueryCursor(query or self.language.query("actions"))
+        low, high = 0, len(self.data)
+        if end is not None:
+            low, high = self.byte(start), self.byte(end)
+            # tree-sitter's range is half-open: widened so a definition that only touches
+            # [start, end] is matched, then kept by the exact test below
+            cursor.set_byte_range(max(0, low - 1), high + 1)
         for _, caps in cursor.matches(self.tree.root_node):
             if "function" not in caps and "class" not in caps:
                 continue
             kind = "function" if "function" in caps else "class"
             node = caps[kind][0]
+            if node.end_byte < low or node.start_byte > high:
+                continue
             body = caps["body"][0] if "body" in caps else None
             name = caps["name"][0].text.decode("utf-8", errors="replace") if "name" in caps else ""
             found.append((kind, node, body, name))
@@ -205,25 +224,30 @@ def syntax_targets(doc: ParsedText) -> list[Target]:
     """One target per broken region: the whole lines of each outermost ERROR/MISSING node."""
     if doc.tree is None or not doc.tree.root_node.has_error:
         return []
-    regions: list[tuple[int, int]] = []
+    text = doc.text
+    # (first row, last row) -> characters from the first row's start to the last row's end
+    regions: dict[tuple[int, int], tuple[int, int]] = {}
     stack = [doc.tree.root_node]
     while stack:
         node = stack.pop()
         if node.is_error or node.is_missing:
-            regions.append((node.start_point.row, node.end_point.row))
+            rows = (node.start_point.row, node.end_point.row)
+            if rows not in regions:
+                start, end = doc.span(node)
+                line_end = text.find("\n", end)
+                regions[rows] = (doc.line_start(start), len(text) if line_end < 0 else line_end)
         elif node.has_error:
             stack.extend(node.children)
-    lines = doc.text.split("\n")
-    targets = []
-    for first, last in sorted(set(regions)):
+    targets: list[Target] = []
+    reach = 0  # where the targets so far end: their starts only grow, in this order
+    for (first, last), (start, end) in sorted(regions.items()):
         if last - first + 1 > MAX_FIX_LINES:
             continue
-        start = sum(len(ln) + 1 for ln in lines[:first])
-        end = start + sum(len(ln) + 1 for ln in lines[first : last + 1]) - 1
-        target = rewrite_target(doc.text, start, end)
-        if target is not None and not any(t.start <= target.start < t.end for t in targets):
+        target = rewrite_target(text, start, end)
+        if target is not None and target.start >= reach:  # not inside an earlier one
             target.action = FIX_SYNTAX
             targets.append(target)
+            reach = max(reach, target.end)
     return targets
 
 
@@ -235,10 +259,8 @@ def targets_at(doc: ParsedText, start: int, end: int) -> list[Target]:
         if target is not None:
             found.append(target)
     innermost: dict[str, tuple[int, Target]] = {}
-    for kind, node, body, name in doc.definitions():
+    for kind, node, body, name in doc.definitions(start=start, end=start):
         a, b = doc.span(node)
-        if not a <= start <= b:
-            continue
         candidates = []
         if kind == "function" and body is not None:
             candidates.append(body_target(doc, node, body, name))
@@ -250,9 +272,11 @@ def targets_at(doc: ParsedText, start: int, end: int) -> list[Target]:
                                        or b - a < innermost[target.action][0]):
                 innermost[target.action] = (b - a, target)
     found += [target for _, target in innermost.values()]
-    row = doc.text.count("\n", 0, start)
+    # lines compared by where they start: counting lines from the file's start for each
+    # target cost a scan of the file per broken region
+    line = doc.line_start(start)
     for target in syntax_targets(doc):
-        if doc.text.count("\n", 0, target.start) <= row <= doc.text.count("\n", 0, target.end):
+        if doc.line_start(target.start) <= line <= doc.line_start(target.end):
             found.append(target)
             break
     return found

@@ -20,7 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from dg_lsp.actions.holes import all_hole_targets, fill_edit
+from dg_lsp.actions.holes import all_hole_targets, fill_edit, spliced
 from dg_lsp.actions.rewrite import RewriteError
 from dg_lsp.actions.stubs import stubs_in
 from dg_lsp.actions.targets import ParsedText
@@ -98,6 +98,7 @@ def _fill(args: argparse.Namespace, source, doc: ParsedText, targets: list) -> i
     settings = settings_from_arguments(args, engine=args.engine,
                                        engine_token_file=args.token_file)
     parts, refused = [], 0
+    line, counted = 1, 0  # the line of `counted`: targets come in document order
     try:
         engine = open_for_command(settings)
         for target in targets:
@@ -105,16 +106,14 @@ def _fill(args: argparse.Namespace, source, doc: ParsedText, targets: list) -> i
                 parts += fill_edit(engine, doc, target, settings).parts
             except RewriteError as exc:
                 refused += 1
-                line = doc.text.count("\n", 0, target.start) + 1
+                line += doc.text.count("\n", counted, target.start)
+                counted = target.start
                 print(f"dg-lsp fill: {args.file}:{line}: {target.name}: {exc}; its holes are "
                       "left", file=sys.stderr)
     except (NoEngine, EngineUnavailable) as exc:
         print(f"dg-lsp fill: {exc}; the file is unchanged", file=sys.stderr)
         return 2
-    text = doc.text
-    for start, end, fill in sorted(parts, reverse=True):
-        text = text[:start] + fill + text[end:]
-    new = source.restore(text)
+    new = source.restore(spliced(doc.text, sorted(parts)))
     if args.apply and new != source.original:
         try:
             write_source(source, new)

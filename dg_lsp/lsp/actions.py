@@ -15,8 +15,10 @@ import asyncio
 import functools
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import tree_sitter as ts
 from lsprotocol import types
 from pygls.exceptions import JsonRpcContentModified, JsonRpcException
 
@@ -26,7 +28,7 @@ from dg_lsp.actions.targets import FIX_SYNTAX, REWRITE, ParsedText, Target, targ
 from dg_lsp.lsp.documents import short_path
 from dg_lsp.lsp.state import DgLanguageServer
 from dg_lsp.positions import offset_at, position_at
-from dg_lsp.syntax.languages import language_for
+from dg_lsp.syntax.languages import LanguageSpec, language_for
 from engine.backend import Backend
 from engine.serve.client import EngineUnavailable
 
@@ -68,23 +70,28 @@ def register(server: DgLanguageServer) -> None:
 
 def code_actions(server: DgLanguageServer, params: types.CodeActionParams
                  ) -> list[types.CodeAction]:
-    """The actions that apply at the range, without running the model (resolve does)."""
-    uri = params.text_document.uri
-    found = _targets(server, uri, params.range)
-    if found is None:
+    """The actions that apply at the range, without running the model (resolve does),
+    looked for on the caller's thread (the server's handler: `code_actions_for_client`)."""
+    snapshot = _snapshot(server, params.text_document.uri, params.range)
+    return _listed(params, snapshot, scan(snapshot)[1] if snapshot is not None else [])
+
+
+def _listed(params: types.CodeActionParams, snapshot: Snapshot | None, targets: list[Target]
+            ) -> list[types.CodeAction]:
+    """The code actions of `targets`, found in `snapshot` (none without one)."""
+    if snapshot is None:
         return []
-    doc, targets = found
-    current = server.documents.get(uri)
+    uri = snapshot.uri
     actions = []
     for target in targets:
         # The revision too: the range is read on this text, which a reopened document (or a
         # change that keeps the version) no longer has at the same version.
-        data = {"uri": uri, "version": current.version, "revision": current.revision,
+        data = {"uri": uri, "version": snapshot.version, "revision": snapshot.revision,
                 "action": target.action, "range": _range_json(params.range)}
         kind = ACTION_KINDS.get(target.action, types.CodeActionKind.RefactorRewrite)
         actions.append(types.CodeAction(title=target.title, kind=kind, data=data))
         if target.action == REWRITE:
-            args = {"textDocument": {"uri": uri, "version": current.version},
+            args = {"textDocument": {"uri": uri, "version": snapshot.version},
                     "range": _range_json(params.range)}
             actions.append(types.CodeAction(
                 title="Rewrite selection with instruction…", kind=kind,
@@ -95,8 +102,14 @@ def code_actions(server: DgLanguageServer, params: types.CodeActionParams
 
 async def code_actions_for_client(server: DgLanguageServer, params: types.CodeActionParams
                                   ) -> list[types.CodeAction]:
-    """The actions at the range; with their edits for a client that cannot resolve them."""
-    actions = code_actions(server, params)
+    """The actions at the range; with their edits for a client that cannot resolve them.
+    They are looked for on a thread: editors ask at every cursor move, and a completion in
+    another document must not wait behind a large file's scan."""
+    snapshot = _snapshot(server, params.text_document.uri, params.range)
+    targets: list[Target] = []
+    if snapshot is not None:
+        _, targets = await asyncio.get_running_loop().run_in_executor(None, scan, snapshot)
+    actions = _listed(params, snapshot, targets)
     if resolves_lazily(server):
         return actions
     eager = []  # a client that cannot resolve gets every edit now
@@ -206,10 +219,10 @@ async def rewrite(
     if not server.documents.get(uri).is_valid_text:
         raise refuse(server, f"{short_path(uri)} holds a lone surrogate (not valid Unicode); "
                      "nothing was changed")
-    found = _targets(server, uri, lsp_range)
-    if found is None:
+    snapshot = _snapshot(server, uri, lsp_range)
+    if snapshot is None:
         raise refuse(server, f"cannot rewrite {short_path(uri)}: range or document invalid")
-    doc, targets = found
+    doc, targets = await asyncio.get_running_loop().run_in_executor(None, scan, snapshot)
     target = next((t for t in targets if t.action == action), None)
     if target is None:
         raise refuse(server, f"'{action}' does not apply here")
@@ -232,8 +245,29 @@ async def rewrite(
         types.OptionalVersionedTextDocumentIdentifier(uri, current.version), text_edits)])
 
 
-def _targets(server: DgLanguageServer, uri: str, lsp_range: types.Range
-             ) -> tuple[ParsedText, list[Target]] | None:
+@dataclass(frozen=True)
+class Snapshot:
+    """A document as a code action reads it: its text, and a copy of its tree (tree-sitter's
+    trees are not thread-safe; the store edits its own as the user types)."""
+
+    uri: str
+    version: int
+    revision: int
+    text: str
+    language: LanguageSpec | None
+    tree: ts.Tree | None
+    start: int  # the range, in characters of `text`
+    end: int
+
+
+def _snapshot(server: DgLanguageServer, uri: str, lsp_range: types.Range) -> Snapshot | None:
+    """The document and range to look for actions in; None where none can apply.
+
+    On the event loop, as every handler gets its tree: the store is not thread-safe (a change
+    arriving mid-parse would leave it a tree of other text), its parse after a keystroke is
+    incremental, and tree-sitter holds the GIL while it parses, so a parse on a thread would
+    hold up the event loop all the same. What costs in proportion to the file (the search
+    for targets and stubs) is `scan`'s, on a thread."""
     doc = server.documents.get(uri)
     # Past MAX_DOCUMENT_CHARS every action is refused anyway; listing them would parse the
     # whole file on the event loop (tree-sitter holds the GIL while it parses).
@@ -247,8 +281,15 @@ def _targets(server: DgLanguageServer, uri: str, lsp_range: types.Range
     if end < start or "\x00" in doc.text:
         return None
     language = language_for(doc.language_id, uri)
-    parsed = ParsedText(doc.text, language, server.trees.tree(uri, doc.text, language),
-                        uri)
+    tree = server.trees.tree(uri, doc.text, language)
+    return Snapshot(uri, doc.version, doc.revision, doc.text, language,
+                    tree.copy() if tree is not None else None, start, end)
+
+
+def scan(snapshot: Snapshot) -> tuple[ParsedText, list[Target]]:
+    """The actions' targets at the snapshot's range; on any thread."""
+    parsed = ParsedText(snapshot.text, snapshot.language, snapshot.tree, snapshot.uri)
+    start, end = snapshot.start, snapshot.end
     return parsed, targets_at(parsed, start, end) + hole_targets(parsed, start, end)
 
 
