@@ -21,6 +21,7 @@ import tree_sitter as ts
 
 from dg_lsp.repository.retrieve import RepositoryContext
 from dg_lsp.syntax.languages import LanguageSpec
+from dg_lsp.syntax.query import captures
 from engine.edits.spans import MAX_ALIKE_CHARS, MAX_ANALOGIES
 from engine.text.canvas import other_file_snippet
 from engine.text.units import CLOSERS
@@ -257,7 +258,7 @@ def _line_end(text: str, offset: int) -> int:
 
 
 def _captures(tree: ts.Tree, language: LanguageSpec, name: str) -> list[ts.Node]:
-    return ts.QueryCursor(language.query("context")).captures(tree.root_node).get(name, [])
+    return captures(language.query("context"), tree.root_node).get(name, [])
 
 
 def _cut_prefix(lines: list[str], budget: int, unit_rows: set[int]) -> str:

@@ -23,6 +23,7 @@ import tree_sitter as ts
 
 from dg_lsp.syntax.languages import LanguageSpec
 from dg_lsp.syntax.names import mentions
+from dg_lsp.syntax.query import matches
 
 QUERY = "signature"
 _ASKS_FOR_ANY = re.compile(r"renam|signature", re.IGNORECASE)
@@ -48,11 +49,9 @@ def definitions(language: LanguageSpec, tree: ts.Tree, start_byte: int, end_byte
                 ) -> list[Definition]:
     """The definitions whose name lies in bytes [start_byte, end_byte), in document order.
     One whose header does not parse is left out: its signature cannot be read."""
-    cursor = ts.QueryCursor(language.query(QUERY))
-    cursor.set_byte_range(start_byte, end_byte)
     headers: list[tuple[ts.Node, ts.Node | None]] = []
     parameters: dict[tuple[int, int], list[ts.Node]] = {}
-    for _, caps in cursor.matches(tree.root_node):
+    for _, caps in matches(language.query(QUERY), tree.root_node, (start_byte, end_byte)):
         if "parameter" in caps:
             node = caps["parameters"][0]
             parameters.setdefault((node.start_byte, node.end_byte), []).extend(caps["parameter"])

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import tree_sitter as ts
 
 from dg_lsp.actions.targets import ParsedText, is_docstring
+from dg_lsp.syntax.query import captures
 
 QUERY = "holes"
 CAPTURES = ("stub", "stub.marked", "comment")
@@ -74,12 +75,11 @@ def stubs_in(doc: ParsedText, start: int, end: int) -> list[Stub]:
                  if kind == "function" and body is not None]
     if not functions:
         return []
-    cursor = ts.QueryCursor(doc.language.query(QUERY))
-    cursor.set_byte_range(doc.byte(first), doc.byte(last) + 1)
-    captures = cursor.captures(doc.tree.root_node)
+    found_captures = captures(doc.language.query(QUERY), doc.tree.root_node,
+                              (doc.byte(first), doc.byte(last) + 1))
     # Where two captures make the same hole, the first of CAPTURES names it.
     candidates = sorted(((node, capture) for capture in CAPTURES
-                         for node in captures.get(capture, [])),
+                         for node in found_captures.get(capture, [])),
                         key=lambda c: (c[0].start_byte, CAPTURES.index(c[1])))
     declaring_file = doc.uri.endswith(".pyi")
     statements: dict[int, int] = {}  # body id -> _statements(body), once per body

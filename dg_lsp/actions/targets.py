@@ -26,6 +26,7 @@ import tree_sitter as ts
 
 from dg_lsp.context import detect_indent_unit
 from dg_lsp.syntax.languages import LanguageSpec
+from dg_lsp.syntax.query import matches
 
 REWRITE, COMPLETE_BODY = "rewrite", "complete-body"
 DOCSTRING, FIX_SYNTAX = "docstring", "fix-syntax"
@@ -132,14 +133,15 @@ class ParsedText:
         if self.tree is None:
             return []
         found = []
-        cursor = ts.QueryCursor(query or self.language.query("actions"))
         low, high = 0, len(self.data)
+        byte_range = None
         if end is not None:
             low, high = self.byte(start), self.byte(end)
             # tree-sitter's range is half-open: widened so a definition that only touches
             # [start, end] is matched, then kept by the exact test below
-            cursor.set_byte_range(max(0, low - 1), high + 1)
-        for _, caps in cursor.matches(self.tree.root_node):
+            byte_range = (max(0, low - 1), high + 1)
+        for _, caps in matches(query or self.language.query("actions"), self.tree.root_node,
+                               byte_range):
             if "function" not in caps and "class" not in caps:
                 continue
             kind = "function" if "function" in caps else "class"

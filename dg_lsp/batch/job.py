@@ -38,6 +38,7 @@ from dg_lsp.positions import UTF32, position_at
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.errors import count_errors
 from dg_lsp.syntax.languages import LanguageSpec, language_for
+from dg_lsp.syntax.query import captures
 from engine.backend import Backend, CountingBackend
 
 # The command line's action names → actions.py's.
@@ -150,7 +151,7 @@ def file_targets(doc: ParsedText, action: str, query: ts.Query | None) -> list[T
     if query is None:
         raise QueryError("rewrite needs a query whose @target captures say what to rewrite")
     spans = []
-    for node in ts.QueryCursor(query).captures(doc.tree.root_node).get("target", []):
+    for node in captures(query, doc.tree.root_node).get("target", []):
         target = rewrite_target(doc.text, *doc.span(node))
         if target is not None:
             spans.append(target)

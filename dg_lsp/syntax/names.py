@@ -22,6 +22,7 @@ from collections.abc import Iterable
 import tree_sitter as ts
 
 from dg_lsp.syntax.languages import LanguageSpec
+from dg_lsp.syntax.query import captures
 
 QUERY = "names"
 # Besides the words of the document: what the language gives every file.
@@ -49,19 +50,17 @@ def unknown_names(
     mentions, in the order they first appear."""
     if not checked(language) or end_byte <= start_byte:
         return []
-    cursor = ts.QueryCursor(language.query(QUERY))
-    cursor.set_byte_range(start_byte, end_byte)
-    captures = cursor.captures(tree.root_node)
+    found = captures(language.query(QUERY), tree.root_node, (start_byte, end_byte))
 
     def inside(nodes: Iterable[ts.Node]) -> list[ts.Node]:
         return [n for n in nodes if n.start_byte < end_byte and n.end_byte > start_byte]
 
-    binds = inside(captures.get("bind", []))
-    not_uses = {(n.start_byte, n.end_byte) for n in binds + inside(captures.get("skip", []))}
+    binds = inside(found.get("bind", []))
+    not_uses = {(n.start_byte, n.end_byte) for n in binds + inside(found.get("skip", []))}
     bound = {_text(n) for n in binds}
     builtin = BUILTINS.get(language.name, frozenset())
     unknown: list[str] = []
-    for node in sorted(inside(captures.get("use", [])), key=lambda n: n.start_byte):
+    for node in sorted(inside(found.get("use", [])), key=lambda n: n.start_byte):
         name = _text(node)
         if ((node.start_byte, node.end_byte) in not_uses or name in bound or name in builtin
                 or _is_dunder(name) or name in unknown):
