@@ -85,6 +85,15 @@ def bounded_argument(bounds: Bounds) -> Callable[[str], int | float]:
     return parse
 
 
+def bounded_list_argument(bounds: Bounds) -> Callable[[str], list[int | float]]:
+    """An argparse `type` for comma-separated numbers (`1,4,8`), each held to `bounds`."""
+    parse = bounded_argument(bounds)
+
+    def parse_list(text: str) -> list[int | float]:
+        return [parse(item) for item in text.split(",")]
+    return parse_list
+
+
 # The TCP ports a listener may take (0, "any free port", would leave clients not knowing it).
 PORT_RANGE = Bounds(1, 65535, integer=True)
 
@@ -133,7 +142,8 @@ WARMUP_STEPS_RANGE = Bounds(1, 10**9, integer=True)  # the warmup divides by it
 PERIOD_MINUTES_RANGE = Bounds(0, 1e6)  # how often to save or check; 0: at every chance
 SHARE_RANGE = Bounds(0, 1)
 THREADS_RANGE = Bounds(0, 4096, integer=True)  # 0: torch's own choice
-TRAIN_SEED_RANGE = Bounds(0, MAX_SEED, integer=True)
+SEED_RANGE = Bounds(0, MAX_SEED, integer=True)  # of a run, or of the cases a tool cuts
+TRAIN_SEED_RANGE = SEED_RANGE
 SHARD_MB_RANGE = Bounds(0.001, 1e6)
 # A model trained from scratch; its head size (hidden / heads) is checked beside.
 HIDDEN_RANGE = Bounds(8, 65536, integer=True)
@@ -164,6 +174,47 @@ LARGE_CANVAS_RANGE = CANVAS_LENGTH_RANGE
 ENGINE_THREADS_RANGE = Bounds(1, 4096, integer=True)
 # `dg-engine plan --memory-gb`: a device's memory; an infinite one overflowed into bytes.
 MEMORY_GB_RANGE = Bounds(0.001, 1e6)
+# A block model's own canvas (config.json's canvas_length): the tokens it denoises at once
+# (the tiny test model's is 8); a negative one failed inside a request, a huge one asked
+# for canvas x vocabulary logits.
+MODEL_CANVAS_RANGE = Bounds(1, 8192, integer=True)
+
+
+# `dg-engine serve --ray` (engine.serve.team.command): Ray Serve may scale a team's engine
+# down to no replica (--min-replicas 0), never start with none.
+REPLICAS_RANGE = Bounds(1, 1024, integer=True)
+MIN_REPLICAS_RANGE = Bounds(0, 1024, integer=True)
+# Seconds, as Ray Serve's autoscaling config takes them; the window is averaged over.
+AUTOSCALE_DELAY_RANGE = Bounds(0, 1e6)
+AUTOSCALE_WINDOW_RANGE = Bounds(0.01, 1e6)
+# CPUs a CPU replica reserves (a fraction shares a core): inf ended in round()'s
+# OverflowError inside the replica.
+REPLICA_CPUS_RANGE = Bounds(0.1, 1024)
+MAX_PER_CLIENT_RANGE = MAX_CONNECTIONS_RANGE  # one address's share of the front's connections
+
+
+# The corpus (`dg-engine corpus`): its token ids are stored as uint16, and the vocabulary
+# holds the 8 special tokens and the 256 bytes; text caps in MB (0 used to mean no cap).
+VOCAB_SIZE_RANGE = Bounds(264, 65536, integer=True)
+CORPUS_MB_RANGE = Bounds(0.001, 1e7)
+# `dg-engine version-edits --releases`: one release has no pair to cut edits from.
+RELEASES_RANGE = Bounds(2, 1000, integer=True)
+
+
+# The benchmarks and measurements (dg-engine bench, dg-lsp bench and eval, the fitting
+# tools): 0 cases or runs divided by zero or took the median of nothing, and a negative count
+# sliced off all but the last case.
+CASES_RANGE = Bounds(1, 10**6, integer=True)
+RUNS_RANGE = Bounds(1, 10**6, integer=True)  # timed repeats of one measurement
+EPOCHS_RANGE = Bounds(1, 10**7, integer=True)
+HIDDEN_UNITS_RANGE = Bounds(0, 4096, integer=True)  # 0: logistic regression
+FUNCTIONS_RANGE = Bounds(0, 10**4, integer=True)  # typed keystroke by keystroke; 0: none
+CLIENTS_RANGE = Bounds(1, 1024, integer=True)  # a thread each
+WORKERS_RANGE = Bounds(1, 1024, integer=True)  # concurrent targets or Ray actors
+EXEC_TIMEOUT_RANGE = Bounds(0.1, 3600)  # seconds one evaluated program may run
+# `python -m engine.kernels.bench --shape NxV`: a hole's positions by a vocabulary.
+KERNEL_POSITIONS_RANGE = Bounds(1, 8192, integer=True)
+KERNEL_VOCAB_RANGE = Bounds(1, 1 << 20, integer=True)
 
 
 # The workspace index (dg_lsp.repository): what it holds at most, so that a huge repository

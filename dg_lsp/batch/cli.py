@@ -52,7 +52,7 @@ from dg_lsp.settings import (
     add_model_arguments,
     bounded_argument,
 )
-from engine.bounds import STRENGTH_RANGE
+from engine.bounds import STRENGTH_RANGE, WORKERS_RANGE
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -80,7 +80,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="write a report of every target")
     add_model_arguments(parser)
     add_engine_arguments(parser, ENGINE_MODES, "resident")
-    parser.add_argument("--workers", type=int, default=None,
+    parser.add_argument("--workers", type=bounded_argument(WORKERS_RANGE), default=None,
                         help=f"concurrent targets on the resident engine (default "
                              f"{shared.RESIDENT_WORKERS}) or a team's (default "
                              f"{shared.TEAM_WORKERS}), or Ray actors (default: one per GPU, "

@@ -26,8 +26,6 @@ def prepare(args: argparse.Namespace
     """The job, the files with work in them (by label), the files skipped, with why, and the
     files read that have nothing to do."""
     action = ACTION_NAMES[args.action]
-    if args.workers is not None and args.workers < 1:
-        raise BadInput("--workers must be at least 1")
     if action == REWRITE and args.query is None:
         raise BadInput("--action rewrite needs --query FILE.scm (its @target captures are the "
                        "code to rewrite)")

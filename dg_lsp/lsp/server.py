@@ -32,6 +32,7 @@ from dg_lsp.lsp.actions import REWRITE_COMMAND
 from dg_lsp.lsp.state import DgLanguageServer
 from dg_lsp.settings import parse_settings
 from engine.backend import Backend
+from engine.bounds import host_port_argument
 
 STATS_COMMAND = "dg-lsp.stats"
 __all__ = ["REWRITE_COMMAND", "STATS_COMMAND", "create_server", "serve"]
@@ -69,7 +70,8 @@ def create_server(backend: Backend | None = None) -> DgLanguageServer:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("serve", help="serve LSP on stdio (default) or TCP")
-    parser.add_argument("--tcp", metavar="HOST:PORT", help="listen on TCP instead of stdio")
+    parser.add_argument("--tcp", metavar="HOST:PORT", type=host_port_argument,
+                        help="listen on TCP instead of stdio")
     # vscode-languageclient (TransportKind.stdio) and other clients add --stdio to the command.
     parser.add_argument("--stdio", action="store_true", help="serve on stdio (the default)")
     parser.add_argument("--model", help="checkpoint folder or hub id (default: bundled model)")
@@ -98,10 +100,8 @@ def serve(args: argparse.Namespace) -> int:
     if args.tcp and args.stdio:
         raise SystemExit("dg-lsp: --tcp and --stdio exclude each other")
     if args.tcp:
-        host, _, port = args.tcp.rpartition(":")
-        if not host or not port.isdigit():
-            raise SystemExit(f"dg-lsp: --tcp expects HOST:PORT, got {args.tcp!r}")
-        server.start_tcp(host, int(port))
+        host, _, port = args.tcp.rpartition(":")  # its form and port checked when parsed
+        server.start_tcp(host.strip("[]") or "127.0.0.1", int(port))
     else:
         server.start_io()
     return 0

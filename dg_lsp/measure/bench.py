@@ -45,6 +45,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from engine.bounds import CASES_RANGE, FUNCTIONS_RANGE, SEED_RANGE, bounded_argument
 from engine.models.checkpoint import BUNDLED_MODELS
 
 SECTIONS = ("lsp", "gate", "samplers", "cache", "concurrency", "memory", "repository", "batch")
@@ -60,9 +61,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--cases-from", type=Path, default=None,
                         help="folder of Python sources to cut cases from (default: the "
                         "held-out third-party package, see dg_lsp/measure/eval/heldout.py)")
-    parser.add_argument("--limit", type=int, default=80,
+    parser.add_argument("--limit", type=bounded_argument(CASES_RANGE), default=80,
                         help="cases per section (batch: files, three functions each)")
-    parser.add_argument("--functions", type=int, default=2,
+    parser.add_argument("--functions", type=bounded_argument(FUNCTIONS_RANGE), default=2,
                         help="whole functions typed keystroke by keystroke (lsp section)")
     parser.add_argument("--model", default=None,
                         help="checkpoint folder or hub id (default: the bundled model)")
@@ -72,7 +73,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the engine of the samplers, cache and concurrency "
                         "sections (a GPU switch; see engine.decode.families.compile_model)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=bounded_argument(SEED_RANGE), default=0)
     parser.add_argument("--settings", type=json.loads, default=None, metavar="JSON",
                         help="lsp section: the server's settings as an editor sends them, "
                         "e.g. '{\"sampler\": {\"threshold\": 0.5}}' (default: the defaults)")

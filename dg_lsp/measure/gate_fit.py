@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from dg_lsp.completion.gate import CALIBRATOR_FILE, FEATURES, Calibrator
+from engine.bounds import CASES_RANGE, SEED_RANGE, bounded_argument
 
 PENALTIES = (0.1, 1.0, 3.0, 10.0, 30.0)
 FOLDS = 5
@@ -194,8 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("collect", help="the default path's suggestions on training cursors")
     c.add_argument("--out", type=Path, required=True)
-    c.add_argument("--count", type=int, default=2400)
-    c.add_argument("--seed", type=int, default=1)
+    c.add_argument("--count", type=bounded_argument(CASES_RANGE), default=2400)
+    c.add_argument("--seed", type=bounded_argument(SEED_RANGE), default=1)
     c.add_argument("--model", default=None, help="checkpoint (default: bundled)")
     c.add_argument("--device", default="cpu")
     f = sub.add_parser("fit", help="fit the calibrator, write its JSON")

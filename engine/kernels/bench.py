@@ -17,9 +17,17 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from engine.bounds import (
+    KERNEL_POSITIONS_RANGE,
+    KERNEL_VOCAB_RANGE,
+    RUNS_RANGE,
+    bounded_argument,
+    bounds_of,
+)
 from engine.kernels._dispatch import triton_available
 from engine.kernels.norms import torch_rms_norm, triton_rms_norm
 from engine.kernels.sampling import torch_stats, triton_stats, use_triton
+from engine.types import SamplerSettings
 
 SHAPES = ((32, 8192), (256, 262144))
 
@@ -82,7 +90,14 @@ def bench_norm(
 
 
 def parse_shape(text: str) -> tuple[int, int]:
-    n, V = text.lower().split("x")
+    """An argparse `type` for a hole shape NxV, each number held to its range."""
+    n, _, V = text.lower().partition("x")
+    if not (n.isdecimal() and V.isdecimal()):
+        raise argparse.ArgumentTypeError(f"expected NxV, got {text!r}")
+    problem = (KERNEL_POSITIONS_RANGE.problem("N", int(n))
+               or KERNEL_VOCAB_RANGE.problem("V", int(V)))
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     return int(n), int(V)
 
 
@@ -90,12 +105,13 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if present)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--repeat", type=int, default=20)
-    p.add_argument("--shape", action="append", default=None, metavar="NxV",
+    temperature = bounds_of(SamplerSettings)["temperature"]
+    p.add_argument("--temperature", type=bounded_argument(temperature), default=0.0)
+    p.add_argument("--repeat", type=bounded_argument(RUNS_RANGE), default=20)
+    p.add_argument("--shape", type=parse_shape, action="append", default=None, metavar="NxV",
                    help="a hole shape, e.g. 32x8192 (repeatable; default: the two above)")
     args = p.parse_args(argv)
-    shapes = tuple(parse_shape(s) for s in args.shape) if args.shape else SHAPES
+    shapes = tuple(args.shape) if args.shape else SHAPES
     rows = bench(shapes, args.device, getattr(torch, args.dtype), args.temperature, args.repeat)
     norm = bench_norm(device=args.device, repeat=args.repeat)
     print(f"{'n':>5} {'V':>8} {'device':>7} {'dtype':>9} {'torch ms':>10} {'fused ms':>10} "

@@ -10,6 +10,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from engine.bounds import MODEL_CANVAS_RANGE
+
 
 class CheckpointError(Exception):
     """A checkpoint that cannot be loaded; the message says which file and why."""
@@ -135,6 +137,10 @@ def config_from_hf(raw: dict[str, Any], source: str = "config.json") -> ModelCon
     model_type = str(raw.get("model_type", "")).lower()
     arch = archs[0] if archs else model_type
     if arch in BLOCK_ARCHITECTURES or model_type == "diffusion_gemma":
+        # Absent, it is transformers' default; null reached the decoder as None.
+        if "canvas_length" in raw and (
+                problem := MODEL_CANVAS_RANGE.problem("canvas_length", raw["canvas_length"])):
+            raise CheckpointError(f"{source}: {problem}")
         return ModelConfig(
             family="block", layout="diffusion_gemma", vocab_size=0, hidden_size=0,
             intermediate_size=0, num_layers=0, num_heads=0, num_kv_heads=0, head_dim=0,

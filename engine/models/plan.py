@@ -36,8 +36,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from engine.bounds import CANVAS_LENGTH_RANGE, MEMORY_GB_RANGE, bounded_argument
-from engine.models.config import CheckpointError, ModelConfig, config_from_hf
+from engine.bounds import MEMORY_GB_RANGE, bounded_argument
+from engine.models.config import ModelConfig, config_from_hf
 from engine.models.int4 import DEFAULT_GROUP_SIZE
 from engine.types import CANVAS_LENGTH as CANVAS
 
@@ -146,8 +146,6 @@ def plan(raw: dict[str, Any], dtype: str = "bfloat16", device: str = "cuda",
     params, weights = weight_bytes(_meta_model(cfg), dtype, compute)
     vocab = raw["text_config"]["vocab_size"] if cfg.family == "block" else cfg.vocab_size
     canvas = raw.get("canvas_length", CANVAS) if cfg.family == "block" else CANVAS
-    if problem := CANVAS_LENGTH_RANGE.problem("canvas_length", canvas):
-        raise CheckpointError(f"{name}: {problem}")  # a negative one planned negative bytes
     per_token = _kv_per_token(cfg, compute)
     return Plan(
         model=name, family=cfg.family, dtype=dtype, parameters=params, weights=weights,

@@ -24,6 +24,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.bounds import (
+    CASES_RANGE,
+    CLIENTS_RANGE,
+    HOLE_SIZE_RANGE,
+    bounded_argument,
+    bounded_list_argument,
+)
 from engine.data.stats import percentile
 from engine.serve.bench_dtypes import add_arguments as add_dtype_arguments
 from engine.serve.bench_dtypes import dtype_rows
@@ -162,9 +169,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    "batched vs one at a time")
     parser.add_argument("--model", default=None)
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--requests", type=int, default=16, help="requests per level")
-    parser.add_argument("--max-tokens", type=int, default=24, help="hole size")
-    parser.add_argument("--clients", default="1,4,8")
+    parser.add_argument("--requests", type=bounded_argument(CASES_RANGE), default=16,
+                        help="requests per level")
+    parser.add_argument("--max-tokens", type=bounded_argument(HOLE_SIZE_RANGE), default=24,
+                        help="hole size")
+    parser.add_argument("--clients", type=bounded_list_argument(CLIENTS_RANGE),
+                        default="1,4,8", help="concurrency levels (default: %(default)s)")
     parser.add_argument("--section", choices=("all", "concurrency", "cache", "dtypes"),
                         default="all", help="all: concurrency and cache; dtypes (only when "
                         "asked: a load per dtype): the model at several dtypes side by side")
@@ -185,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     cache_rows: list[dict[str, Any]] = []
     if args.section in ("all", "concurrency"):
-        for clients in (int(c) for c in args.clients.split(",")):
+        for clients in args.clients:
             for max_batch in (8, 1):
                 rows.append(run_level(engine, cases, clients, max_batch, args.max_tokens,
                                       settings))

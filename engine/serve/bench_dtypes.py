@@ -26,6 +26,8 @@ import sys
 import time
 from typing import Any
 
+from engine.bounds import ENGINE_THREADS_RANGE, RUNS_RANGE, bounded_argument
+
 PASS_POSITIONS = 256
 MB = 1 << 20
 
@@ -139,9 +141,9 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtypes", default="float32,int8,int4",
                         help="dtypes section: the dtypes to compare (default: %(default)s)")
-    parser.add_argument("--passes", type=int, default=3,
+    parser.add_argument("--passes", type=bounded_argument(RUNS_RANGE), default=3,
                         help=f"dtypes section: full {PASS_POSITIONS}-position passes per dtype")
-    parser.add_argument("--threads", type=int, default=None,
+    parser.add_argument("--threads", type=bounded_argument(ENGINE_THREADS_RANGE), default=None,
                         help="dtypes section: CPU threads (default: the engine's choice)")
 
 

@@ -35,6 +35,14 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from engine.bounds import (
+    CASES_RANGE,
+    EPOCHS_RANGE,
+    HIDDEN_UNITS_RANGE,
+    SEED_RANGE,
+    bounded_argument,
+    bounds_of,
+)
 from engine.decode.policy import FEATURES, POLICY_FILE, CommitPolicy, policy_features
 from engine.train.corpus import FORBIDDEN
 from engine.types import InfillRequest, SamplerSettings
@@ -174,18 +182,21 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("collect", help="k=1 trajectories of the bundled model on this repo")
     c.add_argument("--out", type=Path, required=True)
-    c.add_argument("--cases", type=int, default=400)
-    c.add_argument("--seed", type=int, default=0)
+    seed = bounded_argument(SEED_RANGE)
+    c.add_argument("--cases", type=bounded_argument(CASES_RANGE), default=400)
+    c.add_argument("--seed", type=seed, default=0)
     c.add_argument("--rev", default=SOURCES_REV, help="commit to cut the holes from")
-    c.add_argument("--on-policy", type=float, metavar="CUTOFF",
+    c.add_argument("--on-policy", type=bounded_argument(bounds_of(SamplerSettings)["cutoff"]),
+                   metavar="CUTOFF",
                    help="record the learned sampler's steps at this cutoff (labels: k=1's)")
     t = sub.add_parser("train", help="fit the classifier, write its JSON")
     t.add_argument("--trajectories", type=Path, nargs="+", required=True,
                    help="collected files; the same --cases and --seed share hole indices")
     t.add_argument("--out", type=Path, default=POLICY_FILE)
-    t.add_argument("--hidden", type=int, default=4, help="tanh units (0: logistic regression)")
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--epochs", type=int, default=1500)
+    t.add_argument("--hidden", type=bounded_argument(HIDDEN_UNITS_RANGE), default=4,
+                   help="tanh units (0: logistic regression)")
+    t.add_argument("--seed", type=seed, default=0)
+    t.add_argument("--epochs", type=bounded_argument(EPOCHS_RANGE), default=1500)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     if args.command == "collect":

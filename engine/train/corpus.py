@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
 
+from engine.bounds import CORPUS_MB_RANGE, VOCAB_SIZE_RANGE, bounded_argument
 from engine.text.tokenizer import FILE_SEP, save_tokenizer, train_bpe
 
 # Folders that hold tests, fixtures or vendored copies rather than the code users write.
@@ -254,9 +255,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--source", action="append", default=[],
                    help="source folder (repeatable); default: stdlib + site-packages")
     p.add_argument("--glob", default="*.py", help="file pattern inside each source")
-    p.add_argument("--vocab-size", type=int, default=8192)
-    p.add_argument("--max-mb", type=float, default=None, help="cap on training text, in MB")
-    p.add_argument("--tokenizer-mb", type=float, default=None,
+    p.add_argument("--vocab-size", type=bounded_argument(VOCAB_SIZE_RANGE), default=8192,
+                   help="tokens of the trained vocabulary (default: %(default)s)")
+    p.add_argument("--max-mb", type=bounded_argument(CORPUS_MB_RANGE), default=None,
+                   help="cap on training text, in MB")
+    p.add_argument("--tokenizer-mb", type=bounded_argument(CORPUS_MB_RANGE), default=None,
                    help="train the vocabulary on a sample of this many MB (default: all)")
     p.add_argument("--tokenizer-from", metavar="CHECKPOINT",
                    help="tokenize with this checkpoint's tokenizer.json instead of training one "

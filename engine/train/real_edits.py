@@ -21,6 +21,7 @@ from collections import Counter
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from engine.bounds import RELEASES_RANGE, bounded_argument
 from engine.data.releases import consecutive, release_pairs, release_versions
 from engine.edits.prompt import LineEdit
 from engine.edits.real import change_kind, real_edits
@@ -134,7 +135,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a PyPI package the corpus trains on; ==VERSION: the newest release "
                    "to take (default: the newest)")
     p.add_argument("--out", type=Path, required=True, help="JSON lines file to write")
-    p.add_argument("--releases", type=int, default=DEFAULT_RELEASES, metavar="N",
+    p.add_argument("--releases", type=bounded_argument(RELEASES_RANGE), default=DEFAULT_RELEASES,
+                   metavar="N",
                    help="consecutive releases per package, N-1 pairs (default: %(default)s)")
     p.add_argument("--sdist", action="store_true",
                    help="take a release's sdist when it has no wheel (pip runs the sdist's "

@@ -37,7 +37,14 @@ from dg_lsp.measure.eval.runner import (
     load_predictor,
 )
 from dg_lsp.settings import Settings, add_engine_arguments, bounded_argument, sampler_argument
-from engine.bounds import CANVAS_LENGTH_RANGE
+from engine.bounds import (
+    CANVAS_LENGTH_RANGE,
+    CASES_RANGE,
+    EXEC_TIMEOUT_RANGE,
+    HOLE_SIZE_RANGE,
+    Bounds,
+    bounds_of,
+)
 from engine.data.cases import KINDS, Case, cut_cases
 from engine.types import CANVAS_LENGTH, SAMPLERS, SamplerSettings
 
@@ -46,6 +53,9 @@ DEFAULT_CUT_CASES = 100
 NEXT_EDIT = "next-edit"
 MULTI_HOLE = "multi-hole"
 CROSS_FILE = "cross-file"
+# --refresh-window -1 is SamplerSettings' None: the whole canvas.
+REFRESH_WINDOW_RANGE = Bounds(-1, bounds_of(SamplerSettings)["refresh_window"].high,
+                              integer=True)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -81,9 +91,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"'{MULTI_HOLE}': a hole is the statement alone, its indentation "
                    "before it and its newline after it, as editors ask (statement, the "
                    "default), or its whole line (line: HumanEval-Infilling's shape)")
-    p.add_argument("--limit", type=int, help="number of cases (HumanEval: a seeded sample; "
+    p.add_argument("--limit", type=bounded_argument(CASES_RANGE),
+                   help="number of cases (HumanEval: a seeded sample; "
                    f"cut cases: default {DEFAULT_CUT_CASES})")
-    p.add_argument("--seed", type=int, default=0, help="chooses the sample and the cut cases")
+    p.add_argument("--seed", type=sampler_argument("seed"), default=0,
+                   help="chooses the sample and the cut cases")
     p.add_argument("--data-dir", type=Path,
                    help="HumanEval-Infilling folder (default: $DG_EVAL_DATA or "
                         "../shared/eval/human-eval-infilling)")
@@ -98,7 +110,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    default=SamplerSettings.cache_refresh,
                    metavar="R", help="recompute the context's keys/values every R steps "
                    "(1: exact; default: %(default)s)")
-    p.add_argument("--refresh-window", type=int, default=SamplerSettings.refresh_window,
+    p.add_argument("--refresh-window", type=bounded_argument(REFRESH_WINDOW_RANGE),
+                   default=SamplerSettings.refresh_window,
                    metavar="N", help="a refresh recomputes the hole and N tokens on each side "
                    "(-1: the whole canvas)")
     p.add_argument("--no-stop-run", action="store_true",
@@ -110,7 +123,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="auto",
                    help="auto (masked models: int8 linear layers on the CPU; bfloat16 on a GPU), "
                    "int8, int4 (every family), float32, bfloat16, float16")
-    p.add_argument("--exec-timeout", type=float, default=5.0,
+    p.add_argument("--exec-timeout", type=bounded_argument(EXEC_TIMEOUT_RANGE), default=5.0,
                    help="seconds one HumanEval program may run")
     p.add_argument("--samples", type=Path, metavar="FILE",
                    help="also write every case's completion and scores as JSON lines")
@@ -348,9 +361,11 @@ def parse_hole_tokens(overrides: list[str]) -> dict[str, int]:
     sizes = dict(DEFAULT_HOLE_TOKENS)
     for item in overrides:
         kind, _, number = item.partition("=")
-        if kind not in sizes or not number.isdigit() or int(number) < 1:
+        if (kind not in sizes or not number.isdecimal()
+                or not HOLE_SIZE_RANGE.admits(int(number))):
             raise SystemExit(f"dg-lsp eval: --hole-tokens expects KIND=N with KIND in "
-                             f"{', '.join(sizes)} and N >= 1, got {item!r}")
+                             f"{', '.join(sizes)} and N in {HOLE_SIZE_RANGE.low}.."
+                             f"{HOLE_SIZE_RANGE.high}, got {item!r}")
         sizes[kind] = int(number)
     return sizes
 

@@ -27,6 +27,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engine.bounds import (
+    AUTOSCALE_DELAY_RANGE,
+    AUTOSCALE_WINDOW_RANGE,
+    MAX_PER_CLIENT_RANGE,
+    MIN_REPLICAS_RANGE,
+    PORT_RANGE,
+    REPLICA_CPUS_RANGE,
+    REPLICAS_RANGE,
+    bounded_argument,
+)
 from engine.serve.team.front import MAX_PER_CLIENT, Front, FrontLimits
 
 DEFAULT_LISTEN = "127.0.0.1:8000"
@@ -40,28 +50,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="deploy as a Ray Serve application on the cluster at ADDRESS "
                        "(default: RAY_ADDRESS or the local cluster, else a new local one); "
                        f"--listen is its HTTP address (default {DEFAULT_LISTEN})")
-    group.add_argument("--replicas", type=int, default=1,
+    # Each number is refused by its flag's name when parsed, before Ray starts (engine.bounds).
+    group.add_argument("--replicas", type=bounded_argument(REPLICAS_RANGE), default=1,
                        help="model replicas (one GPU each where the cluster has GPUs)")
-    group.add_argument("--min-replicas", type=int, default=None,
+    group.add_argument("--min-replicas", type=bounded_argument(MIN_REPLICAS_RANGE),
+                       default=None,
                        help="autoscale on queue length between --min- and --max-replicas")
-    group.add_argument("--max-replicas", type=int, default=None)
-    group.add_argument("--upscale-delay", type=float, default=5.0, metavar="S",
+    group.add_argument("--max-replicas", type=bounded_argument(REPLICAS_RANGE), default=None)
+    group.add_argument("--upscale-delay", type=bounded_argument(AUTOSCALE_DELAY_RANGE),
+                       default=5.0, metavar="S",
                        help="autoscaling: seconds above --max-batch ongoing requests per "
                        "replica before one is added (default 5)")
-    group.add_argument("--downscale-delay", type=float, default=120.0, metavar="S",
+    group.add_argument("--downscale-delay", type=bounded_argument(AUTOSCALE_DELAY_RANGE),
+                       default=120.0, metavar="S",
                        help="autoscaling: seconds below it before one is removed (default 120)")
-    group.add_argument("--autoscale-window", type=float, default=30.0, metavar="S",
+    group.add_argument("--autoscale-window", type=bounded_argument(AUTOSCALE_WINDOW_RANGE),
+                       default=30.0, metavar="S",
                        help="autoscaling: seconds the ongoing requests are averaged over "
                        "(default 30)")
-    group.add_argument("--replica-cpus", type=float, default=1.0,
+    group.add_argument("--replica-cpus", type=bounded_argument(REPLICA_CPUS_RANGE),
+                       default=1.0,
                        help="CPUs each replica reserves when the cluster has no GPU")
     group.add_argument("--tls-cert", type=Path, help="serve HTTPS with this certificate "
                        "(--ray's --listen, and --http)")
     group.add_argument("--tls-key", type=Path, help="the certificate's private key")
-    group.add_argument("--serve-port", type=int, default=DEFAULT_SERVE_PORT,
+    group.add_argument("--serve-port", type=bounded_argument(PORT_RANGE),
+                       default=DEFAULT_SERVE_PORT,
                        help="the loopback port of Ray Serve's own proxy, behind the front "
                        f"on --listen (default {DEFAULT_SERVE_PORT})")
-    group.add_argument("--max-per-client", type=int, default=MAX_PER_CLIENT,
+    group.add_argument("--max-per-client", type=bounded_argument(MAX_PER_CLIENT_RANGE),
+                       default=MAX_PER_CLIENT,
                        help="connections one address may hold open at the front "
                        "(--max-connections caps them all)")
     group.add_argument("--allow-ray-without-auth", action="store_true",
@@ -112,22 +130,18 @@ def format_status(url: str, report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def check_autoscale(args: argparse.Namespace) -> None:
+    """ValueError unless --min-replicas and --max-replicas come together, min <= max (each
+    one's own range is checked when parsed)."""
+    if (args.min_replicas is None) != (args.max_replicas is None) or (
+            args.min_replicas is not None and args.min_replicas > args.max_replicas):
+        raise ValueError("--min-replicas and --max-replicas go together, min <= max")
+
+
 def options_from_args(args: argparse.Namespace, token: str, gpus: bool) -> Any:
     from engine.serve.team.app import AppOptions, token_digest
 
-    autoscale = args.min_replicas is not None or args.max_replicas is not None
-    if autoscale and (args.min_replicas is None or args.max_replicas is None
-                      or not 0 <= args.min_replicas <= args.max_replicas
-                      or args.max_replicas < 1):
-        raise ValueError("--min-replicas and --max-replicas go together, "
-                         "0 <= min <= max, max >= 1")
-    if args.replicas < 1:
-        raise ValueError("--replicas must be at least 1")
-    for name in ("upscale_delay", "downscale_delay", "autoscale_window"):
-        value = getattr(args, name)
-        if not 0 <= value < float("inf") or (name == "autoscale_window" and value <= 0):
-            raise ValueError(f"--{name.replace('_', '-')} must be a finite number of seconds"
-                             + (" above 0" if name == "autoscale_window" else ""))
+    check_autoscale(args)
     return AppOptions(model=args.model, device=args.device, dtype=args.dtype,
                       token_digest=token_digest(token), replicas=args.replicas,
                       min_replicas=args.min_replicas, max_replicas=args.max_replicas,
@@ -191,6 +205,7 @@ def serve_on_ray(args: argparse.Namespace) -> int:
               "in the dg-lsp repository)", file=sys.stderr)
         return 2
     try:
+        check_autoscale(args)  # before Ray starts: options_from_args is reached after it
         token = read_token(args.token_file)
         host, port = front_address(args.listen or DEFAULT_LISTEN)
         tls = tls_context(args.tls_cert, args.tls_key)
@@ -215,11 +230,7 @@ def serve_on_ray(args: argparse.Namespace) -> int:
                 return 2
             print("WARNING " + RAY_WITHOUT_AUTH, file=sys.stderr, flush=True)
         gpus = ray.cluster_resources().get("GPU", 0) > 0 and args.device != "cpu"
-        try:
-            options = options_from_args(args, token, gpus)
-        except ValueError as exc:
-            print(f"dg-engine serve: {exc}", file=sys.stderr)
-            return 2
+        options = options_from_args(args, token, gpus)
         # Serve's own proxy on loopback, on this (the head) node only: the front is the door.
         serve.start(proxy_location="HeadOnly",
                     http_options={"host": "127.0.0.1", "port": args.serve_port})
