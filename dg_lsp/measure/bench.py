@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.bounds import CASES_RANGE, FUNCTIONS_RANGE, SEED_RANGE, bounded_argument
-from engine.models.checkpoint import BUNDLED_MODELS
+from engine.models import BUNDLED_MODELS
 
 SECTIONS = ("lsp", "gate", "samplers", "cache", "concurrency", "memory", "repository", "batch")
 DEFAULT_SECTIONS = SECTIONS[:-1]  # batch starts Ray clusters: only when asked

@@ -30,6 +30,7 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
+from engine.models import BUNDLED_MODELS
 from engine.models.config import CheckpointError, ModelConfig, config_from_hf, token_id
 from engine.models.int4 import install_int4, int4_targets, quantize_nibbles
 from engine.models.transformer import Transformer
@@ -37,8 +38,6 @@ from engine.text.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
-# The models shipped inside the package (package data: found the same in a wheel and a checkout).
-BUNDLED_MODELS = Path(__file__).resolve().parents[1] / "bundled"
 BUNDLED_MODEL_DIR = BUNDLED_MODELS / "default"
 
 SAFETENSORS_FILE = "model.safetensors"
