@@ -63,17 +63,18 @@ def _parts(node: ts.Node, byte_range: tuple[int, int] | None
 
 
 def _children(node: ts.Node, byte_range: tuple[int, int] | None) -> list[ts.Node]:
-    """`node`'s children that meet `byte_range`, found from the first that ends past its start
-    (tree-sitter's own search): a cursor's range costs what its few children do."""
+    """`node`'s children that meet `byte_range`, from the first that reaches its start
+    (tree-sitter's own search), stepping with a tree cursor: a node's next_sibling searches
+    its parent's children again, which over a wide node is the quadratic cost avoided here."""
     if byte_range is None:
         return node.children
     start, end = byte_range
-    child = node.first_child_for_byte(start) if start > node.start_byte else node.child(0)
-    if child is not None and child.prev_sibling is not None:
-        child = child.prev_sibling  # one that ends just where the range starts meets it too
+    cursor = node.walk()
+    if cursor.goto_first_child_for_byte(start) is None:
+        return []
     found = []
-    while child is not None and child.start_byte <= end:
-        if child.end_byte >= start:
-            found.append(child)
-        child = child.next_sibling
+    while cursor.node.start_byte <= end:
+        found.append(cursor.node)
+        if not cursor.goto_next_sibling():
+            break
     return found

@@ -43,7 +43,8 @@ def test_the_same_matches_as_searching_the_whole_tree(name, text):
     tree = PYTHON.parser().parse(text.encode())
     assert key(query.matches(q, tree.root_node)) == key(whole_tree_matches(q, tree.root_node))
     middle = len(text.encode()) // 2
-    for byte_range in [(0, 1), (middle, middle + 1), (middle - 300, middle + 300)]:
+    for byte_range in [(0, 1), (middle, middle + 1), (middle - 300, middle + 300),
+                       (100, len(text.encode()) - 100)]:
         assert key(query.matches(q, tree.root_node, byte_range)) == key(
             whole_tree_matches(q, tree.root_node, byte_range)), byte_range
 
