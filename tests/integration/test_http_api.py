@@ -32,7 +32,7 @@ from engine.serve.endpoint import Endpoint
 from engine.serve.http_api import HEADER_TIMEOUT, MAX_HEADER_BYTES
 from tests.support.continue_adapter import adapter_call, installed_adapter
 from tests.support.front_thread import front_in_thread
-from tests.support.openai_checks import check_completions, check_streams_add_up
+from tests.support.openai_checks import check_completions, check_streams_add_up, whole_and_streamed
 from tests.support.ports import free_port
 from tests.support.tls import self_signed
 from tests.support.wait import wait_for
@@ -562,3 +562,19 @@ def test_through_the_team_front_streamed_answers_add_up_and_errors_are_openais(b
         assert response.json() == {"error": {
             "message": "GET /v1/completions: this path takes POST",
             "type": "invalid_request_error", "param": None, "code": "method_not_allowed"}}
+
+
+def test_the_same_request_gets_the_same_answer_whatever_came_before(served):
+    """Another hole after the same prefix in between leaves keys/values the engine could start
+    from (computed beside that hole): at the port's defaults the answer does not change, whole
+    or streamed."""
+    base, headers = served[0], _auth()
+    prefix = "def area(radius):\n    import math\n    return math.pi * "
+    ask = {"prompt": prefix, "suffix": "\n\nprint(area(2))\n", "max_tokens": 8}
+    first = httpx.post(f"{base}/v1/completions", json=ask, headers=headers, timeout=120)
+    other = ask | {"suffix": " ** 2  # the other hole\n"}
+    for _ in range(2):
+        assert httpx.post(f"{base}/v1/completions", json=other, headers=headers,
+                          timeout=120).status_code == 200
+    whole, deltas = whole_and_streamed(base, "/v1/completions", ask, headers)
+    assert whole == "".join(deltas) == first.json()["choices"][0]["text"]
