@@ -247,6 +247,15 @@ CPU_CUT: dict[str, dict[str, int]] = {
 }
 
 
+# A small Dream-layout config whose memory figures tests/unit/test_plan.py works out by hand.
+SMALL_DREAM = {
+    "architectures": ["DreamModel"], "model_type": "Dream", "hidden_size": 64,
+    "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "vocab_size": 300, "tie_word_embeddings": False,
+    "mask_token_id": 3,
+}
+
+
 def truncated_config(name: str, layers: int, experts: int | None = None) -> dict[str, Any]:
     """PUBLISHED[name] cut to `layers` layers (and `experts` routed experts), all else kept."""
     raw = copy.deepcopy(PUBLISHED[name])

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from engine.cli import build_parser, main
-from tests.unit.test_plan import DREAM
+from tests.support.published_configs import SMALL_DREAM as DREAM
 
 
 def _refused(argv: list[str], capsys: pytest.CaptureFixture[str],

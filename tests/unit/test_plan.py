@@ -9,15 +9,9 @@ import pytest
 
 from engine.cli import main
 from engine.models.plan import plan
-from tests.support.published_configs import PUBLISHED
+from tests.support.published_configs import PUBLISHED, SMALL_DREAM
 
-# A small Dream-layout config whose figures are worked out by hand below.
-DREAM = {
-    "architectures": ["DreamModel"], "model_type": "Dream", "hidden_size": 64,
-    "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-    "num_key_value_heads": 2, "vocab_size": 300, "tie_word_embeddings": False,
-    "mask_token_id": 3,
-}
+DREAM = SMALL_DREAM  # its figures are worked out by hand below
 H, I, L, V, HD, KVH = 64, 128, 2, 300, 16, 2
 # Per layer: q (H x H + H), k and v (H x KVH*HD + KVH*HD each), o (H x H), gate/up/down
 # (3 x H x I), two norms (H each). Plus the embedding, the final norm and the untied head.
