@@ -247,8 +247,8 @@ async def rewrite(
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A document as a code action reads it: its text, and a copy of its tree (tree-sitter's
-    trees are not thread-safe; the store edits its own as the user types)."""
+    """A document as a code action reads it: its text and its tree (one the store never
+    changes once handed out, dg_lsp.lsp.trees), read on another thread."""
 
     uri: str
     version: int
@@ -282,8 +282,7 @@ def _snapshot(server: DgLanguageServer, uri: str, lsp_range: types.Range) -> Sna
         return None
     language = language_for(doc.language_id, uri)
     tree = server.trees.tree(uri, doc.text, language)
-    return Snapshot(uri, doc.version, doc.revision, doc.text, language,
-                    tree.copy() if tree is not None else None, start, end)
+    return Snapshot(uri, doc.version, doc.revision, doc.text, language, tree, start, end)
 
 
 def scan(snapshot: Snapshot) -> tuple[ParsedText, list[Target]]:

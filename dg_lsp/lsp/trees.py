@@ -6,6 +6,10 @@ actions are listed on every cursor move, so without this a large file was parsed
 and again. Parsing waits for a request (a document is not parsed when opened, nor on each
 keystroke), so typing in a 10 MB file costs what typing in a small one does.
 
+A tree the store has handed out never changes: a change edits a copy (tree-sitter copies a
+tree in constant time, sharing its nodes), so a request that reads its tree on a thread (code
+actions, next edits, several holes) reads the text it asked about while the user types on.
+
 The store keeps the text each tree was parsed from. Changes arrive as character offsets (the
 server's document store converts the client's positions); if the kept text ever disagrees with
 the server's document, the next request parses from scratch. Text goes to tree-sitter as UTF-8
@@ -61,6 +65,8 @@ class DocumentTrees:
                 self._entries.pop(uri)  # lost track: the next request parses from scratch
                 return
             if entry.tree is not None:
+                if not entry.edited:  # a tree handed out is never changed under its reader
+                    entry.tree = entry.tree.copy()
                 entry.tree.edit(**_edit(text, change.start, change.end, change.text))
                 entry.edited = True
             text = text[:change.start] + change.text + text[change.end:]

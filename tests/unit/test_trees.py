@@ -83,3 +83,17 @@ def test_keystrokes_parse_nothing_until_a_request_needs_the_tree():
     expected = SOURCE.replace("return x", "retuxxxrn x")
     assert str(trees.tree("file:///a.py", expected, PYTHON).root_node) == fresh(expected)
     assert (trees.full_parses, trees.incremental_parses) == (1, 1)
+
+
+def test_a_tree_handed_out_is_not_changed_by_later_edits():
+    """A code action reads its tree on a thread while the user types: the tree it got stays
+    the tree of the text it asked about."""
+    trees, uri = DocumentTrees(), "file:///a.py"
+    trees.open(uri, SOURCE, PYTHON)
+    handed = trees.tree(uri, SOURCE, PYTHON)
+    before = str(handed.root_node)
+    apply(trees, [change((2, 4), (2, 5), "renamed"), change((0, 0), (0, 0), "import os\n")])
+    assert str(handed.root_node) == before == fresh(SOURCE)
+    assert handed.root_node.children[1].start_point == (2, 0)  # not moved by the edits
+    new = "import os\n" + SOURCE.replace("def f(", "def renamed(")
+    assert str(trees.tree(uri, new, PYTHON).root_node) == fresh(new)
