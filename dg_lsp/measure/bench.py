@@ -23,6 +23,9 @@ Sections (all but batch by default, `--section` to pick):
   `dg-engine bench`;
 - memory: peak RSS of the `dg-lsp` servers (with the engine each used) and of this process
   (which holds the engine the other sections use);
+- actions: `textDocument/codeAction` at a cursor in generated files of 2,000 and 10,000 stub
+  functions and in a broken one, and `dg-lsp fill --check` on the largest, as a CI job runs it
+  (dg_lsp/measure/bench_actions.py);
 - repository: the workspace index's build time and memory on this repository and a generated
   5,000-file one, and one completion's reading of it, p50 / p95
   (dg_lsp/measure/bench_repository.py);
@@ -48,7 +51,8 @@ from typing import Any
 from engine.bounds import CASES_RANGE, FUNCTIONS_RANGE, SEED_RANGE, bounded_argument
 from engine.models import BUNDLED_MODELS
 
-SECTIONS = ("lsp", "gate", "samplers", "cache", "concurrency", "memory", "repository", "batch")
+SECTIONS = ("lsp", "gate", "samplers", "cache", "concurrency", "memory", "actions",
+            "repository", "batch")
 DEFAULT_SECTIONS = SECTIONS[:-1]  # batch starts Ray clusters: only when asked
 AR_BASELINE = BUNDLED_MODELS / "ar-baseline"
 SINGLE_LINE_TOKENS = 24  # the server's rest-of-line hole
@@ -154,6 +158,13 @@ def run(args: argparse.Namespace) -> int:
         report["memory"] = {"benchPeakRssMb": peak_rss_mb(os.getpid()),
                             **report.get("lsp", {}).get("memory", {})}
         _show(args, "memory", [report["memory"]])
+    if "actions" in sections:
+        from dg_lsp.measure.bench_actions import actions_section
+
+        report["actions"] = actions_section()
+        _show(args, "code actions at a cursor over LSP (ms; the first request parses the file)",
+              report["actions"]["codeActions"])
+        _show(args, "dg-lsp fill --check, the whole command (s)", report["actions"]["fillCheck"])
     if "repository" in sections:
         from dg_lsp.measure.bench_repository import repository_section
 

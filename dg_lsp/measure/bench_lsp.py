@@ -114,7 +114,9 @@ class Session:
         self.client: Any = None
         self.versions: dict[str, int] = {}
 
-    async def start(self) -> None:
+    async def start(self, load_model: bool = True) -> None:
+        """Start the server as an editor does; with `load_model`, ask one untimed completion
+        (the model, or the engine, loads on the first)."""
         from lsprotocol import types
         from pygls.lsp.client import LanguageClient
 
@@ -127,13 +129,16 @@ class Session:
         await self.client.start_io(*self.command, env={**os.environ,
                                                        "XDG_RUNTIME_DIR": self.runtime})
         caps = types.ClientCapabilities(text_document=types.TextDocumentClientCapabilities(
-            inline_completion=types.InlineCompletionClientCapabilities()))
+            inline_completion=types.InlineCompletionClientCapabilities(),
+            # as VS Code: actions are listed, their edits computed when one is chosen
+            code_action=types.CodeActionClientCapabilities(
+                resolve_support=types.ClientCodeActionResolveOptions(properties=["edit"]))))
         await self.client.initialize_async(types.InitializeParams(
             capabilities=caps, initialization_options=self.settings))
         self.client.initialized(types.InitializedParams())
-        # One untimed request: the model (or the engine) loads on the first one.
-        uri = self.open("def f(x):\n    return \n")
-        await self.ask(uri, "def f(x):\n    return \n", 24)
+        if load_model:
+            uri = self.open("def f(x):\n    return \n")
+            await self.ask(uri, "def f(x):\n    return \n", 24)
 
     async def stop(self) -> None:
         from engine.serve.client import EngineClient, EngineUnavailable
@@ -199,6 +204,15 @@ class Session:
         seconds = time.perf_counter() - start
         items = result.items if result is not None else []
         return (items[0].insert_text if items else ""), seconds
+
+    async def code_actions(self, uri: str, line: int, character: int) -> list[Any]:
+        """textDocument/codeAction at a cursor: the actions listed."""
+        types = self.types
+        cursor = types.Position(line, character)
+        result = await self.client.text_document_code_action_async(types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri), range=types.Range(cursor, cursor),
+            context=types.CodeActionContext(diagnostics=[])))
+        return list(result or [])
 
     async def ask_next_edit(self, uri: str, text: str, offset: int
                             ) -> tuple[list[dict[str, Any]], float]:

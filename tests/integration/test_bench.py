@@ -51,3 +51,17 @@ def test_bench_reports_both_paths_request_classes_cursor_classes_and_samplers(tm
                for row in report["samplers"])
     assert all(rss > 100 for rss in report["memory"]["serverPeakRssMb"].values())
     assert not (tmp_path / "dg-engine").exists()  # the bench's engine ran in its own folder
+
+
+def test_the_actions_section_times_real_answers():
+    """Small files, so that the test is quick: every request answered with the action a stub
+    body gets, and the fill check listing every hole."""
+    from dg_lsp.measure.bench_actions import actions_section
+
+    report = actions_section(sizes=(20, 40), requests=3)
+    rows = {row["file"]: row for row in report["codeActions"]}
+    assert list(rows) == ["20 stub functions", "40 stub functions", "one line of 60,000 '['"]
+    assert rows["40 stub functions"]["offered"] == "Complete function body"
+    assert all(row["firstMs"] > 0 and row["p50Ms"] > 0 for row in rows.values())
+    assert report["fillCheck"][0]["functions"] == 40
+    assert report["fillCheck"][0]["holesListed"] == 40
