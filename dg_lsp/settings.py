@@ -30,11 +30,11 @@ from engine.bounds import (
     bounded_argument,
     bounds_of,
 )
+from engine.options import DTYPES, add_model_options
 from engine.serve.token import INHERITED_TIMEOUT, MAX_FILE, inherited_descriptor
 from engine.types import CANVAS_LENGTH, SAMPLERS, SUFFIX_FRACTION, SamplerSettings
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
-DTYPES = ("auto", "int8", "int4", "float32", "bfloat16", "float16", "float64")  # engine.Engine.load
 # "resident": share the engine process for (model, device) with every editor and CLI, starting
 # it when none runs; "inproc": load the model inside this server (tests, one-shot runs). An
 # http(s):// URL instead names a team's engine (`dg-engine serve --ray`), reached with the
@@ -287,13 +287,7 @@ def _parse_sampler(value: Any, current: SamplerSettings, errors: list[str]) -> S
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """--model, --device, --dtype and --seed, as every one-shot command takes them."""
-    parser.add_argument("--model", default=None,
-                        help="checkpoint folder or hub id (default: the bundled model)")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N, mps")
-    parser.add_argument("--dtype", default="auto",
-                        help="auto (int8 linear layers on the CPU, bfloat16 on a GPU), int8 "
-                        "(CPU), int4 (4-bit weights; every family), float32, bfloat16, "
-                        "float16, float64")
+    add_model_options(parser)
     parser.add_argument("--seed", type=_seed, default=0, help="sampler seed (default 0)")
 
 

@@ -33,6 +33,7 @@ from dg_lsp.lsp.state import DgLanguageServer
 from dg_lsp.settings import parse_settings
 from engine.backend import Backend
 from engine.bounds import host_port_argument
+from engine.options import add_model_options
 
 STATS_COMMAND = "dg-lsp.stats"
 __all__ = ["REWRITE_COMMAND", "STATS_COMMAND", "create_server", "serve"]
@@ -74,10 +75,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="listen on TCP instead of stdio")
     # vscode-languageclient (TransportKind.stdio) and other clients add --stdio to the command.
     parser.add_argument("--stdio", action="store_true", help="serve on stdio (the default)")
-    parser.add_argument("--model", help="checkpoint folder or hub id (default: bundled model)")
-    parser.add_argument("--device", default=None, help="auto, cpu, cuda, cuda:N, mps")
-    parser.add_argument("--dtype", default=None, help="auto (default), int8, float32, bfloat16, "
-                        "float16, float64")
+    add_model_options(parser, default=None)  # the editor's settings decide, unless given
     parser.add_argument("--engine", default=None, metavar="resident|inproc|URL",
                         help="share a resident engine process (default), load the model here, "
                         "or use a team's engine at http(s)://HOST:PORT (dg-engine serve --ray)")

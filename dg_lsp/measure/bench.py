@@ -50,6 +50,7 @@ from typing import Any
 
 from engine.bounds import CASES_RANGE, FUNCTIONS_RANGE, SEED_RANGE, bounded_argument
 from engine.models import BUNDLED_MODELS
+from engine.options import add_model_options
 
 SECTIONS = ("lsp", "gate", "samplers", "cache", "concurrency", "memory", "actions",
             "repository", "batch")
@@ -69,11 +70,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="cases per section (batch: files, three functions each)")
     parser.add_argument("--functions", type=bounded_argument(FUNCTIONS_RANGE), default=2,
                         help="whole functions typed keystroke by keystroke (lsp section)")
-    parser.add_argument("--model", default=None,
-                        help="checkpoint folder or hub id (default: the bundled model)")
+    add_model_options(parser, dtype=False)
     parser.add_argument("--ar-model", default=str(AR_BASELINE),
                         help="autoregressive baseline to compare ('' to skip)")
-    parser.add_argument("--device", default="auto")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the engine of the samplers, cache and concurrency "
                         "sections (a GPU switch; see engine.decode.families.compile_model)")

@@ -43,6 +43,7 @@ import numpy as np
 
 from dg_lsp.completion.gate import CALIBRATOR_FILE, FEATURES, Calibrator
 from engine.bounds import CASES_RANGE, SEED_RANGE, bounded_argument
+from engine.options import add_model_options
 
 PENALTIES = (0.1, 1.0, 3.0, 10.0, 30.0)
 FOLDS = 5
@@ -197,8 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--out", type=Path, required=True)
     c.add_argument("--count", type=bounded_argument(CASES_RANGE), default=2400)
     c.add_argument("--seed", type=bounded_argument(SEED_RANGE), default=1)
-    c.add_argument("--model", default=None, help="checkpoint (default: bundled)")
-    c.add_argument("--device", default="cpu")
+    add_model_options(c, default="cpu", dtype=False)
     f = sub.add_parser("fit", help="fit the calibrator, write its JSON")
     f.add_argument("--rows", type=Path, action="append", required=True,
                    help="collect's output (repeatable)")

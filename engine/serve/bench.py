@@ -32,6 +32,7 @@ from engine.bounds import (
     bounded_list_argument,
 )
 from engine.data.stats import percentile
+from engine.options import add_model_options
 from engine.serve.bench_dtypes import add_arguments as add_dtype_arguments
 from engine.serve.bench_dtypes import dtype_rows
 from engine.serve.bench_dtypes import print_rows as print_dtype_rows
@@ -167,8 +168,7 @@ def cache_levels(engine: Any, count: int, max_tokens: int) -> list[dict[str, Any
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("bench", help="throughput and latency at 1/4/8 clients, "
                                    "batched vs one at a time")
-    parser.add_argument("--model", default=None)
-    parser.add_argument("--device", default="auto")
+    add_model_options(parser, dtype=False)
     parser.add_argument("--requests", type=bounded_argument(CASES_RANGE), default=16,
                         help="requests per level")
     parser.add_argument("--max-tokens", type=bounded_argument(HOLE_SIZE_RANGE), default=24,

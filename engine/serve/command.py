@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 from engine.bounds import (
-    ENGINE_THREADS_RANGE,
     IDLE_EXIT_RANGE,
     LARGE_CANVAS_RANGE,
     MAX_BATCH_RANGE,
@@ -23,6 +22,7 @@ from engine.bounds import (
     bounded_argument,
     host_port_argument,
 )
+from engine.options import add_model_options, add_threads_option
 from engine.serve.daemon import DEFAULT_IDLE_EXIT, DEFAULT_MAX_CONNECTIONS, serve_endpoint
 from engine.serve.endpoint import Endpoint, UnsafeRuntimeDir, endpoint_for
 from engine.serve.limits import DEFAULT_REQUEST_TIMEOUT
@@ -32,13 +32,7 @@ from engine.serve.team.command import serve_on_ray
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("serve", help="hold a model and serve dg-lsp and CLI clients")
-    parser.add_argument("--model", default=None, help="checkpoint folder or hub id (default: "
-                        "the bundled model)")
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--dtype", default="auto",
-                        help="auto (masked models: int8 linear layers on the CPU; bfloat16 "
-                        "on a GPU), int8 (CPU), int4 (4-bit weights; every family), "
-                        "float32, bfloat16, float16")
+    add_model_options(parser)
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the model (slow start; see docs/performance.md)")
     parser.add_argument("--socket", type=Path, default=None,
@@ -76,11 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--idle-exit", type=bounded_argument(IDLE_EXIT_RANGE),
                         default=DEFAULT_IDLE_EXIT,
                         help="exit after this many seconds with no client (0: never)")
-    parser.add_argument("--threads", type=bounded_argument(ENGINE_THREADS_RANGE), default=None,
-                        help="CPU threads for the model's passes, fixed (default: "
-                        "OMP_NUM_THREADS where set, else before passes as many as the other "
-                        "processes leave cores, up to torch's default); more than the cores "
-                        "this process may run on are capped at them (engine/threads.py)")
+    add_threads_option(parser)
     add_ray_arguments(parser)
     parser.set_defaults(func=serve)
 

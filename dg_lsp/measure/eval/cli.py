@@ -46,6 +46,7 @@ from engine.bounds import (
     bounds_of,
 )
 from engine.data.cases import KINDS, Case, cut_cases
+from engine.options import add_model_options
 from engine.types import CANVAS_LENGTH, SAMPLERS, SamplerSettings
 
 DEFAULT_MODELS = ["empty", "copy-prev-line", BUNDLED]
@@ -119,10 +120,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--canvas-length", type=bounded_argument(CANVAS_LENGTH_RANGE),
                    default=CANVAS_LENGTH,
                    help="tokens of context + hole the model sees (default: %(default)s)")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="auto",
-                   help="auto (masked models: int8 linear layers on the CPU; bfloat16 on a GPU), "
-                   "int8, int4 (every family), float32, bfloat16, float16")
+    add_model_options(p, model=False)  # --model names several, to compare
     p.add_argument("--exec-timeout", type=bounded_argument(EXEC_TIMEOUT_RANGE), default=5.0,
                    help="seconds one HumanEval program may run")
     p.add_argument("--samples", type=Path, metavar="FILE",
