@@ -68,19 +68,15 @@ def register(server: DgLanguageServer) -> None:
         return await rewrite_command(ls, *args)
 
 
-def code_actions(server: DgLanguageServer, params: types.CodeActionParams
-                 ) -> list[types.CodeAction]:
-    """The actions that apply at the range, without running the model (resolve does),
-    looked for on the caller's thread (the server's handler: `code_actions_for_client`)."""
+async def code_actions(server: DgLanguageServer, params: types.CodeActionParams
+                       ) -> list[types.CodeAction]:
+    """The actions that apply at the range, without running the model (resolve does). They
+    are looked for on a thread: editors ask at every cursor move, and a completion in another
+    document must not wait behind a large file's scan."""
     snapshot = _snapshot(server, params.text_document.uri, params.range)
-    return _listed(params, snapshot, scan(snapshot)[1] if snapshot is not None else [])
-
-
-def _listed(params: types.CodeActionParams, snapshot: Snapshot | None, targets: list[Target]
-            ) -> list[types.CodeAction]:
-    """The code actions of `targets`, found in `snapshot` (none without one)."""
     if snapshot is None:
         return []
+    _, targets = await asyncio.get_running_loop().run_in_executor(None, scan, snapshot)
     uri = snapshot.uri
     actions = []
     for target in targets:
@@ -102,14 +98,8 @@ def _listed(params: types.CodeActionParams, snapshot: Snapshot | None, targets: 
 
 async def code_actions_for_client(server: DgLanguageServer, params: types.CodeActionParams
                                   ) -> list[types.CodeAction]:
-    """The actions at the range; with their edits for a client that cannot resolve them.
-    They are looked for on a thread: editors ask at every cursor move, and a completion in
-    another document must not wait behind a large file's scan."""
-    snapshot = _snapshot(server, params.text_document.uri, params.range)
-    targets: list[Target] = []
-    if snapshot is not None:
-        _, targets = await asyncio.get_running_loop().run_in_executor(None, scan, snapshot)
-    actions = _listed(params, snapshot, targets)
+    """The actions at the range; with their edits for a client that cannot resolve them."""
+    actions = await code_actions(server, params)
     if resolves_lazily(server):
         return actions
     eager = []  # a client that cannot resolve gets every edit now

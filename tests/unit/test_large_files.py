@@ -119,10 +119,10 @@ def test_code_actions_in_a_file_too_large_to_rewrite_parse_nothing():
     server = create_server(Steps())
     open_doc(server, "file:///tmp/big.py", "def f(x):\n    return x\n\n" * 440_000)
     started = time.perf_counter()
-    actions = code_actions(server, types.CodeActionParams(
+    actions = asyncio.run(code_actions(server, types.CodeActionParams(
         types.TextDocumentIdentifier("file:///tmp/big.py"),
         types.Range(types.Position(1, 4), types.Position(1, 12)),
-        types.CodeActionContext(diagnostics=[])))
+        types.CodeActionContext(diagnostics=[]))))
     assert actions == []
     assert server.trees.full_parses == 0
     assert time.perf_counter() - started < 0.3

@@ -186,10 +186,10 @@ def test_a_code_action_for_a_document_replaced_at_the_same_version_changes_nothi
     backend = Held("return a + b")
     server, _, shown = serve(backend)
     open_at(server, "def f(a, b):\n    return a\n", 6)
-    listed = code_actions(server, types.CodeActionParams(
+    listed = asyncio.run(code_actions(server, types.CodeActionParams(
         types.TextDocumentIdentifier(URI), types.Range(types.Position(1, 4),
                                                        types.Position(1, 12)),
-        types.CodeActionContext(diagnostics=[])))
+        types.CodeActionContext(diagnostics=[]))))
     (action,) = [a for a in listed if a.data and a.data["action"] == REWRITE]
     if when is None:  # the same document: the edit, on the selection
         backend.release.set()
