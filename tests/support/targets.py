@@ -10,6 +10,13 @@ from dg_lsp.actions.targets import (
 )
 from dg_lsp.syntax.languages import language_for
 
+# A function with a stub, a TODO beside code (not a hole) and a marked `pass`: two holes.
+MEAN = ("def mean(xs):\n"
+        "    total = 0\n"
+        "    ...\n"
+        "    n = len(xs)  # TODO not alone: no hole\n"
+        "    pass  # TODO: return the mean\n")
+
 
 def doc(text: str, language: str = "python") -> ParsedText:
     return ParsedText(text, language_for(language))

@@ -32,13 +32,7 @@ from engine.backend import CountingBackend
 from engine.serve.client import EngineRefused
 from engine.types import UnitEnd
 from tests.support.scripted import Scripted, holes
-from tests.support.targets import doc
-
-MEAN = ("def mean(xs):\n"
-        "    total = 0\n"
-        "    ...\n"
-        "    n = len(xs)  # TODO not alone: no hole\n"
-        "    pass  # TODO: return the mean\n")
+from tests.support.targets import MEAN, doc
 
 
 def found(text: str, language: str = "python", uri: str = "") -> list[tuple[int, str, str]]:

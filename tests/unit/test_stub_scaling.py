@@ -35,14 +35,10 @@ from dg_lsp.lsp.server import create_server
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for
 from tests.support.scripted import Scripted, holes
+from tests.support.targets import MEAN as TWO_HOLES
 from tests.support.wait import wait_for_async
 
-MEAN = ("def mean(xs):\n"
-        "    total = 0\n"
-        "    ...\n"
-        "    n = len(xs)  # TODO not alone: no hole\n"
-        "    pass  # TODO: return the mean\n"
-        "\n\n")
+MEAN = TWO_HOLES + "\n\n"  # between the stub functions
 
 
 def stub_function(i: int) -> str:
