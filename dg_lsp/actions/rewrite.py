@@ -30,17 +30,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from dg_lsp.actions import signature
-from dg_lsp.actions.targets import (
-    COMPLETE_BODY,
-    DOCSTRING,
-    FIX_SYNTAX,
-    ParsedText,
-    Target,
-    is_docstring,
-)
+from dg_lsp.actions.targets import COMPLETE_BODY, DOCSTRING, FIX_SYNTAX, Target, is_docstring
 from dg_lsp.completion import gate
 from dg_lsp.completion.postprocess import stutters
 from dg_lsp.context import char_budget, windows
+from dg_lsp.document.parsed import ParsedText
 from dg_lsp.settings import Settings
 from dg_lsp.syntax import names
 from dg_lsp.syntax.errors import count_errors

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 import tree_sitter as ts
 
-from dg_lsp.actions.targets import ParsedText, is_docstring
+from dg_lsp.actions.targets import is_docstring
+from dg_lsp.document.parsed import ParsedText
 from dg_lsp.syntax.query import captures
 
 QUERY = "holes"

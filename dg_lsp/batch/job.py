@@ -29,11 +29,11 @@ from dg_lsp.actions.targets import (
     FILL_FUNCTION,
     FIX_SYNTAX,
     REWRITE,
-    ParsedText,
     Target,
     all_targets,
     rewrite_target,
 )
+from dg_lsp.document.parsed import ParsedText
 from dg_lsp.positions import UTF32, position_at
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.errors import count_errors

@@ -33,8 +33,9 @@ from collections import Counter
 from collections.abc import Callable
 
 from dg_lsp.actions.rewrite import Edit
-from dg_lsp.actions.targets import ParsedText, Target
+from dg_lsp.actions.targets import Target
 from dg_lsp.batch.job import BatchJob, Record, run_target, target_record
+from dg_lsp.document.parsed import ParsedText
 from engine.backend import Backend
 from engine.serve.client import EngineBusy, EngineUnavailable
 

@@ -24,7 +24,8 @@ from pygls.exceptions import JsonRpcContentModified, JsonRpcException
 
 from dg_lsp.actions.holes import action_edit, hole_targets
 from dg_lsp.actions.rewrite import MAX_DOCUMENT_CHARS, RewriteError
-from dg_lsp.actions.targets import FIX_SYNTAX, REWRITE, ParsedText, Target, targets_at
+from dg_lsp.actions.targets import FIX_SYNTAX, REWRITE, Target, targets_at
+from dg_lsp.document.parsed import ParsedText
 from dg_lsp.lsp.documents import short_path
 from dg_lsp.lsp.state import DgLanguageServer
 from dg_lsp.positions import offset_at, position_at

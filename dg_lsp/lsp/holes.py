@@ -15,7 +15,7 @@ from lsprotocol import types
 
 from dg_lsp.actions.cursors import complete_at_cursors
 from dg_lsp.actions.rewrite import MAX_DOCUMENT_CHARS
-from dg_lsp.actions.targets import ParsedText
+from dg_lsp.document.parsed import ParsedText
 from dg_lsp.lsp.actions import check_version, on_engine, refuse
 from dg_lsp.lsp.documents import short_path
 from dg_lsp.lsp.messages import FILL_HOLES, FilledHole, FilledHoles, FillHolesParams

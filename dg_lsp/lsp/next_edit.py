@@ -16,7 +16,7 @@ from typing import Any
 from lsprotocol import types
 from pygls.exceptions import JsonRpcContentModified
 
-from dg_lsp.actions.targets import ParsedText
+from dg_lsp.document.parsed import ParsedText
 from dg_lsp.lsp.documents import short_path
 from dg_lsp.lsp.lifecycle import Run, run_request
 from dg_lsp.lsp.messages import (

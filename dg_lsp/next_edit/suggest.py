@@ -40,10 +40,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from dg_lsp.actions.targets import ParsedText
 from dg_lsp.completion import gate
 from dg_lsp.completion.postprocess import stutters
 from dg_lsp.context import char_budget, windows
+from dg_lsp.document.parsed import ParsedText
 from dg_lsp.next_edit.history import RecordedEdit
 from dg_lsp.settings import Settings
 from dg_lsp.syntax import names

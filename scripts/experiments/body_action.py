@@ -25,7 +25,8 @@ from pathlib import Path
 from unittest import mock
 
 from dg_lsp.actions import rewrite
-from dg_lsp.actions.targets import COMPLETE_BODY, ParsedText, targets_at
+from dg_lsp.actions.targets import COMPLETE_BODY, targets_at
+from dg_lsp.document.parsed import ParsedText
 from dg_lsp.measure.eval.heldout import SECOND_PACKAGE, SECOND_VERSION, heldout_sources
 from dg_lsp.measure.eval.scoring import edit_similarity
 from dg_lsp.settings import Settings

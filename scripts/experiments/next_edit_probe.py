@@ -21,7 +21,7 @@ import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from dg_lsp.actions.targets import ParsedText
+from dg_lsp.document.parsed import ParsedText
 from dg_lsp.measure.eval import next_edit as eval_next_edit
 from dg_lsp.measure.eval.heldout import (
     SECOND_PACKAGE,

@@ -22,7 +22,7 @@ pytest.importorskip("ray.serve", reason="Ray is optional: pip install 'dg-lsp[di
 # A Ray cluster of its own.
 pytestmark = pytest.mark.e2e
 
-from dg_lsp.actions.targets import ParsedText  # noqa: E402
+from dg_lsp.document.parsed import ParsedText  # noqa: E402
 from dg_lsp.syntax.errors import count_errors  # noqa: E402
 from dg_lsp.syntax.languages import language_for  # noqa: E402
 from engine.serve.team.remote import RemoteEngine  # noqa: E402

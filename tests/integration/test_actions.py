@@ -20,13 +20,8 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
 from dg_lsp.actions.rewrite import RewriteError, compute_edit
-from dg_lsp.actions.targets import (
-    COMPLETE_BODY,
-    DOCSTRING,
-    FIX_SYNTAX,
-    REWRITE,
-    ParsedText,
-)
+from dg_lsp.actions.targets import COMPLETE_BODY, DOCSTRING, FIX_SYNTAX, REWRITE
+from dg_lsp.document.parsed import ParsedText
 from dg_lsp.lsp.server import REWRITE_COMMAND
 from dg_lsp.positions import offset_at
 from dg_lsp.settings import Settings

@@ -243,8 +243,9 @@ def test_the_batch_bench_cuts_files_and_measures_a_run_through_a_teams_engine(re
 
 
 def test_a_lost_resident_engine_is_not_waited_for():
-    from dg_lsp.actions.targets import DOCSTRING, ParsedText, all_targets
+    from dg_lsp.actions.targets import DOCSTRING, all_targets
     from dg_lsp.batch.job import BatchJob
+    from dg_lsp.document.parsed import ParsedText
     from dg_lsp.syntax.languages import language_for
     from tests.support.scripted import Scripted
 

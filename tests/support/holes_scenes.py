@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dg_lsp.actions.cursors import complete_at_cursors
 from dg_lsp.actions.holes import fill_edit, hole_targets
-from dg_lsp.actions.targets import FILL_FUNCTION, ParsedText
+from dg_lsp.actions.targets import FILL_FUNCTION
+from dg_lsp.document.parsed import ParsedText
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for
 from engine.backend import Backend

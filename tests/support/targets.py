@@ -3,11 +3,8 @@ of each kind (a stub, a definition with no docstring, a syntax error, a selectio
 
 from __future__ import annotations
 
-from dg_lsp.actions.targets import (
-    REWRITE,
-    ParsedText,
-    targets_at,
-)
+from dg_lsp.actions.targets import REWRITE, targets_at
+from dg_lsp.document.parsed import ParsedText
 from dg_lsp.syntax.languages import language_for
 
 # A function with a stub, a TODO beside code (not a hole) and a marked `pass`: two holes.

@@ -15,10 +15,10 @@ from dg_lsp.actions.targets import (
     DOCSTRING,
     FIX_SYNTAX,
     REWRITE,
-    ParsedText,
     all_targets,
     targets_at,
 )
+from dg_lsp.document.parsed import ParsedText
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.errors import count_errors
 from dg_lsp.syntax.languages import language_for

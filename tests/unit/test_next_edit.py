@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dg_lsp.actions.targets import ParsedText
+from dg_lsp.document.parsed import ParsedText
 from dg_lsp.measure.eval.next_edit import Outcome, Rows, format_table, judge, right_spans, summary
 from dg_lsp.next_edit.history import MAX_EDITS, EditHistory
 from dg_lsp.next_edit.suggest import NextEdit, region, rename_rule, spans, suggest

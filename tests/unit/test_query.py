@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import tree_sitter as ts
 
-from dg_lsp.actions.targets import ParsedText
+from dg_lsp.document.parsed import ParsedText
 from dg_lsp.syntax import query
 from dg_lsp.syntax.languages import language_for
 

@@ -8,8 +8,9 @@ from collections import Counter
 import pytest
 
 from dg_lsp.actions.rewrite import compute_edit
-from dg_lsp.actions.targets import ParsedText, targets_at
+from dg_lsp.actions.targets import targets_at
 from dg_lsp.completion.pipeline import CompletionRequest, Pipeline
+from dg_lsp.document.parsed import ParsedText
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for
 from engine.serve import protocol

@@ -23,9 +23,9 @@ from dg_lsp.actions.targets import (
     COMPLETE_BODY,
     FILL_FUNCTION,
     FILL_SELECTION,
-    ParsedText,
     targets_at,
 )
+from dg_lsp.document.parsed import ParsedText
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for
 from engine.backend import CountingBackend

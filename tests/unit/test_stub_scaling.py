@@ -25,10 +25,10 @@ from dg_lsp.actions.targets import (
     FILL_FUNCTION,
     FILL_SELECTION,
     FIX_SYNTAX,
-    ParsedText,
     targets_at,
 )
 from dg_lsp.cli import main
+from dg_lsp.document.parsed import ParsedText
 from dg_lsp.lsp.actions import code_actions_for_client
 from dg_lsp.lsp.completion import complete
 from dg_lsp.lsp.server import create_server

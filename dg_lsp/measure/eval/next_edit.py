@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 from lsprotocol import types
 
-from dg_lsp.actions.targets import ParsedText
+from dg_lsp.document.parsed import ParsedText
 from dg_lsp.measure.bench_lsp import PATHS, Session
 from dg_lsp.next_edit.history import EditHistory, RecordedEdit
 from dg_lsp.next_edit.suggest import NextEdit, region, rename_rule, spans
