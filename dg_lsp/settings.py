@@ -40,7 +40,7 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 # http(s):// URL instead names a team's engine (`dg-engine serve --ray`), reached with the
 # token in `engine_token_file`.
 ENGINE_MODES = ("resident", "inproc")
-# docs/usage.md, "Confidence gate": the calibrated probability (dg_lsp.completion.gate) the rule
+# docs/usage.md, "Confidence gate": the calibrated probability (dg_lsp.document.gate) the rule
 # picks on
 # the bench's held-out cursors (`dg-lsp bench --section gate`).
 DEFAULT_MIN_CONFIDENCE = 0.15
@@ -108,11 +108,11 @@ class Settings:
     # other open documents only.
     repository_context: bool = checked(True, "true or false", lambda v: True)
     # A completion whose calibrated probability of being close to right is below this is not
-    # shown (dg_lsp.completion.gate.hides); 0 shows everything. The default is chosen on held-out
+    # shown (dg_lsp.document.gate.hides); 0 shows everything. The default is chosen on held-out
     # cursors by the rule in docs/usage.md, "Confidence gate".
     min_confidence: float = bounded(DEFAULT_MIN_CONFIDENCE, MIN_CONFIDENCE_RANGE)
     # The gate for code actions, rewrites and batch edits, on the least confident token
-    # (dg_lsp.completion.gate.refusal). 0 by default: no held-out measurement says where a rewrite's
+    # (dg_lsp.document.gate.refusal). 0 by default: no held-out measurement says where a rewrite's
     # score separates right from wrong (docs/usage.md).
     min_edit_confidence: float = bounded(0.0, MIN_CONFIDENCE_RANGE)
 

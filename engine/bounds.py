@@ -121,7 +121,7 @@ HOLE_SIZE_RANGE = Bounds(1, 1024, integer=True)
 HOLE_COUNT_RANGE = Bounds(1, 16, integer=True)
 MASKED_TOKENS_RANGE = Bounds(1, 2048, integer=True)
 # The confidence gate: a completion whose calibrated probability of being close to right, or
-# an edit whose least confident generated token, is below it is not shown (dg_lsp.completion.gate;
+# an edit whose least confident generated token, is below it is not shown (dg_lsp.document.gate;
 # 0 shows everything).
 MIN_CONFIDENCE_RANGE = Bounds(0, 1)
 

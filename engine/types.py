@@ -143,7 +143,7 @@ class Score:
     gave a token when it committed it) of the completion's tokens, those it generated (a
     rewrite's kept tokens are the user's), up to the first stop or uncommitted position. A
     by-product of the passes run: no pass is added for it. The confidence gate
-    (dg_lsp.completion.gate) reads it: through a calibrator for completions, `lowest` for edits."""
+    (dg_lsp.document.gate) reads it: through a calibrator for completions, `lowest` for edits."""
 
     lowest: float  # the least confident token's confidence (1.0 when none was generated)
     mean: float  # their mean (1.0 when none was generated)

@@ -22,8 +22,8 @@ from dataclasses import replace
 from dg_lsp.actions.rewrite import MAX_DOCUMENT_CHARS, Edit, RewriteError, compute_edit
 from dg_lsp.actions.stubs import BODY, Stub, stubs_in
 from dg_lsp.actions.targets import BODY_TOKENS, FILL_FUNCTION, FILL_SELECTION, Target
-from dg_lsp.completion import gate
 from dg_lsp.context import CHARS_PER_TOKEN, detect_indent_unit, windows
+from dg_lsp.document import gate
 from dg_lsp.document.parsed import ParsedText
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.errors import count_errors

@@ -18,7 +18,7 @@ The one edit path for code actions, `dg-lsp rewrite` and batch mode:
    instruction does not ask for it (dg_lsp.actions.signature), and one that loops (a short piece
    four times in a row, dg_lsp.completion.postprocess.stutters) where the original did not.
    An edit the model wrote with a token it was less sure of than `minEditConfidence` is refused
-   before any of this (dg_lsp.completion.gate: "the model is not confident in this edit (0.31 <
+   before any of this (dg_lsp.document.gate: "the model is not confident in this edit (0.31 <
    0.45)").
    A refused edit raises RewriteError with the reason; nothing is ever half applied.
 """
@@ -31,9 +31,9 @@ from dataclasses import dataclass, field, replace
 
 from dg_lsp.actions import signature
 from dg_lsp.actions.targets import COMPLETE_BODY, DOCSTRING, FIX_SYNTAX, Target, is_docstring
-from dg_lsp.completion import gate
 from dg_lsp.completion.postprocess import stutters
 from dg_lsp.context import char_budget, windows
+from dg_lsp.document import gate
 from dg_lsp.document.parsed import ParsedText
 from dg_lsp.settings import Settings
 from dg_lsp.syntax import names

@@ -4,7 +4,7 @@ inlineCompletion, completion and `dg-lsp complete` all call `Pipeline`; they dif
 how they wait for the engine (`complete` blocks; `complete_async` is awaited, so a cancelled
 request stops at the next denoising pass).
 
-The confidence gate hides what the model is unsure of (dg_lsp.completion.gate) from requests
+The confidence gate hides what the model is unsure of (dg_lsp.document.gate) from requests
 nobody made by hand; a request the user made (`asked`: an editor's explicit key or command)
 gets what the model wrote all the same, marked `below_gate` with its confidence. What is not
 shown says why (`Hidden`): the editors tell the user ("unsure (0.12)") rather than stay silent.
@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field, replace
 
-from dg_lsp.completion import gate
 from dg_lsp.completion.cache import CompletionCache
 from dg_lsp.completion.postprocess import postprocess, unit_end
 from dg_lsp.context import Context, OtherDocument, build_context, char_budget
+from dg_lsp.document import gate
 from dg_lsp.repository.retrieve import RepositoryContext
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import LanguageSpec

@@ -3,7 +3,7 @@
 The cursors are the lsp section's (engine/data/cases.py `cut_cursor_cases`, the same seed and
 documents). Each runs the default path once in process (`Pipeline`, default settings but
 `minConfidence` 0) and keeps what it would show with the engine's Score of it and what the
-server knows when it decides; the gate is a filter on those (dg_lsp.completion.gate.hides: the
+server knows when it decides; the gate is a filter on those (dg_lsp.document.gate.hides: the
 calibrator's probability, `calibrated`), so the curve at every threshold comes from the one
 run. Beside it, the same curve for the least confident token alone (`lowest`, what the gate
 read before the calibrator). What is shown is scored as the lsp section scores it (cut to as
@@ -22,14 +22,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dg_lsp.completion.gate import features
+from dg_lsp.document.gate import features
 from dg_lsp.measure.eval.scoring import edit_similarity, exact_match
 from engine.data.cases import Case
 from engine.types import Score
 
 # Denser where the bundled model's curve crosses a third of the cursors shown.
 THRESHOLDS = (0.0, 0.05, 0.1, 0.12, 0.14, 0.16, 0.18, 0.2, 0.22, 0.25, 0.3, 0.4, 0.5, 0.6, 0.8)
-# The calibrator's probabilities (dg_lsp.completion.gate.Calibrator): denser where its curve
+# The calibrator's probabilities (dg_lsp.document.gate.Calibrator): denser where its curve
 # crosses a
 # third of the training cursors shown (each model's pick: docs/usage.md).
 PROBABILITIES = (0.0, 0.02, 0.03, 0.04, 0.045, 0.05, 0.055, 0.06, 0.07, 0.08, 0.1, 0.12, 0.15,
@@ -56,7 +56,7 @@ class Shown:
     similarity: float
     mean: float | None = None  # engine.types.Score.mean
     shown: str = ""  # what is scored: the suggestion cut to as many lines as the reference
-    # What the server knows when it decides (dg_lsp.completion.gate.features reads the Score, the
+    # What the server knows when it decides (dg_lsp.document.gate.features reads the Score, the
     # hole
     # and the text; scripts/experiments/gate_features.py tries the line and finish reason):
     tokens: int = 0  # Score.tokens
@@ -74,7 +74,7 @@ class Shown:
                      self.tokens, self.passes)
 
     def features(self) -> list[float] | None:
-        """dg_lsp.completion.gate.features of the suggestion; None: none was made."""
+        """dg_lsp.document.gate.features of the suggestion; None: none was made."""
         score = self.score()
         if score is None:
             return None
@@ -120,9 +120,9 @@ def lowest(row: Shown) -> float | None:
 
 def calibrated(row: Shown) -> float | None:
     """What the gate compares with minConfidence: the calibrator's probability that the row's
-    suggestion is close to right (dg_lsp.completion.gate.confidence), over LINE_START_SHARE
+    suggestion is close to right (dg_lsp.document.gate.confidence), over LINE_START_SHARE
     for a line start (whose threshold is that share of minConfidence: the same decision)."""
-    from dg_lsp.completion.gate import LINE_START_SHARE, confidence, is_line_start
+    from dg_lsp.document.gate import LINE_START_SHARE, confidence, is_line_start
 
     score = row.score()
     if score is None:
@@ -204,8 +204,8 @@ def score_cost_ms(hole: int, passes: int, repeats: int = 2000) -> float:
 
 def calibrator_cost_ms(repeats: int = 2000) -> float:
     """The median time the calibrator adds to a completion: its features and probability
-    (dg_lsp.completion.gate.confidence) of a 40-character suggestion."""
-    from dg_lsp.completion.gate import confidence
+    (dg_lsp.document.gate.confidence) of a 40-character suggestion."""
+    from dg_lsp.document.gate import confidence
 
     score = Score(0.3, 0.7, 12, 9)
     seconds = []

@@ -1,10 +1,10 @@
-"""Fit the confidence gate's calibrator (dg_lsp.completion.gate.Calibrator) from the bundled
+"""Fit the confidence gate's calibrator (dg_lsp.document.gate.Calibrator) from the bundled
 model's own
 completions on training-corpus cursors.
 
     python -m dg_lsp.measure.gate_fit collect --out runs/gate/train.jsonl   # 2400 cursors, seed 1
     python -m dg_lsp.measure.gate_fit fit --rows runs/gate/train.jsonl
-    # -> dg_lsp/completion/gate_calibrator.json
+    # -> dg_lsp/document/gate_calibrator.json
 
 `collect` cuts cursors with `engine.data.cases.cut_cursor_cases` (the bench's 8 cursor classes)
 from the files of this interpreter's standard library that the corpus builder trains on
@@ -15,9 +15,9 @@ the server knows when it decides) and writes one JSON line per cursor.
 
 `fit` fits a logistic regression (Newton's method, an L2 penalty on the standardized weights
 chosen by 5-fold cross-validated log loss from a small grid; deterministic) predicting that
-the suggestion is right from `dg_lsp.completion.gate.features`, on the cursors that got a
+the suggestion is right from `dg_lsp.document.gate.features`, on the cursors that got a
 suggestion,
-and writes the JSON dg_lsp.completion.gate.calibrator reads. Right is `--label similar` (the
+and writes the JSON dg_lsp.document.gate.calibrator reads. Right is `--label similar` (the
 default):
 the suggestion, cut to as many lines as what was written there, is at least SIMILAR in edit
 similarity to it (exact matches are too few of the training suggestions to fit on, docs/usage.md;
@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from dg_lsp.completion.gate import CALIBRATOR_FILE, FEATURES, Calibrator
+from dg_lsp.document.gate import CALIBRATOR_FILE, FEATURES, Calibrator
 from engine.bounds import CASES_RANGE, SEED_RANGE, bounded_argument
 from engine.options import add_model_options
 

@@ -32,7 +32,7 @@ follows. The suggestion is found in three steps:
 3. **Whether**: a suggestion is offered only if the model changed the span (a word: into
    one of those new words, not a piece of one), the edited document parses no worse, uses
    no name the file lacks (dg_lsp.syntax.names), and the model was at least `minEditConfidence`
-   sure of it (dg_lsp.completion.gate). The user's own edit is never touched, so nothing undoes it.
+   sure of it (dg_lsp.document.gate). The user's own edit is never touched, so nothing undoes it.
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from dg_lsp.completion import gate
 from dg_lsp.completion.postprocess import stutters
 from dg_lsp.context import char_budget, windows
+from dg_lsp.document import gate
 from dg_lsp.document.parsed import ParsedText
 from dg_lsp.next_edit.history import RecordedEdit
 from dg_lsp.settings import Settings

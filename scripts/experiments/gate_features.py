@@ -5,7 +5,7 @@
     python scripts/experiments/gate_features.py runs/gate/train.jsonl
 
 For each label (exact match; edit similarity >= 0.7, the shipped one) and each feature set
-(the shipped six of dg_lsp.completion.gate.FEATURES; with what precedes the cursor on its line,
+(the shipped six of dg_lsp.document.gate.FEATURES; with what precedes the cursor on its line,
 passes
 per token, a brackets hole and whether the engine stopped at the unit's end; the Score's four
 fields alone; `lowest` alone), it prints the cross-validated log loss (the penalty chosen

@@ -11,8 +11,8 @@ import math
 import pytest
 
 from dg_lsp.cli.complete import explanation
-from dg_lsp.completion import gate
 from dg_lsp.completion.pipeline import Completion, CompletionRequest, Hidden, Pipeline
+from dg_lsp.document import gate
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for
 from engine.types import Draft, Score, last_draft

@@ -1,7 +1,7 @@
 """The confidence gate (issue #32): the engine scores what it commits, the score travels with
 the draft (in process and over the wire alike), and a completion or edit the model is not
 sure of is not shown: a completion by the calibrator's probability
-(dg_lsp.completion.gate.Calibrator,
+(dg_lsp.document.gate.Calibrator,
 fitted by dg_lsp.measure.gate_fit), an edit by its least confident token."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from dg_lsp.actions.rewrite import RewriteError, compute_edit
-from dg_lsp.completion import gate
 from dg_lsp.completion.pipeline import CompletionRequest, Pipeline
+from dg_lsp.document import gate
 from dg_lsp.settings import Settings, parse_settings
 from dg_lsp.syntax.languages import language_for
 from engine.serve import protocol
@@ -107,7 +107,7 @@ def complete(lowest: float | None, min_confidence: float, text: str = "x + 1") -
 
 
 # A calibrator made by hand: p = sigmoid(-1 + 4 (lowest - 0.5) - 2 lines + 2 repeated), the
-# other inputs weighted 0 (dg_lsp.completion.gate.FEATURES: lowest, mean, log_tokens, block,
+# other inputs weighted 0 (dg_lsp.document.gate.FEATURES: lowest, mean, log_tokens, block,
 # log_chars,
 # lines, repeated).
 HAND_MADE = gate.Calibrator(mean=(0.5, 0, 0, 0, 0, 0, 0), std=(0.25, 1, 1, 1, 1, 1, 1),
