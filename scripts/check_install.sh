@@ -38,7 +38,7 @@ tar -tzf "$sdist" > "$work/sdist.txt"
 for pair in dg_lsp/grammars/python/context.scm:grammars/python/context.scm \
             dg_lsp/grammars/go/actions.scm:grammars/go/actions.scm \
             dg_lsp/examples/fib.py:dg_lsp/examples/fib.py \
-            dg_lsp/completion/gate_calibrator.json:dg_lsp/completion/gate_calibrator.json \
+            dg_lsp/document/gate_calibrator.json:dg_lsp/document/gate_calibrator.json \
             engine/bundled/default/config.json:engine/bundled/default/config.json; do
   in_wheel=${pair%%:*} in_sdist=${pair#*:}
   grep -q "^$in_wheel " "$work/wheel.txt" || { echo "the wheel lacks $in_wheel"; exit 1; }
