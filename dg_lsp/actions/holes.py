@@ -19,14 +19,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from dg_lsp.actions.rewrite import MAX_DOCUMENT_CHARS, Edit, RewriteError, compute_edit
+from dg_lsp.actions.rewrite import Edit, RewriteError, compute_edit
 from dg_lsp.actions.stubs import BODY, Stub, stubs_in
 from dg_lsp.actions.targets import BODY_TOKENS, FILL_FUNCTION, FILL_SELECTION, Target
 from dg_lsp.context import CHARS_PER_TOKEN, detect_indent_unit, windows
-from dg_lsp.document import gate
+from dg_lsp.document import accept, gate
 from dg_lsp.document.parsed import ParsedText
 from dg_lsp.settings import Settings
-from dg_lsp.syntax.errors import count_errors
 from engine.backend import Backend
 from engine.bounds import HOLE_COUNT_RANGE, MASKED_TOKENS_RANGE
 from engine.text.stops import cut_at_special
@@ -92,8 +91,8 @@ def action_edit(backend: Backend, doc: ParsedText, target: Target, settings: Set
 def fill_edit(backend: Backend, doc: ParsedText, target: Target, settings: Settings,
               cancel: Callable[[], bool] | None = None) -> Edit:
     """Every hole in the target's span filled in one request, as one edit."""
-    if len(doc.text) > MAX_DOCUMENT_CHARS or "\x00" in doc.text:
-        raise RewriteError("the document is too large or binary")
+    if (why := accept.unservable(doc.text)) is not None:
+        raise RewriteError(f"no edit is offered in this document: {why}")
     stubs = stubs_in(doc, target.start, target.end)
     if not stubs:
         raise RewriteError("there is no hole to fill here")
@@ -144,7 +143,7 @@ def checked_fills(doc: ParsedText, stubs: list[Stub], raw: tuple[str, ...]
                   ) -> list[tuple[int, int, str]]:
     """(start, end, fill) of each stub; RewriteError naming the first hole whose fill is
     empty, still a stub or adds syntax errors (or the fills together, where they do)."""
-    before = count_errors(doc.tree)
+    before = doc.errors
     unit = detect_indent_unit(doc.text, doc.language)
     parts = []
     for stub, written in zip(stubs, raw, strict=True):
@@ -153,7 +152,7 @@ def checked_fills(doc: ParsedText, stubs: list[Stub], raw: tuple[str, ...]
             raise RewriteError(f"the model wrote nothing for the hole at {stub.where}")
         alone = ParsedText(doc.text[: stub.start] + fill + doc.text[stub.end :], doc.language,
                            uri=doc.uri)
-        if count_errors(alone.tree) > before:
+        if not accept.parses_no_worse(alone, before):
             raise RewriteError(f"the fill for the hole at {stub.where} does not parse: "
                                f"`{fill.splitlines()[0][:60]}`")
         filled_to = stub.start + len(fill)
@@ -161,7 +160,7 @@ def checked_fills(doc: ParsedText, stubs: list[Stub], raw: tuple[str, ...]
                for s in stubs_in(alone, stub.start, filled_to)):
             raise RewriteError(f"the model left the hole at {stub.where} a stub")
         parts.append((stub.start, stub.end, fill))
-    if count_errors(ParsedText(spliced(doc.text, parts), doc.language).tree) > before:
+    if not accept.parses_no_worse(ParsedText(spliced(doc.text, parts), doc.language), before):
         raise RewriteError("the fills do not parse together")
     return parts
 

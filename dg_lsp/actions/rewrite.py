@@ -16,7 +16,7 @@ The one edit path for code actions, `dg-lsp rewrite` and batch mode:
    never defines or imports (dg_lsp.syntax.names; a name the instruction mentions counts as known),
    or renames a definition in the selection or drops or renames its parameters when the
    instruction does not ask for it (dg_lsp.actions.signature), and one that loops (a short piece
-   four times in a row, dg_lsp.completion.postprocess.stutters) where the original did not.
+   four times in a row, dg_lsp.document.accept.stutters) where the original did not.
    An edit the model wrote with a token it was less sure of than `minEditConfidence` is refused
    before any of this (dg_lsp.document.gate: "the model is not confident in this edit (0.31 <
    0.45)").
@@ -31,13 +31,11 @@ from dataclasses import dataclass, field, replace
 
 from dg_lsp.actions import signature
 from dg_lsp.actions.targets import COMPLETE_BODY, DOCSTRING, FIX_SYNTAX, Target, is_docstring
-from dg_lsp.completion.postprocess import stutters
 from dg_lsp.context import char_budget, windows
-from dg_lsp.document import gate
+from dg_lsp.document import accept, gate
 from dg_lsp.document.parsed import ParsedText
 from dg_lsp.settings import Settings
 from dg_lsp.syntax import names
-from dg_lsp.syntax.errors import count_errors
 from engine.backend import Backend
 from engine.bounds import STRENGTH_RANGE
 from engine.text.units import bracket_depths, indent_width, leading_indent
@@ -53,7 +51,6 @@ MIN_TOKENS = {COMPLETE_BODY: 4, DOCSTRING: 2}
 # stubs the second try offers a body at more functions, about as close to the authors' as
 # the first try's bodies (docs/usage.md, "Code actions"; scripts/experiments/body_action.py).
 BODY_RETRY = {"cache_refresh": 1, "min_tokens": 6}
-MAX_DOCUMENT_CHARS = 5_000_000
 
 
 class RewriteError(Exception):
@@ -81,14 +78,12 @@ def compute_edit(
     cancel: Callable[[], bool] | None = None,
 ) -> Edit:
     """The checked edit for `target` in `doc`; RewriteError when there is none to offer."""
-    if len(doc.text) > MAX_DOCUMENT_CHARS:
-        raise RewriteError(f"the document is too large ({len(doc.text)} characters)")
-    if "\x00" in doc.text:
-        raise RewriteError("the document is binary")
+    if (why := accept.unservable(doc.text)) is not None:
+        raise RewriteError(f"no edit is offered in this document: {why}")
     strength = DEFAULT_STRENGTH if strength is None else strength
     if problem := STRENGTH_RANGE.problem("strength", strength):
         raise RewriteError(problem)
-    before = count_errors(doc.tree)
+    before = doc.errors
     steps = 0
     unasked = None  # why the last parseable edit was refused
     unsure = None  # why the last edit the model was unsure of was refused
@@ -103,8 +98,8 @@ def compute_edit(
             continue
         text = shape(target, generated, doc)
         original = doc.text[target.start : target.end]
-        if text is not None and stutters(text) and not stutters(original):
-            # a small model's loop (dg_lsp.completion.postprocess.stutters)
+        if text is not None and accept.stutters(text) and not accept.stutters(original):
+            # a small model's loop
             unasked = "repeats itself"
             continue
         if text is not None:
@@ -263,8 +258,7 @@ def _parseable(doc: ParsedText, target: Target, text: str, errors_before: int) -
             break
         if target.action != FIX_SYNTAX and not _same_nesting(candidate, original):
             continue  # an edit that closes brackets it did not open changes code outside it
-        edited = doc.text[: target.start] + candidate + doc.text[target.end :]
-        if count_errors(ParsedText(edited, doc.language).tree) <= allowed:
+        if accept.parses_no_worse(doc.replaced(target.start, target.end, candidate), allowed):
             return candidate
     return None
 
@@ -274,15 +268,15 @@ def _unasked_change(doc: ParsedText, target: Target, text: str, instruction: str
     """What replacing the target's span by `text` changes that was not asked for, or None."""
     if doc.language is None:
         return None
-    edited = ParsedText(doc.text[: target.start] + text + doc.text[target.end :], doc.language)
+    edited = doc.replaced(target.start, target.end, text)
+    # The file's words and the instruction's: "use jnp" asks for a name the file lacks.
+    known = doc.text + "\n" + (instruction or "")
+    unknown = accept.unknown_names(doc, edited, target.start, text, known)
+    if unknown:
+        return names.refusal(unknown)
     start = len(doc.text[: target.start].encode("utf-8"))
     old_end = start + len(doc.text[target.start : target.end].encode("utf-8"))
     new_end = start + len(text.encode("utf-8"))
-    # The file's words and the instruction's: "use jnp" asks for a name the file lacks.
-    known = doc.text + "\n" + (instruction or "")
-    unknown = names.unknown_names(doc.language, edited.tree, start, new_end, known)
-    if unknown:
-        return names.refusal(unknown)
     return signature.refusal(doc.language, (doc.tree, start, old_end),
                              (edited.tree, start, new_end), instruction)
 

@@ -33,10 +33,10 @@ from dg_lsp.actions.targets import (
     all_targets,
     rewrite_target,
 )
+from dg_lsp.document import accept
 from dg_lsp.document.parsed import ParsedText
 from dg_lsp.positions import UTF32, position_at
 from dg_lsp.settings import Settings
-from dg_lsp.syntax.errors import count_errors
 from dg_lsp.syntax.languages import LanguageSpec, language_for
 from dg_lsp.syntax.query import captures
 from engine.backend import Backend, CountingBackend
@@ -215,13 +215,12 @@ def merge(label: str, doc: ParsedText, outcomes: list[tuple[Record, Edit | None]
             record.result = "refused: overlaps an earlier edit in the file"
         else:
             chosen.append((record, edit))
-    allowed = count_errors(doc.tree)
     new = apply_edits(doc.text, [e for _, e in chosen])
-    if count_errors(ParsedText(new, doc.language).tree) > allowed:
+    if not accept.parses_no_worse(ParsedText(new, doc.language), doc.errors):
         kept: list[Edit] = []
         for record, edit in chosen:
             candidate = apply_edits(doc.text, kept + [edit])
-            if count_errors(ParsedText(candidate, doc.language).tree) <= allowed:
+            if accept.parses_no_worse(ParsedText(candidate, doc.language), doc.errors):
                 kept.append(edit)
             else:
                 record.result = "refused: conflicts with the file's other edits"

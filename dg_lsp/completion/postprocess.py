@@ -3,17 +3,17 @@
 The steps run in order: cut at special tokens written as text (engine.text.stops), trim to the
 hole kind's syntactic unit, cut a line the suggestion repeats, re-indent to the file's style,
 drop what repeats the suffix, reuse closing brackets already after the cursor, reject junk
-(nothing, the line above again, a loop: `stutters`), check that the insertion does not add
-parse errors, and reject a suggestion that uses a name the document never defines or imports
-(dg_lsp.syntax.names).
+(nothing, the line above again, a loop: dg_lsp.document.accept.stutters), check that the
+insertion does not add parse errors, and reject a suggestion that uses a name the document
+never defines or imports (dg_lsp.syntax.names).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from dg_lsp.context import BLOCK, BRACKETS, COMMENT, Context
+from dg_lsp.document.accept import stutters
 from dg_lsp.syntax import names
 from dg_lsp.syntax.errors import count_errors
 from engine.text import units
@@ -137,17 +137,6 @@ def _drop_suffix_overlap(text: str, suffix: str) -> str:
         if tail == suffix_lines[:k] and any(tail):
             return "\n".join(lines[:-k])
     return text
-
-
-# Four copies in a row of a short piece that starts with a name
-# (`math.pi * math.pi * math.pi * math.pi`, `the file the file the file the file`): a small
-# model's loop, never what the author writes (a row of zeros is not one).
-STUTTER = re.compile(r"((?=[A-Za-z_])[^\n]{2,30}?)\1{3,}")
-
-
-def stutters(text: str) -> bool:
-    """Whether `text` repeats a short piece with a name in it four times in a row."""
-    return STUTTER.search(text) is not None
 
 
 def _is_junk(text: str, ctx: Context) -> bool:

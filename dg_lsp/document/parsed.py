@@ -13,6 +13,7 @@ from itertools import accumulate
 
 import tree_sitter as ts
 
+from dg_lsp.syntax.errors import count_errors
 from dg_lsp.syntax.languages import LanguageSpec
 from dg_lsp.syntax.query import matches
 
@@ -35,6 +36,18 @@ class ParsedText:
             tree = language.parser().parse(self.data)
         self.tree = tree if language is not None else None
         self._char_starts: list[int] | None = None  # byte offset of every character
+        self._errors: int | None = None
+
+    @property
+    def errors(self) -> int:
+        """The tree's ERROR and MISSING nodes (dg_lsp.syntax.errors), counted once."""
+        if self._errors is None:
+            self._errors = count_errors(self.tree)
+        return self._errors
+
+    def replaced(self, start: int, end: int, text: str) -> ParsedText:
+        """The document with characters [start, end) replaced by `text`, parsed."""
+        return ParsedText(self.text[:start] + text + self.text[end:], self.language)
 
     def char(self, byte: int) -> int:
         """The character offset of a byte offset at a character boundary."""

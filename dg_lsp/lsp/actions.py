@@ -23,8 +23,9 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcContentModified, JsonRpcException
 
 from dg_lsp.actions.holes import action_edit, hole_targets
-from dg_lsp.actions.rewrite import MAX_DOCUMENT_CHARS, RewriteError
+from dg_lsp.actions.rewrite import RewriteError
 from dg_lsp.actions.targets import FIX_SYNTAX, REWRITE, Target, targets_at
+from dg_lsp.document import accept
 from dg_lsp.document.parsed import ParsedText
 from dg_lsp.lsp.documents import short_path
 from dg_lsp.lsp.state import DgLanguageServer
@@ -204,9 +205,8 @@ async def rewrite(
     OpenDocument.revision); its WorkspaceEdit."""
     check_version(server, uri, version, revision)
     revision = server.documents.get(uri).revision
-    if len(server.documents.get(uri).text) > MAX_DOCUMENT_CHARS:
-        raise refuse(server, f"{short_path(uri)} is too large to rewrite "
-                     f"(over {MAX_DOCUMENT_CHARS} characters)")
+    if (why := accept.unservable(server.documents.get(uri).text)) is not None:
+        raise refuse(server, f"no edit is offered in {short_path(uri)}: {why}")
     if not server.documents.get(uri).is_valid_text:
         raise refuse(server, f"{short_path(uri)} holds a lone surrogate (not valid Unicode); "
                      "nothing was changed")
@@ -260,16 +260,16 @@ def _snapshot(server: DgLanguageServer, uri: str, lsp_range: types.Range) -> Sna
     hold up the event loop all the same. What costs in proportion to the file (the search
     for targets and stubs) is `scan`'s, on a thread."""
     doc = server.documents.get(uri)
-    # Past MAX_DOCUMENT_CHARS every action is refused anyway; listing them would parse the
+    # Where every action is refused anyway (accept.unservable), listing them would parse the
     # whole file on the event loop (tree-sitter holds the GIL while it parses).
-    if doc is None or not doc.is_valid_text or len(doc.text) > MAX_DOCUMENT_CHARS:
+    if doc is None or not doc.is_valid_text or accept.unservable(doc.text) is not None:
         return None
     enc = server.position_encoding
     # A character past its line's end means the line's end (LSP): a linewise selection
     # ends at Neovim's v:maxcol.
     start = offset_at(doc.text, lsp_range.start, enc, clamp=True)
     end = offset_at(doc.text, lsp_range.end, enc, clamp=True)
-    if end < start or "\x00" in doc.text:
+    if end < start:
         return None
     language = language_for(doc.language_id, uri)
     tree = server.trees.tree(uri, doc.text, language)

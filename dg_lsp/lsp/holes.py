@@ -14,7 +14,7 @@ import functools
 from lsprotocol import types
 
 from dg_lsp.actions.cursors import complete_at_cursors
-from dg_lsp.actions.rewrite import MAX_DOCUMENT_CHARS
+from dg_lsp.document import accept
 from dg_lsp.document.parsed import ParsedText
 from dg_lsp.lsp.actions import check_version, on_engine, refuse
 from dg_lsp.lsp.documents import short_path
@@ -35,9 +35,9 @@ async def fill_holes(server: DgLanguageServer, params: FillHolesParams) -> Fille
     uri, version = params.text_document.uri, params.text_document.version
     check_version(server, uri, version)
     doc = server.documents.get(uri)
-    if len(doc.text) > MAX_DOCUMENT_CHARS or not doc.is_valid_text or "\x00" in doc.text:
-        raise refuse(server, f"cannot complete in {short_path(uri)}: too large, binary or "
-                     "not valid Unicode")
+    why = "it is not valid Unicode" if not doc.is_valid_text else accept.unservable(doc.text)
+    if why is not None:
+        raise refuse(server, f"cannot complete in {short_path(uri)}: {why}")
     encoding = server.position_encoding
     offsets = [offset_at(doc.text, p, encoding) for p in params.positions]
     if any(offset is None for offset in offsets):

@@ -16,6 +16,7 @@ from typing import Any
 from lsprotocol import types
 from pygls.exceptions import JsonRpcContentModified
 
+from dg_lsp.document import accept
 from dg_lsp.document.parsed import ParsedText
 from dg_lsp.lsp.documents import short_path
 from dg_lsp.lsp.lifecycle import Run, run_request
@@ -29,7 +30,7 @@ from dg_lsp.lsp.messages import (
     ShownParams,
 )
 from dg_lsp.lsp.state import DgLanguageServer
-from dg_lsp.next_edit.suggest import MAX_DOCUMENT_CHARS, suggest
+from dg_lsp.next_edit.suggest import suggest
 from dg_lsp.positions import offset_at, position_at
 from dg_lsp.syntax.languages import language_for
 
@@ -63,7 +64,7 @@ async def inline_edit(server: DgLanguageServer, params: InlineEditParams) -> Inl
     if (not server.settings.enabled(doc.language_id or "") or not doc.is_valid_text
             or doc.history.last is None):
         return InlineEditList([])
-    if len(doc.text) > MAX_DOCUMENT_CHARS or "\x00" in doc.text:
+    if accept.unservable(doc.text) is not None:
         # suggest() answers nothing here: checked before the tree is built, which would parse
         # the whole file on the event loop (tree-sitter holds the GIL) and keep it.
         return InlineEditList([])
@@ -94,10 +95,10 @@ async def inline_edit(server: DgLanguageServer, params: InlineEditParams) -> Inl
         server.stats["inlineEditsSuggested"] += 1
         where = types.Range(position_at(text, found.start, encoding),
                             position_at(text, found.end, encoding))
-        accept = types.Command("Accept next edit", INLINE_EDIT_ACCEPTED,
-                               arguments=[uri, seen_version])
+        command = types.Command("Accept next edit", INLINE_EDIT_ACCEPTED,
+                                arguments=[uri, seen_version])
         return InlineEditList([InlineEdit(
             found.text, types.OptionalVersionedTextDocumentIdentifier(uri, seen_version),
-            where, accept)])
+            where, command)])
 
     return await run_request(server, "next edit", uri, InlineEditList([]), work)

@@ -40,14 +40,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from dg_lsp.completion.postprocess import stutters
 from dg_lsp.context import char_budget, windows
-from dg_lsp.document import gate
+from dg_lsp.document import accept, gate
 from dg_lsp.document.parsed import ParsedText
 from dg_lsp.next_edit.history import RecordedEdit
 from dg_lsp.settings import Settings
-from dg_lsp.syntax import names
-from dg_lsp.syntax.errors import count_errors
 from engine.backend import Backend
 from engine.edits.prompt import WORD, LineEdit, changed_words, infill_text, next_words
 from engine.edits.spans import (
@@ -67,7 +64,6 @@ from engine.types import InfillRequest, Score, UnitEnd, last_draft
 # Tokens the model may write for a word (an identifier, a literal) and for a line.
 WORD_TOKENS = 16
 LINE_TOKENS = 48
-MAX_DOCUMENT_CHARS = 1_000_000
 # A longer word (a long string literal) does not fit WORD_TOKENS; the bound (and
 # engine.edits.spans.MAX_ALIKE_CHARS for lines and argument lists) keeps a request's choices
 # inside
@@ -113,7 +109,7 @@ def suggest(
     cancel: Callable[[], bool] | None = None,
 ) -> NextEdit | None:
     """The edit `edit` (the last of `history`) implies near `cursor`, or None."""
-    if len(doc.text) > MAX_DOCUMENT_CHARS or "\x00" in doc.text:
+    if accept.unservable(doc.text) is not None:
         return None
     comment = doc.language.line_comment if doc.language else "#"
     sampler = replace(settings.sampler, share_prefix=False)
@@ -125,7 +121,6 @@ def suggest(
     written = [w for w in next_words(history) if len(w) <= MAX_WORD_CHARS][1 - MAX_CHOICES:]
     choices = (*(f" {word}\n" for word in written), "\n")
     line_edit = edit.line_edit()
-    errors = None
     steps = 0
     for span in spans(doc, edit, cursor)[:MAX_SPANS]:
         start, end = span.start, span.end
@@ -166,13 +161,11 @@ def suggest(
                 text = text or None
         if offered is not None and text not in offered:
             text = None  # an engine that cannot follow choices wrote something else
-        if text is None or text == original or stutters(text):
+        if text is None or text == original or accept.stutters(text):
             continue  # the model keeps this one as it is, or loops
         if gate.refusal(last.score, settings.min_edit_confidence) is not None:
             continue
-        if errors is None:
-            errors = count_errors(doc.tree)
-        if _acceptable(doc, start, end, text, errors):
+        if _acceptable(doc, start, end, text):
             return NextEdit(start, end, text, last.score, steps)
     return None
 
@@ -186,16 +179,13 @@ def _word(generated: str, original: str) -> str | None:
     return found.group()
 
 
-def _acceptable(doc: ParsedText, start: int, end: int, text: str, errors: int) -> bool:
+def _acceptable(doc: ParsedText, start: int, end: int, text: str) -> bool:
     """Whether replacing doc[start:end] by `text` parses no worse and names nothing new."""
     if doc.language is None:
         return True
-    edited = ParsedText(doc.text[:start] + text + doc.text[end:], doc.language)
-    if count_errors(edited.tree) > errors:
-        return False
-    first = len(doc.text[:start].encode("utf-8"))
-    return not names.unknown_names(doc.language, edited.tree, first,
-                                   first + len(text.encode("utf-8")), doc.text)
+    edited = doc.replaced(start, end, text)
+    return (accept.parses_no_worse(edited, doc.errors)
+            and not accept.unknown_names(doc, edited, start, text))
 
 
 def rename_rule(edit: RecordedEdit, doc: ParsedText, cursor: int) -> NextEdit | None:

@@ -14,10 +14,11 @@ from dataclasses import replace
 
 import pytest
 from lsprotocol import types
-from pygls.exceptions import JsonRpcContentModified
+from pygls.exceptions import JsonRpcContentModified, JsonRpcException
 
 from dg_lsp.actions.targets import REWRITE
-from dg_lsp.lsp.actions import code_actions, resolve_action
+from dg_lsp.document.accept import MAX_DOCUMENT_CHARS
+from dg_lsp.lsp.actions import code_actions, resolve_action, rewrite
 from dg_lsp.lsp.completion import complete
 from dg_lsp.lsp.messages import InlineEditParams
 from dg_lsp.lsp.next_edit import inline_edit
@@ -134,7 +135,8 @@ def test_a_next_edit_for_a_document_replaced_in_flight_is_empty_never_the_old_ra
 def test_a_next_edit_in_a_document_too_large_answers_empty_without_parsing_it():
     backend = Scripted(" total\n")
     server, logged, _ = serve(backend)
-    filler = "def f(x):\n    return x\n\n" * 45_000  # 1.1 MB: over next_edit's bound
+    function = "def f(x):\n    return x\n\n"
+    filler = function * (MAX_DOCUMENT_CHARS // len(function) + 1)  # over the edits' bound
     version = rename(server, SOURCE + filler)
     answer = asyncio.run(inline_edit(server, next_edit_params(version)))
     assert answer.edits == []
@@ -142,6 +144,20 @@ def test_a_next_edit_in_a_document_too_large_answers_empty_without_parsing_it():
         "count", "total", 1) + filler  # the kept text only: no tree was built
     assert server.trees._entries[URI].tree is None
     assert backend.requests == [] and logged == []
+
+
+def test_a_rewrite_in_a_document_too_large_is_refused_with_the_bound_and_sends_nothing():
+    backend = Scripted("return a + b")
+    server, _, shown = serve(backend)
+    function = "def f(a, b):\n    return a\n\n"
+    text = function * (MAX_DOCUMENT_CHARS // len(function) + 1)
+    open_at(server, text, 3)
+    selection = types.Range(types.Position(1, 4), types.Position(1, 12))
+    with pytest.raises(JsonRpcException):
+        asyncio.run(rewrite(server, URI, 3, selection))
+    assert shown == [f"dg-lsp: no edit is offered in prices.py: it is too large ({len(text)} "
+                     f"characters, at most {MAX_DOCUMENT_CHARS})"]
+    assert backend.requests == []
 
 
 def test_an_undo_during_the_debounce_answers_empty_quietly():
