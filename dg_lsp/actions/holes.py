@@ -19,24 +19,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from dg_lsp.actions.rewrite import Edit, RewriteError, compute_edit
+from dg_lsp.actions.rewrite import compute_edit
 from dg_lsp.actions.stubs import BODY, Stub, stubs_in
 from dg_lsp.actions.targets import BODY_TOKENS, FILL_FUNCTION, FILL_SELECTION, Target
-from dg_lsp.context import CHARS_PER_TOKEN, detect_indent_unit, windows
+from dg_lsp.context import detect_indent_unit
 from dg_lsp.document import accept, gate
+from dg_lsp.document.edit import Edit, RewriteError, spliced
+from dg_lsp.document.holes import MAX_HOLE_TOKENS, MAX_HOLES, canvas_texts, filled
 from dg_lsp.document.parsed import ParsedText
 from dg_lsp.settings import Settings
 from engine.backend import Backend
-from engine.bounds import HOLE_COUNT_RANGE, MASKED_TOKENS_RANGE
 from engine.text.stops import cut_at_special
 from engine.text.units import BLOCK, trim_block
-from engine.types import Draft, HolesRequest, UnitEnd, last_draft
+from engine.types import HolesRequest, UnitEnd
 
 FILL_ACTIONS = (FILL_FUNCTION, FILL_SELECTION)
 STATEMENT_TOKENS = 32  # a statement stub: a line or a few
 # The most holes, and masked tokens in all, one request asks for: the engine's bounds.
-MAX_HOLES = int(HOLE_COUNT_RANGE.high)
-MAX_HOLE_TOKENS = int(MASKED_TOKENS_RANGE.high)
 
 
 def hole_targets(doc: ParsedText, start: int, end: int) -> list[Target]:
@@ -122,23 +121,6 @@ def holes_request(doc: ParsedText, stubs: list[Stub], settings: Settings) -> Hol
                         settings.suffix_fraction, until)
 
 
-def canvas_texts(text: str, spans: list[tuple[int, int, str]], canvas_length: int,
-                 hole_tokens: int, suffix_fraction: float) -> tuple[str, ...]:
-    """The texts around holes at `spans` (start, end, text the model reads just before the
-    hole), in document order: the prefix and suffix cut to whole-line windows of what the
-    canvas has left after the holes and the code between them; RewriteError when that is
-    nothing."""
-    middles = [text[spans[i - 1][1] : start] + lead
-               for i, (start, _, lead) in enumerate(spans) if i]
-    left = (canvas_length - hole_tokens) * CHARS_PER_TOKEN - sum(len(m) for m in middles)
-    if left <= 0:
-        raise RewriteError(f"the holes ({hole_tokens} tokens) and the code between them do "
-                           f"not fit the model's canvas ({canvas_length} tokens)")
-    prefix, suffix = windows(text[: spans[0][0]] + spans[0][2], text[spans[-1][1] :], left,
-                             suffix_fraction)
-    return (prefix, *middles, suffix)
-
-
 def checked_fills(doc: ParsedText, stubs: list[Stub], raw: tuple[str, ...]
                   ) -> list[tuple[int, int, str]]:
     """(start, end, fill) of each stub; RewriteError naming the first hole whose fill is
@@ -165,46 +147,12 @@ def checked_fills(doc: ParsedText, stubs: list[Stub], raw: tuple[str, ...]
     return parts
 
 
-def spliced(text: str, parts: list[tuple[int, int, str]], start: int = 0,
-            end: int | None = None) -> str:
-    """text[start:end] with each (part start, part end, new text) of `parts` (in document
-    order, not overlapping, inside [start, end]) in place: one join, where replacing them one
-    by one copied the whole text once per part."""
-    pieces, at = [], start
-    for part_start, part_end, new in parts:
-        pieces += [text[at:part_start], new]
-        at = part_end
-    pieces.append(text[at:end])
-    return "".join(pieces)
-
-
 def shape_fill(written: str, indent: str, outer: str) -> str:
     """A hole's text as it replaces a stub at `indent`: up to the first line that leaves the
     stub's block (dedented to `outer` or less), blank lines around it dropped, its first line
     with no indentation of its own (it follows the stub's)."""
     text = trim_block(cut_at_special(written), indent, outer)
     return text.strip("\n").lstrip(" \t").rstrip()
-
-
-def filled(backend: Backend, request: HolesRequest, cancel: Callable[[], bool] | None,
-           uri: str, what: str) -> Draft:
-    """The last draft of `request`'s holes (`what` they are to the user: the holes, the
-    cursors); RewriteError when it was cancelled or the engine refused it. A running engine
-    from before several holes at once does not know the request: the user is told so rather
-    than given the engine's reason."""
-    try:
-        last = last_draft(backend.holes_stream(request, cancel, document=uri or None))
-    except ValueError as exc:
-        if getattr(exc, "code", "") == "unknown-op":
-            raise RewriteError("the running engine predates filling several holes at once: "
-                               "restart dg-engine to use it") from exc
-        raise RewriteError(f"the engine refused the {what}: {exc}") from exc
-    if last is None or last.finish_reason == "cancelled":
-        raise RewriteError("cancelled")
-    if len(last.holes) != len(request.max_tokens):
-        raise RewriteError(f"the engine answered {len(last.holes)} holes for "
-                           f"{len(request.max_tokens)}")
-    return last
 
 
 def _target(action: str, stubs: list[Stub]) -> Target:

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from dg_lsp.actions import signature
 from dg_lsp.actions.targets import COMPLETE_BODY, DOCSTRING, FIX_SYNTAX, Target, is_docstring
 from dg_lsp.context import char_budget, windows
 from dg_lsp.document import accept, gate
+from dg_lsp.document.edit import Edit, RewriteError
 from dg_lsp.document.parsed import ParsedText
 from dg_lsp.settings import Settings
 from dg_lsp.syntax import names
@@ -51,21 +52,6 @@ MIN_TOKENS = {COMPLETE_BODY: 4, DOCSTRING: 2}
 # stubs the second try offers a body at more functions, about as close to the authors' as
 # the first try's bodies (docs/usage.md, "Code actions"; scripts/experiments/body_action.py).
 BODY_RETRY = {"cache_refresh": 1, "min_tokens": 6}
-
-
-class RewriteError(Exception):
-    """Why an action produced no edit; the message is shown to the user as it is."""
-
-
-@dataclass
-class Edit:
-    start: int  # replace text[start:end] of the document it was computed for
-    end: int
-    text: str
-    steps: int  # forward passes the model ran
-    # The same edit as separate (start, end, text) replacements, where it is made of several
-    # (the fills of stub holes, dg_lsp.actions.holes): an editor gets one TextEdit each.
-    parts: list[tuple[int, int, str]] = field(default_factory=list)
 
 
 def compute_edit(

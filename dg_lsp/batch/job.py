@@ -22,7 +22,6 @@ from typing import Any
 import tree_sitter as ts
 
 from dg_lsp.actions.holes import action_edit, all_hole_targets
-from dg_lsp.actions.rewrite import Edit, RewriteError
 from dg_lsp.actions.targets import (
     COMPLETE_BODY,
     DOCSTRING,
@@ -34,6 +33,7 @@ from dg_lsp.actions.targets import (
     rewrite_target,
 )
 from dg_lsp.document import accept
+from dg_lsp.document.edit import Edit, RewriteError
 from dg_lsp.document.parsed import ParsedText
 from dg_lsp.positions import UTF32, position_at
 from dg_lsp.settings import Settings

@@ -32,9 +32,9 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from dg_lsp.actions.rewrite import Edit
 from dg_lsp.actions.targets import Target
 from dg_lsp.batch.job import BatchJob, Record, run_target, target_record
+from dg_lsp.document.edit import Edit
 from dg_lsp.document.parsed import ParsedText
 from engine.backend import Backend
 from engine.serve.client import EngineBusy, EngineUnavailable

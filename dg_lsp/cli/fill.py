@@ -20,9 +20,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from dg_lsp.actions.holes import all_hole_targets, fill_edit, spliced
-from dg_lsp.actions.rewrite import RewriteError
+from dg_lsp.actions.holes import all_hole_targets, fill_edit
 from dg_lsp.actions.stubs import stubs_in
+from dg_lsp.document.edit import RewriteError, spliced
 from dg_lsp.document.parsed import ParsedText
 from dg_lsp.files import SourceError, diff_label, read_source, unified_diff, write_source
 from dg_lsp.lsp.engine_host import NoEngine, check_engine_arguments, open_for_command

@@ -21,9 +21,10 @@ import json
 import sys
 from pathlib import Path
 
-from dg_lsp.actions.rewrite import DEFAULT_STRENGTH, RewriteError, compute_edit
+from dg_lsp.actions.rewrite import DEFAULT_STRENGTH, compute_edit
 from dg_lsp.actions.targets import ACTIONS, REWRITE, targets_at
 from dg_lsp.cli.complete import cursor_offset
+from dg_lsp.document.edit import RewriteError
 from dg_lsp.document.parsed import ParsedText
 from dg_lsp.files import SourceError, diff_label, read_source, unified_diff, write_source
 from dg_lsp.lsp.engine_host import NoEngine, check_engine_arguments, open_for_command

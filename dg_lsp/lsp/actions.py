@@ -23,9 +23,9 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcContentModified, JsonRpcException
 
 from dg_lsp.actions.holes import action_edit, hole_targets
-from dg_lsp.actions.rewrite import RewriteError
 from dg_lsp.actions.targets import FIX_SYNTAX, REWRITE, Target, targets_at
 from dg_lsp.document import accept
+from dg_lsp.document.edit import RewriteError
 from dg_lsp.document.parsed import ParsedText
 from dg_lsp.lsp.documents import short_path
 from dg_lsp.lsp.state import DgLanguageServer

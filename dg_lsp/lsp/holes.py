@@ -1,5 +1,5 @@
 """`dg-lsp/fillHoles`: a completion at every cursor, each its own, in one request
-(dg_lsp.actions.cursors; the messages: dg_lsp.lsp.messages).
+(dg_lsp.completion.cursors; the messages: dg_lsp.lsp.messages).
 
 The user asked for it by hand (the editors' "Complete at every cursor"), so a refusal is an
 LSP error the user is shown, as a code action's is (dg_lsp.lsp.actions): the document not open
@@ -13,7 +13,7 @@ import functools
 
 from lsprotocol import types
 
-from dg_lsp.actions.cursors import complete_at_cursors
+from dg_lsp.completion.cursors import complete_at_cursors
 from dg_lsp.document import accept
 from dg_lsp.document.parsed import ParsedText
 from dg_lsp.lsp.actions import check_version, on_engine, refuse

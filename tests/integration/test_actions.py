@@ -19,8 +19,9 @@ import pytest_asyncio
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from dg_lsp.actions.rewrite import RewriteError, compute_edit
+from dg_lsp.actions.rewrite import compute_edit
 from dg_lsp.actions.targets import COMPLETE_BODY, DOCSTRING, FIX_SYNTAX, REWRITE
+from dg_lsp.document.edit import RewriteError
 from dg_lsp.document.parsed import ParsedText
 from dg_lsp.lsp.server import REWRITE_COMMAND
 from dg_lsp.positions import offset_at

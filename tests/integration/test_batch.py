@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from dg_lsp.actions.rewrite import RewriteError, compute_edit
+from dg_lsp.actions.rewrite import compute_edit
 from dg_lsp.actions.targets import DOCSTRING, all_targets
 from dg_lsp.batch.job import ACTION_NAMES, apply_edits
 from dg_lsp.cli import main
+from dg_lsp.document.edit import RewriteError
 from dg_lsp.document.parsed import ParsedText
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.errors import count_errors

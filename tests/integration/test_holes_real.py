@@ -12,10 +12,10 @@ import sys
 
 import pytest
 
-from dg_lsp.actions.cursors import complete_at_cursors
 from dg_lsp.actions.holes import fill_edit, hole_targets
-from dg_lsp.actions.rewrite import RewriteError
 from dg_lsp.actions.stubs import find_stubs
+from dg_lsp.completion.cursors import complete_at_cursors
+from dg_lsp.document.edit import RewriteError
 from dg_lsp.document.parsed import ParsedText
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.errors import count_errors

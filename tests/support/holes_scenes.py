@@ -1,13 +1,13 @@
 """Several holes at once in the real editors (tests/e2e/test_vscode_window.py,
 tests/e2e/test_neovim_holes.py): the files the editors open, where their cursors go, and the
 text the server must leave in the buffer, computed in this process through the same code the
-server runs (dg_lsp.actions.cursors, dg_lsp.actions.holes) at the default settings."""
+server runs (dg_lsp.completion.cursors, dg_lsp.actions.holes) at the default settings."""
 
 from __future__ import annotations
 
-from dg_lsp.actions.cursors import complete_at_cursors
 from dg_lsp.actions.holes import fill_edit, hole_targets
 from dg_lsp.actions.targets import FILL_FUNCTION
+from dg_lsp.completion.cursors import complete_at_cursors
 from dg_lsp.document.parsed import ParsedText
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for

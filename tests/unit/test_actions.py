@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from dg_lsp.actions.rewrite import RewriteError, _same_nesting, compute_edit, shape
+from dg_lsp.actions.rewrite import _same_nesting, compute_edit, shape
 from dg_lsp.actions.targets import (
     COMPLETE_BODY,
     DOCSTRING,
@@ -18,6 +18,7 @@ from dg_lsp.actions.targets import (
     all_targets,
     targets_at,
 )
+from dg_lsp.document.edit import RewriteError
 from dg_lsp.document.parsed import ParsedText
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.errors import count_errors

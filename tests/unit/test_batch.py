@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dg_lsp.actions.rewrite import Edit, model_input
+from dg_lsp.actions.rewrite import model_input
 from dg_lsp.actions.targets import DOCSTRING, all_targets
 from dg_lsp.batch.discover import discover
 from dg_lsp.batch.job import (
@@ -25,6 +25,7 @@ from dg_lsp.batch.job import (
 )
 from dg_lsp.batch.plan import prepare
 from dg_lsp.cli import build_parser, main
+from dg_lsp.document.edit import Edit
 from dg_lsp.document.parsed import ParsedText
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from dg_lsp.actions.rewrite import RewriteError, compute_edit
+from dg_lsp.actions.rewrite import compute_edit
 from dg_lsp.completion.pipeline import CompletionRequest, Pipeline
 from dg_lsp.document import gate
+from dg_lsp.document.edit import RewriteError
 from dg_lsp.settings import Settings, parse_settings
 from dg_lsp.syntax.languages import language_for
 from engine.serve import protocol

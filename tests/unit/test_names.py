@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from dg_lsp.actions.rewrite import RewriteError, compute_edit
+from dg_lsp.actions.rewrite import compute_edit
 from dg_lsp.completion.pipeline import CompletionRequest, Pipeline
 from dg_lsp.completion.postprocess import postprocess
 from dg_lsp.context import build_context
+from dg_lsp.document.edit import RewriteError
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for
 from tests.support.scripted import Scripted

@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from dg_lsp.actions.cursors import complete_at_cursors
 from dg_lsp.actions.holes import (
-    MAX_HOLES,
     STATEMENT_TOKENS,
     action_edit,
     all_hole_targets,
     fill_edit,
     hole_targets,
 )
-from dg_lsp.actions.rewrite import RewriteError
 from dg_lsp.actions.stubs import BODY, STATEMENT, find_stubs
 from dg_lsp.actions.targets import (
     BODY_TOKENS,
@@ -25,6 +22,9 @@ from dg_lsp.actions.targets import (
     FILL_SELECTION,
     targets_at,
 )
+from dg_lsp.completion.cursors import complete_at_cursors
+from dg_lsp.document.edit import RewriteError
+from dg_lsp.document.holes import MAX_HOLES
 from dg_lsp.document.parsed import ParsedText
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for

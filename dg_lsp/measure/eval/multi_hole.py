@@ -7,7 +7,7 @@ between the first and the last). A hole is cut one of two ways (`--cut`):
 - statement (the default): the statement alone, its line's indentation left before the hole
   and its newline after it. It is what editors send: the fill action's hole is a stub from its
   indentation to its line's end (dg_lsp.actions.stubs), and a cursor on an emptied line stands
-  after the indentation with the newline after it (dg_lsp.actions.cursors);
+  after the indentation with the newline after it (dg_lsp.completion.cursors);
 - line: the whole line, indentation and newline included: HumanEval-Infilling's single-line
   shape, which the single-line cases cut (engine.data.cases). Its hole ends in a newline and
   the code after it starts with bare indentation, a token boundary the training rows never

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dg_lsp.actions.holes import MAX_HOLE_TOKENS, MAX_HOLES, canvas_texts, filled
-from dg_lsp.actions.rewrite import RewriteError
 from dg_lsp.completion.postprocess import Suggestion, postprocess, unit_end
 from dg_lsp.context import build_context, char_budget
+from dg_lsp.document.edit import RewriteError
+from dg_lsp.document.holes import MAX_HOLE_TOKENS, MAX_HOLES, canvas_texts, filled
 from dg_lsp.document.parsed import ParsedText
 from dg_lsp.settings import Settings
 from engine.backend import Backend
