@@ -305,7 +305,7 @@ ENGINE_HELP = {"inproc": "inproc: load the model in this process",
 def add_engine_arguments(parser: argparse.ArgumentParser, modes: tuple[str, ...],
                          default: str) -> None:
     """--engine (one of `modes`, or a team engine's http(s):// URL) and --token-file, as
-    `dg-lsp serve` takes them; dg_lsp.lsp.engine_host.open_backend turns them into the engine."""
+    `dg-lsp serve` takes them; dg_lsp.engines.open_backend turns them into the engine."""
     parser.add_argument("--engine", type=engine_argument(modes), default=default,
                         metavar="|".join((*modes, "URL")),
                         help="; ".join(ENGINE_HELP[m] for m in modes) + "; or a team's "

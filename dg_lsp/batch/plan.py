@@ -9,8 +9,8 @@ from dg_lsp.actions.targets import FILL_FUNCTION, FIX_SYNTAX, REWRITE, Target
 from dg_lsp.batch.discover import discover
 from dg_lsp.batch.job import ACTION_NAMES, BatchJob, Queries, QueryError, file_targets
 from dg_lsp.document.parsed import ParsedText
+from dg_lsp.engines import check_engine_arguments
 from dg_lsp.files import Source, SourceError, read_source
-from dg_lsp.lsp.engine_host import check_engine_arguments
 from dg_lsp.settings import ENGINE_MODES, settings_from_arguments
 from dg_lsp.syntax.languages import LANGUAGES, LanguageSpec, language_for
 

@@ -14,7 +14,7 @@ from dg_lsp.batch import shared
 from dg_lsp.batch.job import BatchJob, FileResult, merge, run_target
 from dg_lsp.batch.plan import BadInput, Plan
 from dg_lsp.batch.report import Progress
-from dg_lsp.lsp.engine_host import NoEngine, open_for_command
+from dg_lsp.engines import NoEngine, open_for_command
 from engine.backend import Backend
 
 
@@ -23,7 +23,7 @@ class RunFailed(Exception):
 
 
 def open_engine(job: BatchJob) -> Backend:
-    """The engine the command line names (dg_lsp.lsp.engine_host.open_backend); BadInput when
+    """The engine the command line names (dg_lsp.engines.open_backend); BadInput when
     there is none: the model cannot load here, the engine cannot be reached or started, the
     token file cannot be used or the token is refused."""
     from engine import CheckpointError

@@ -21,8 +21,8 @@ from lsprotocol import types
 from dg_lsp.completion.pipeline import Completion, CompletionRequest, Hidden, Pipeline
 from dg_lsp.context import Context
 from dg_lsp.document import gate
+from dg_lsp.engines import NoEngine, check_engine_arguments, open_for_command
 from dg_lsp.files import SourceError, read_source
-from dg_lsp.lsp.engine_host import NoEngine, check_engine_arguments, open_for_command
 from dg_lsp.positions import UTF32, line_end, line_of, line_start, offset_at, position_at
 from dg_lsp.repository.retrieve import context_for_file
 from dg_lsp.settings import (

@@ -24,8 +24,8 @@ from dg_lsp.actions.holes import all_hole_targets, fill_edit
 from dg_lsp.actions.stubs import stubs_in
 from dg_lsp.document.edit import RewriteError, spliced
 from dg_lsp.document.parsed import ParsedText
+from dg_lsp.engines import NoEngine, check_engine_arguments, open_for_command
 from dg_lsp.files import SourceError, diff_label, read_source, unified_diff, write_source
-from dg_lsp.lsp.engine_host import NoEngine, check_engine_arguments, open_for_command
 from dg_lsp.settings import (
     ENGINE_MODES,
     add_engine_arguments,

@@ -26,8 +26,8 @@ from dg_lsp.actions.targets import ACTIONS, REWRITE, targets_at
 from dg_lsp.cli.complete import cursor_offset
 from dg_lsp.document.edit import RewriteError
 from dg_lsp.document.parsed import ParsedText
+from dg_lsp.engines import NoEngine, check_engine_arguments, open_for_command
 from dg_lsp.files import SourceError, diff_label, read_source, unified_diff, write_source
-from dg_lsp.lsp.engine_host import NoEngine, check_engine_arguments, open_for_command
 from dg_lsp.settings import (
     ENGINE_MODES,
     add_engine_arguments,

@@ -23,7 +23,7 @@ import pickle
 from pathlib import Path
 
 from dg_lsp.completion.pipeline import Pipeline
-from dg_lsp.lsp.engine_host import open_for_command
+from dg_lsp.engines import open_for_command
 from dg_lsp.measure.eval import cross_file
 from dg_lsp.measure.eval.heldout import HELDOUT_PACKAGES, heldout_sources
 from dg_lsp.measure.eval.scoring import exact_match

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from dg_lsp.lsp.engine_host import NoEngine, check_engine_arguments, open_for_command
+from dg_lsp.engines import NoEngine, check_engine_arguments, open_for_command
 from dg_lsp.measure.eval import multi_hole, next_edit
 from dg_lsp.measure.eval.baselines import BASELINES
 from dg_lsp.measure.eval.heldout import (
