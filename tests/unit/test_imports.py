@@ -8,9 +8,10 @@ would make the engine unusable by other front ends (docs/architecture.md).
 The layers, each importing only its own and those below it (docs/architecture.md):
 
     commands and LSP   dg_lsp.cli, dg_lsp.lsp, dg_lsp.batch, dg_lsp.measure
-    features           dg_lsp.completion, dg_lsp.next_edit, dg_lsp.actions
-    shared             dg_lsp.syntax, dg_lsp.settings, dg_lsp.context, dg_lsp.positions,
-                       dg_lsp.files, dg_lsp (its version)
+    features           dg_lsp.completion, dg_lsp.next_edit, dg_lsp.actions (never each other)
+    shared             dg_lsp.document, dg_lsp.syntax, dg_lsp.settings, dg_lsp.context,
+                       dg_lsp.positions, dg_lsp.files, dg_lsp.engines, dg_lsp.repository,
+                       dg_lsp (its version)
     engine             engine.*
 """
 
@@ -127,7 +128,8 @@ LAYERS = {  # package or module -> layer; higher layers import lower ones, never
     "dg_lsp.cli": 3, "dg_lsp.lsp": 3, "dg_lsp.batch": 3, "dg_lsp.measure": 3,
     "dg_lsp.completion": 2, "dg_lsp.next_edit": 2, "dg_lsp.actions": 2,
     "dg_lsp.syntax": 1, "dg_lsp.settings": 1, "dg_lsp.context": 1, "dg_lsp.positions": 1,
-    "dg_lsp.files": 1, "dg_lsp": 1, "dg_lsp.repository": 1,
+    "dg_lsp.files": 1, "dg_lsp": 1, "dg_lsp.repository": 1, "dg_lsp.document": 1,
+    "dg_lsp.engines": 1,
     "engine": 0,
 }
 
@@ -156,6 +158,48 @@ def test_each_layer_imports_only_its_own_and_those_below():
     """Commands and LSP -> features -> syntax and settings -> engine: a feature never imports
     the LSP layer or a command, the shared helpers no feature."""
     assert upward_imports(import_graph()) == {}
+
+
+FEATURES = ("dg_lsp.completion", "dg_lsp.next_edit", "dg_lsp.actions")
+
+
+def _package(module: str, packages: tuple[str, ...]) -> str | None:
+    return next((p for p in packages if module == p or module.startswith(p + ".")), None)
+
+
+def cross_imports(graph: dict[str, set[str]], packages: tuple[str, ...]
+                  ) -> dict[str, list[str]]:
+    """Imports from one of `packages` into another of them."""
+    found = {}
+    for module, deps in sorted(graph.items()):
+        home = _package(module, packages)
+        crossing = sorted(d for d in deps if _package(d, packages) not in (None, home))
+        if home is not None and crossing:
+            found[module] = crossing
+    return found
+
+
+def test_an_import_between_features_is_found():
+    graph = {"dg_lsp.next_edit.suggest": {"dg_lsp.completion.gate", "dg_lsp.document.gate"},
+             "dg_lsp.completion.pipeline": {"dg_lsp.completion.cache"}}
+    assert cross_imports(graph, FEATURES) == {
+        "dg_lsp.next_edit.suggest": ["dg_lsp.completion.gate"]}
+
+
+def test_no_feature_imports_another():
+    """What two features share lives below them (dg_lsp.document: the parsed document, the
+    acceptance rules, the gate), so each can be read and changed alone."""
+    assert cross_imports(import_graph(), FEATURES) == {}
+
+
+def test_the_commands_open_an_engine_without_the_language_server():
+    """dg-lsp complete, rewrite, fill, batch and eval open their engine with dg_lsp.engines;
+    none of them imports the LSP layer."""
+    graph = import_graph()
+    assert {m: sorted(d for d in deps if _package(d, ("dg_lsp.lsp",)))
+            for m, deps in graph.items()
+            if _package(m, ("dg_lsp.cli", "dg_lsp.batch", "dg_lsp.measure.eval"))
+            and any(_package(d, ("dg_lsp.lsp",)) for d in deps)} == {}
 
 
 def test_no_test_module_imports_another():
