@@ -25,7 +25,7 @@ from contextlib import closing
 from dataclasses import dataclass, field, replace
 
 from dg_lsp.completion.cache import CompletionCache
-from dg_lsp.completion.postprocess import postprocess, unit_end
+from dg_lsp.completion.postprocess import Suggestion, postprocess, unit_end
 from dg_lsp.context import Context, OtherDocument, build_context, char_budget
 from dg_lsp.document import gate
 from dg_lsp.repository.retrieve import RepositoryContext
@@ -81,6 +81,15 @@ class Pipeline:
         self.backend = backend
         self.settings = settings or Settings()
         self.cache = cache if cache is not None else CompletionCache()
+        # The last post-processed draft: a chosen text is checked before it is kept, then
+        # decided on, and is post-processed (parsed) once.
+        self._shaped: tuple[str, Context, Suggestion | None] | None = None
+
+    def suggestion(self, raw: str, ctx: Context) -> Suggestion | None:
+        """postprocess(raw, ctx), computed once for the same draft."""
+        if self._shaped is None or self._shaped[0] != raw or self._shaped[1] is not ctx:
+            self._shaped = (raw, ctx, postprocess(raw, ctx))
+        return self._shaped[2]
 
     def context(self, request: CompletionRequest) -> Context:
         hole = max(self.settings.hole_size.values())
@@ -123,7 +132,7 @@ class Pipeline:
                         yield last
             if last is None:
                 return
-            if last.finish_reason == "cancelled" or postprocess(last.text, ctx) is not None:
+            if last.finish_reason == "cancelled" or self.suggestion(last.text, ctx) is not None:
                 yield last
                 return
             passes = last.step
@@ -136,7 +145,7 @@ class Pipeline:
         """The completion to show for the engine's `last` draft, or why there is none."""
         if last is None or last.finish_reason == "cancelled":
             return Hidden("cancelled")
-        suggestion = postprocess(last.text, ctx)
+        suggestion = self.suggestion(last.text, ctx)
         if suggestion is None:
             return Hidden("nothing usable")
         repeated = suggestion.text in ctx.gate_repeats

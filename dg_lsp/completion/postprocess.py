@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import tree_sitter as ts
+
 from dg_lsp.context import BLOCK, BRACKETS, COMMENT, Context
 from dg_lsp.document.accept import stutters
 from dg_lsp.syntax import names
@@ -48,9 +50,8 @@ def postprocess(raw: str, ctx: Context) -> Suggestion | None:
     text = text.rstrip()
     if _is_junk(text, ctx):
         return None
-    suggestion = _reuse_closers(text, ctx.line_suffix)
-    suggestion = _check_syntax(suggestion, ctx)
-    return _check_names(suggestion, ctx)
+    suggestion, tree = _check_syntax(_reuse_closers(text, ctx.line_suffix), ctx)
+    return _check_names(suggestion, tree, ctx)
 
 
 def unit_end(ctx: Context) -> UnitEnd:
@@ -162,10 +163,12 @@ def _reuse_closers(text: str, line_suffix: str) -> Suggestion:
     return Suggestion(text, 0)
 
 
-def _check_syntax(suggestion: Suggestion, ctx: Context) -> Suggestion | None:
-    """Keep the suggestion if inserting it adds no ERROR/MISSING nodes; else try shorter ones."""
+def _check_syntax(suggestion: Suggestion, ctx: Context
+                  ) -> tuple[Suggestion | None, ts.Tree | None]:
+    """Keep the suggestion if inserting it adds no ERROR/MISSING nodes; else try shorter ones.
+    With it, the tree of the cursor's window with it in place (None without a grammar)."""
     if ctx.language is None:
-        return suggestion
+        return suggestion, None
     parser = ctx.language.parser()
     before = ctx.prefix_window + ctx.suffix
     baseline = count_errors(parser.parse(before.encode()))
@@ -173,24 +176,25 @@ def _check_syntax(suggestion: Suggestion, ctx: Context) -> Suggestion | None:
     while True:
         after = (ctx.prefix_window + candidate.text
                  + ctx.suffix[candidate.replace:])
-        if count_errors(parser.parse(after.encode())) <= baseline:
-            return candidate
+        tree = parser.parse(after.encode())
+        if count_errors(tree) <= baseline:
+            return candidate, tree
         shorter = candidate.text.rsplit("\n", 1)[0] if "\n" in candidate.text else ""
         if not shorter.strip():
-            return None
+            return None, None
         candidate = _reuse_closers(shorter.rstrip(), ctx.line_suffix)
 
 
-def _check_names(suggestion: Suggestion | None, ctx: Context) -> Suggestion | None:
-    """None if the suggestion uses a name the document never defines or imports."""
-    if suggestion is None or not names.checked(ctx.language):
+def _check_names(suggestion: Suggestion | None, tree: ts.Tree | None, ctx: Context
+                 ) -> Suggestion | None:
+    """None if the suggestion uses a name the document never defines or imports. `tree`: the
+    cursor's window with the suggestion in place (_check_syntax parsed it), so the word it
+    continues (`jn|` + `p.sum`) and the dot before it (`x.|jnp`) are read as the file has
+    them."""
+    if suggestion is None or tree is None or not names.checked(ctx.language):
         return suggestion
-    # The cursor's window with the suggestion in place: the word it continues (`jn|` +
-    # `p.sum`) and the dot before it (`x.|jnp`) are read as the file has them.
     before = ctx.prefix_window.encode()
     inserted = suggestion.text.encode()
-    window = before + inserted + ctx.suffix[suggestion.replace:].encode()
-    tree = ctx.language.parser().parse(window)
     unknown = names.unknown_names(ctx.language, tree, len(before), len(before) + len(inserted),
                                   ctx.document)
     return None if unknown else suggestion
