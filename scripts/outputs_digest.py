@@ -11,14 +11,20 @@ held-out cursors (dg_lsp/measure/eval/heldout.py, the bench's cursors):
   the engine in this process and through the resident engine over its socket;
 - the engine's raw drafts for the same cursor as an infill, a rewrite of the held-out text and
   a two-hole fill (each draft's token ids), in process.
-Every line is one request, so a difference names the request it is in.
+Every line is one request, so a difference names the request it is in. One thread for every
+pass, here and in the resident engine: the engine otherwise picks its threads by the machine's
+load (engine/threads.py), and a float sum over another number of threads may differ in its
+last bits, which can move a confidence.
 """
 
 from __future__ import annotations
 
+import os
+
+os.environ["OMP_NUM_THREADS"] = "1"  # before torch is imported; the resident engine inherits it
+
 import argparse
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
