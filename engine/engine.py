@@ -6,8 +6,9 @@
     for draft in eng.infill_stream(InfillRequest(prefix, suffix, 32)): ...
 
 The family decides how the hole is filled; its decoder (engine.decode.families), chosen once at
-load, turns a request into the Steps the runner (engine.decode.runner) advances pass by pass: here
-alone, as a batch of one; in the resident engine beside other requests. All three families
+load, lays a request's decoding into its `Sequence` (engine.decode.sequence), which the runner
+(engine.decode.runner) advances pass by pass: here alone, as a batch of one; in the resident
+engine beside other requests. All three families
 yield the same Drafts. Engine implements engine.backend.Backend, as the resident engine's
 client does.
 
@@ -20,7 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections import abc
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -28,7 +30,8 @@ from torch import Tensor, nn
 
 from engine.backend import EngineInfo
 from engine.decode.families import Decoder, decoder_for
-from engine.decode.runner import Live, Runner
+from engine.decode.runner import Runner
+from engine.decode.sequence import Sequence
 from engine.models.config import ModelConfig
 from engine.text.canvas import VocabText
 from engine.text.stops import completion_ids
@@ -155,9 +158,9 @@ class Engine:
         (engine.decode.holes); each draft's `holes` holds every hole's committed text."""
         return self._stream(request, cancel)
 
-    def fill_holes(self, texts: Sequence[str], max_tokens: Sequence[int],
+    def fill_holes(self, texts: abc.Sequence[str], max_tokens: abc.Sequence[int],
                    settings: SamplerSettings | None = None,
-                   until: Sequence[UnitEnd | None] | None = None,
+                   until: abc.Sequence[UnitEnd | None] | None = None,
                    canvas_length: int = CANVAS_LENGTH,
                    suffix_fraction: float = SUFFIX_FRACTION) -> HolesResult:
         """Fill the holes between `texts` (prefix, the code between the holes, suffix): the
@@ -205,18 +208,23 @@ class Engine:
             timings=timings,
         )
 
-    def live(self, request: InfillRequest | RewriteRequest | HolesRequest,
-             cancel: Callable[[], bool] | None = None, deadline: float | None = None,
-             alone: bool = False, **options: Any) -> Live:
+    def sequence(self, request: InfillRequest | RewriteRequest | HolesRequest,
+                 cancel: Callable[[], bool] | None = None, deadline: float | None = None,
+                 alone: bool = False, **options: Any) -> Sequence:
         """`request` being decoded, for `runner` to step (options: as `Decoder.start`)."""
-        until = request.until if isinstance(request, InfillRequest) else None
-        return Live(self.decoder.start(request, **options), until, cancel, deadline, alone)
+        seq = Sequence(request, deadline=deadline, cancel_check=cancel, alone=alone)
+        return self.start(seq, **options)
+
+    def start(self, seq: Sequence, **options: Any) -> Sequence:
+        """`seq` with its request's decoding laid in by the family's decoder (options: as
+        `Decoder.start`); no pass is run yet (but a partial rewrite's scoring pass)."""
+        return self.decoder.start(seq, **options)
 
     def _stream(self, request: InfillRequest | RewriteRequest | HolesRequest,
                 cancel: Callable[[], bool] | None, **options: Any) -> Iterator[Draft]:
         # A generator: nothing (not even the canvas) is computed until the first draft is
         # asked for, and a request that cannot be laid out raises there.
-        yield from self.runner.drafts(self.live(request, cancel, **options))
+        yield from self.runner.drafts(self.sequence(request, cancel, **options))
 
     def completion_ids(self, draft: Draft) -> list[int]:
         """The draft's tokens up to the first stop token or uncommitted position."""

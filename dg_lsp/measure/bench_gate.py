@@ -178,7 +178,7 @@ def group_curves(rows: list[Shown], thresholds: tuple[float, ...] = PROBABILITIE
 
 def score_cost_ms(hole: int, passes: int, repeats: int = 2000) -> float:
     """The median time the score adds to a completion of `passes` passes in a hole of
-    `hole` tokens: what MaskedDenoiser.advance and .draft do for it each pass (keep the
+    `hole` tokens: what engine.decode.denoise's advance and draft do for it each pass (keep the
     committed positions' confidences; read the completion's and take their min and mean).
     Timed alone: on a shared CPU the whole completion's time varies by far more than this."""
     import math

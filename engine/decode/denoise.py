@@ -1,12 +1,16 @@
-"""The masked family's denoiser: fill a canvas's hole in a few parallel steps.
+"""The masked family's step: fill a canvas's hole in a few parallel steps.
 
 Each step runs the model, proposes a token for every hole position and commits the ones the
-sampler picks (engine.decode.samplers); committed tokens never change. A `MaskedDenoiser`
-returns a `Draft` after every step; the last one has `done=True` and a `finish_reason`. The
-runner (engine.decode.runner) steps it, alone or with other holes' full passes in one batch.
+sampler picks (engine.decode.samplers); committed tokens never change. The step is plain
+functions of a Sequence (engine.decode.sequence: the canvas, what is committed, the counts)
+and the `Rules` it holds (set when it starts, `begin`): `step_alone` runs its next pass alone
+(`forward`) and commits from it (`advance`), returning a `Draft`; the last one has `done=True`
+and a `finish_reason`. The runner (engine.decode.runner) steps a Sequence alone or runs the
+full passes of several as one batch (`full_pass_input` / `hole_from_full` / `advance`).
 Which canvas rows a pass runs is engine.decode.passes; which tokens the hole may hold,
 engine.decode.constraints; what a step commits besides the sampler's picks (the stop run,
-early stop, DreamOn's edits, choices), engine.decode.hole.
+early stop, DreamOn's edits, choices, and each hole's own rules when a request has several),
+engine.decode.hole.
 
 Variable length. A stop token (EOS/pad) committed inside the hole ends the completion there:
 every position after it becomes pad at once, so it costs no further steps. With
@@ -57,17 +61,18 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from engine.decode import hole as rule
 from engine.decode.constraints import token_constraints
-from engine.decode.hole import Hole, choose, edit_dreamon, follow_choices, stop_early, stop_run
 from engine.decode.kv_cache import ContextCache, PrefixCache, first_positions, joined
 from engine.decode.passes import hole_logits, live_span, logit_rows, rows_to_logits
 from engine.decode.samplers import adjust_logits, step
+from engine.decode.sequence import Rules, Sequence
 from engine.models.config import ModelConfig
 from engine.models.transformer import LayerKV, Transformer
-from engine.text.canvas import Canvas, VocabText, completion_text
+from engine.text.canvas import Canvas, HolesCanvas, VocabText, completion_text, to_lf
 from engine.text.stops import completion_ids
 from engine.text.tokenizer import Tokenizer
-from engine.types import Draft, SamplerSettings, score_of
+from engine.types import Draft, SamplerSettings, UnitEnd, score_of
 
 
 def _sync(device: torch.device) -> None:
@@ -83,313 +88,359 @@ StepObserver = Callable[[Tensor, Tensor, SamplerSettings, Tensor, bool], None]
 STEP_OBSERVERS: list[StepObserver] = []
 
 
-class MaskedDenoiser:
-    """One hole being denoised, advanced one forward pass at a time.
+def begin(
+    seq: Sequence,
+    model: Transformer,
+    config: ModelConfig,
+    tokenizer: Tokenizer,
+    canvas: Canvas,
+    settings: SamplerSettings,
+    stop_ids: set[int],
+    *,
+    stop_early: bool = True,
+    vocab: VocabText | None = None,
+    timings: dict[str, float] | None = None,
+    prefix_cache: PrefixCache | None = None,
+    start: tuple[list[int], list[bool]] | None = None,
+    passes_before: int = 0,
+) -> Sequence:
+    """Lay `canvas`'s hole into `seq`, with the rules its steps follow; no pass is run.
 
-    `step` runs its next pass alone; the runner (engine.decode.runner) runs the full passes of
-    several holes as one padded batch instead (`full_pass_input` / `hole_from_full` /
-    `advance`).
-    """
+    `stop_ids`: the tokens that end the completion (`Decoder.stop_ids`). `start` (tokens,
+    committed flags) replaces the all-mask hole: a rewrite keeps the committed tokens and
+    denoises the rest. `passes_before`: forward passes already run for this hole (a rewrite's
+    scoring pass), counted in its drafts' steps."""
+    if config.mask_token_id is None:
+        raise ValueError("the model has no mask token")
+    device = next(model.parameters()).device
+    timings = {} if timings is None else timings
+    timings.setdefault("forward", 0.0)
+    timings.setdefault("sample", 0.0)
+    stop_list = sorted(stop_ids)
+    pad = config.pad_token_id
+    expand_id = config.expand_token_id
+    choices = canvas.choices if expand_id is None else None
+    refresh = max(1, settings.cache_refresh)
+    seq.rules = Rules(
+        tokenizer=tokenizer, canvas=canvas, settings=settings, stop_ids=stop_ids,
+        stop_list=stop_list,
+        stop_tensor=torch.tensor(stop_list, dtype=torch.long, device=device),
+        pad_id=pad if pad is not None else config.eos_token_id, expand_id=expand_id,
+        mask_id=config.mask_token_id,
+        constraints=token_constraints(config, canvas, model.cfg.vocab_size, device, stop_ids,
+                                      stop_early=stop_early, vocab=vocab,
+                                      follows_choices=choices is not None),
+        choices=choices, refresh=refresh,
+        prefix_cache=prefix_cache if refresh > 1 and settings.share_prefix else None,
+        timings=timings, holes=[(0, canvas.hole_len)])
+    seq.generator = torch.Generator(device=device).manual_seed(settings.seed)
+    seq.x = torch.tensor(canvas.ids, device=device)
+    seq.start, seq.n = canvas.hole_start, canvas.hole_len
+    seq.committed = torch.zeros(seq.n, dtype=torch.bool, device=device)
+    seq.confidence = torch.full((seq.n,), math.nan, device=device)
+    if start is not None:
+        seq.set_hole(*start)
+        seq.rules.holes = [(0, seq.n)]
+    seq.ended = [False]
+    seq.passes_before = passes_before
+    return seq
 
-    def __init__(
-        self,
-        model: Transformer,
-        config: ModelConfig,
-        tokenizer: Tokenizer,
-        canvas: Canvas,
-        settings: SamplerSettings,
-        stop_ids: set[int],
-        *,
-        stop_early: bool = True,
-        vocab: VocabText | None = None,
-        timings: dict[str, float] | None = None,
-        prefix_cache: PrefixCache | None = None,
-        start: tuple[list[int], list[bool]] | None = None,
-        passes_before: int = 0,
-    ) -> None:
-        """`stop_ids`: the tokens that end the completion (`Decoder.stop_ids`). `start`
-        (tokens, committed flags) replaces the all-mask hole: a rewrite keeps the committed
-        tokens and denoises the rest. `passes_before`: forward passes already run for this
-        hole (a rewrite's scoring pass), counted in its drafts' steps."""
-        if config.mask_token_id is None:
-            raise ValueError("the model has no mask token")
-        self.model, self.config, self.tokenizer, self.canvas = model, config, tokenizer, canvas
-        self.settings = settings
-        device = next(model.parameters()).device
-        self.device = device
-        self.timings = {} if timings is None else timings
-        self.timings.setdefault("forward", 0.0)
-        self.timings.setdefault("sample", 0.0)
-        self.stop_ids = stop_ids
-        # Built once: the stop-run rule and min_tokens index by them at every step.
-        self.stop_list = sorted(self.stop_ids)
-        self.stop_tensor = torch.tensor(self.stop_list, dtype=torch.long, device=device)
-        pad = config.pad_token_id
-        self.pad_id = pad if pad is not None else config.eos_token_id
-        self.expand_id = config.expand_token_id
-        # A hole of fixed length follows its choices position by position (engine.text.choices);
-        # DreamOn's hole changes length, so it keeps their tokens only.
-        self.choices = canvas.choices if self.expand_id is None else None
-        self.constraints = token_constraints(
-            config, canvas, model.cfg.vocab_size, device, stop_ids, stop_early=stop_early,
-            vocab=vocab, follows_choices=self.choices is not None)
-        self.generator = torch.Generator(device=device).manual_seed(settings.seed)
-        self.refresh = max(1, settings.cache_refresh)
-        self.prefix_cache = (prefix_cache if self.refresh > 1 and settings.share_prefix
-                             else None)
-        self.hole = Hole(canvas, device)
-        if start is not None:
-            self.hole.rebuild(*start)
-        self.cache: ContextCache | None = None
-        self.stale = True  # the cache no longer matches the canvas layout
-        self.stopped = False
-        self.steps = 0
-        # Steps whose logits were a row slice of an earlier pass's, not a pass of their own
-        # (`advance`): the drafts count forward passes, steps - reused.
-        self.reused = 0
-        # Whether the pass whose logits `advance` gets next wrote the cache it read (a full
-        # pass or a refresh): then the passes after it may reuse its logits.
-        self._wrote_cache = False
-        self.passes_before = passes_before
-        self._masked_range: tuple[int, int] | None = None  # this step's; advance() clears it
 
-    @property
-    def done(self) -> bool:
-        return self.hole.n == 0 or not bool(self.hole.masked().any())
+def begin_holes(seq: Sequence, model: Transformer, config: ModelConfig, tokenizer: Tokenizer,
+                layout: HolesCanvas, settings: SamplerSettings, stop_ids: set[int], *,
+                vocab: VocabText, texts: list[str] | tuple[str, ...],
+                units: tuple[UnitEnd | None, ...], timings: dict[str, float] | None = None,
+                prefix_cache: PrefixCache | None = None) -> Sequence:
+    """`begin` for several holes of one canvas (engine.decode.holes): the canvas hole spans
+    them all, the code kept between them committed from the start; `texts`: the request's;
+    `units`: each hole's unit end."""
+    begin(seq, model, config, tokenizer, layout.canvas, settings, stop_ids, vocab=vocab,
+          timings=timings, prefix_cache=prefix_cache, start=(layout.tokens, layout.committed))
+    rules = seq.rules
+    rules.holes, rules.heals = layout.holes, layout.heals
+    for k, heal in enumerate(layout.heals[1:], start=1):
+        if heal:
+            first = torch.zeros(model.cfg.vocab_size, dtype=torch.bool, device=seq.x.device)
+            first[vocab.ids_starting_with(heal)] = True
+            rules.firsts[k] = first
+    rules.texts = [to_lf(text) for text in texts]
+    rules.units = list(units)
+    seq.ended = [False] * len(layout.holes)
+    return seq
 
-    def draft(self, done: bool = False, reason: str = "") -> Draft:
-        tokens = self.hole.tokens()
-        committed = self.hole.committed.tolist()
-        settled = next((i for i, c in enumerate(committed) if not c), len(committed))
-        ids = completion_ids(tokens[:settled], self.stop_ids)
-        text = completion_text(self.canvas, self.tokenizer.decode(ids))
-        passes = self.passes
-        sampled = [c for c in self.hole.confidence[: len(ids)].tolist() if not math.isnan(c)]
-        return Draft(step=passes, token_ids=tokens, committed=sum(committed), text=text,
-                     done=done, finish_reason=reason, score=score_of(sampled, passes))
 
-    @property
-    def passes(self) -> int:
-        """Forward passes run for this hole (and before it: `passes_before`)."""
-        return self.steps - self.reused + self.passes_before
+def done(seq: Sequence) -> bool:
+    """Whether every hole position is committed."""
+    return seq.n == 0 or not bool(seq.masked().any())
 
-    def final(self, reason: str | None = None) -> Draft:
-        """The last Draft: `reason` given (cancelled), or how the hole ended."""
-        return self.draft(True, reason or ("stop" if self.stopped else "length"))
 
-    def step(self) -> Draft:
-        """Run this hole's next forward pass alone and commit from it; the new Draft."""
-        if self.done:
-            return self.final()
-        t0 = time.perf_counter()
-        logits = self.forward()
-        _sync(self.device)
-        self.timings["forward"] += time.perf_counter() - t0
-        return self.advance(logits)
+def passes(seq: Sequence) -> int:
+    """Forward passes run for this hole (and before it: `passes_before`)."""
+    return seq.steps - seq.reused + seq.passes_before
 
-    def close(self) -> None:
-        """Nothing to release: its tensors go with it."""
 
-    def batchable(self) -> bool:
-        """Whether its next pass may run in a batch with other holes' (a plain full pass)."""
-        return not self.done and self.full_pass_next() and not self.reuses_prefix()
+def draft(seq: Sequence, finished: bool = False, reason: str = "") -> Draft:
+    """The hole as it stands: its committed text up to the first gap or stop token (several
+    holes: each hole's, in `holes`, and spliced into the code kept between them)."""
+    rules = seq.rules
+    if rules.texts is not None:
+        return _holes_draft(seq, rules, finished, reason)
+    tokens = seq.hole_tokens()
+    committed = seq.committed.tolist()
+    settled = next((i for i, c in enumerate(committed) if not c), len(committed))
+    ids = completion_ids(tokens[:settled], rules.stop_ids)
+    text = completion_text(rules.canvas, rules.tokenizer.decode(ids))
+    n = passes(seq)
+    sampled = [c for c in seq.confidence[: len(ids)].tolist() if not math.isnan(c)]
+    return Draft(step=n, token_ids=tokens, committed=sum(committed), text=text,
+                 done=finished, finish_reason=reason, score=score_of(sampled, n))
 
-    def full_pass_input(self) -> tuple[Tensor, tuple[int, int]]:
-        """What a batched full pass needs of this hole: its canvas ids [S] and the canvas
-        rows it reads logits of (`hole_from_full` then takes its own)."""
-        return self.hole.x, self.logit_rows()
 
-    def full_pass_next(self) -> bool:
-        """Whether the next step runs the whole canvas (else the live span, cached)."""
-        if self.refresh == 1 or self.stale:
-            return True
-        return self.refresh_next() and self.settings.refresh_window is None
+def _holes_draft(seq: Sequence, rules: Rules, finished: bool, reason: str) -> Draft:
+    ids: list[int] = []
+    confidences: list[float] = []
+    committed = 0
+    for k, (a, b) in enumerate(rules.holes):
+        hole_ids = rule.hole_ids(seq, rules, k)
+        ids += hole_ids
+        confidences += [c for c in seq.confidence[a : a + len(hole_ids)].tolist()
+                        if not math.isnan(c)]
+        committed += int(seq.committed[a:b].sum())
+    holes = tuple(rule.hole_text(seq, rules, k) for k in range(len(rules.holes)))
+    texts = ([text.replace("\n", "\r\n") for text in rules.texts] if rules.canvas.crlf
+             else rules.texts)
+    n = passes(seq)
+    return Draft(step=n, token_ids=ids, committed=committed, text=rule.spliced(texts, holes),
+                 done=finished, finish_reason=reason, score=score_of(confidences, n), holes=holes)
 
-    def refresh_next(self) -> bool:
-        """Whether the next step refreshes the cache (a full pass, or a windowed one)."""
-        return self.steps % self.refresh == 0
 
-    def masked_range(self) -> tuple[int, int]:
-        """Hole positions [lo, hi), first masked to last: the rows a step reads and samples.
+def final(seq: Sequence, reason: str | None = None) -> Draft:
+    """The last Draft: `reason` given (cancelled), or how the hole ended."""
+    return draft(seq, True, reason or ("stop" if seq.stopped else "length"))
 
-        Committed positions around them need no logits, and a cached pass need not run them
-        (a trailing run of committed pads is most of a single-line hole). Read once a step
-        (forward, then advance): it syncs with the device."""
-        if self._masked_range is None:
-            idx = self.hole.masked().nonzero()
-            self._masked_range = (0, 0) if idx.numel() == 0 else (int(idx[0]), int(idx[-1]) + 1)
-        return self._masked_range
 
-    def _span(self) -> tuple[int, int]:
-        lo, hi = self.masked_range()
-        return self.hole.start + lo, self.hole.start + hi
+def step_alone(model: Transformer, seq: Sequence) -> Draft:
+    """Run the hole's next forward pass alone and commit from it; the new Draft."""
+    if done(seq):
+        return final(seq)
+    t0 = time.perf_counter()
+    logits = forward(model, seq)
+    _sync(seq.x.device)
+    seq.rules.timings["forward"] += time.perf_counter() - t0
+    return advance(model, seq, logits)
 
-    def logit_rows(self) -> tuple[int, int]:
-        """Canvas rows a full pass must compute logits for."""
-        return logit_rows(*self._span(), self.model.cfg.shift_logits)
 
-    def hole_from_full(self, raw: Tensor, kv: list[LayerKV], offset: int = 0) -> Tensor:
-        """Logits of the hole's masked range (rows lo..hi-1 of `masked_range`) from a full
-        pass: raw logits [1, r, V] of canvas rows offset.. (covering `logit_rows`), keys/values
-        of every position. Keeps the cache when R > 1."""
-        p0, p1 = self._span()
-        shifted = self.model.cfg.shift_logits
-        r0, r1 = logit_rows(p0, p1, shifted)
-        if self.refresh > 1:
-            self.cache, self.stale = ContextCache(kv, self.hole.x.shape[0]), False
-            self._wrote_cache = True
-        return rows_to_logits(raw[0, r0 - offset : r1 - offset], p0, p1, shifted)
+def batchable(seq: Sequence) -> bool:
+    """Whether its next pass may run in a batch with other holes' (a plain full pass)."""
+    return not done(seq) and full_pass_next(seq) and not reuses_prefix(seq)
 
-    def reuses_prefix(self) -> bool:
-        """Whether the next pass starts from another request's cached prefix."""
-        return self.prefix_cache is not None and self.steps == 0
 
-    def forward(self) -> Tensor:
-        """Run this hole's next forward pass alone; the logits of its masked range."""
-        with torch.inference_mode():
-            if self.reuses_prefix():
-                return self._first_pass_from_prefix_cache()
-            if self.full_pass_next():
-                rows = self.logit_rows()
-                raw, kv = self.model(self.hole.x[None], logit_rows=rows)
-                return self.hole_from_full(raw, kv, offset=rows[0])
-            if not self.refresh_next():
-                logits, _ = hole_logits(self.model, self.hole.x, self._span(), self.cache)
-                return logits
-            return self._windowed_refresh()
+def full_pass_input(model: Transformer, seq: Sequence) -> tuple[Tensor, tuple[int, int]]:
+    """What a batched full pass needs of this hole: its canvas ids [S] and the canvas
+    rows it reads logits of (`hole_from_full` then takes its own)."""
+    return seq.x, _logit_rows(model, seq)
 
-    def _windowed_refresh(self) -> Tensor:
-        """The live span and `refresh_window` positions around it recomputed, their new
-        keys/values kept; the hole's logits."""
-        window = max(0, self.settings.refresh_window or 0)
-        span = self._span()
-        live = live_span(*span, self.model.cfg.shift_logits, window, self.hole.x.shape[0])
-        logits, kv = hole_logits(self.model, self.hole.x, span, self.cache, live)
-        self.cache = self.cache.refreshed(live, kv)
-        self._wrote_cache = True
-        return logits
 
-    def _first_pass_from_prefix_cache(self) -> Tensor:
-        hole, model = self.hole, self.model
-        ids = hole.x[: hole.start].tolist()
-        reuse, past = self.prefix_cache.lookup(ids)
-        reuse = min(reuse, hole.start - 1)  # the token before the hole stays a query
-        r0, r1 = self.logit_rows()
-        if past is None or reuse < PrefixCache.MIN_REUSE:
-            reuse = 0
-            raw, kv = model(hole.x[None], logit_rows=(r0, r1))
-        else:
-            past = first_positions(past, reuse)
-            device = hole.x.device
-            positions = torch.arange(reuse, hole.x.shape[0], device=device)[None]
-            raw, new = model(hole.x[None, reuse:], positions, past,
-                             torch.arange(reuse, device=device)[None],
-                             logit_rows=(r0 - reuse, r1 - reuse))
-            kv = joined(past, new)
-        self.prefix_cache.store(ids, first_positions(kv, hole.start, copy=True))
-        return self.hole_from_full(raw, kv, offset=r0)
+def full_pass_next(seq: Sequence) -> bool:
+    """Whether the next step runs the whole canvas (else the live span, cached)."""
+    if seq.rules.refresh == 1 or seq.stale:
+        return True
+    return refresh_next(seq) and seq.rules.settings.refresh_window is None
 
-    def advance(self, logits: Tensor) -> Draft:
-        """Commit what the sampler picks from this step's logits (of the masked range, as
-        `forward` and `hole_from_full` return them); the new Draft.
 
-        After a pass that wrote the cache, the next cached pass sees nothing new when all
-        that was committed since lies outside its live span: the trailing pads of a
-        single-line hole, or the first masked position, which it reads from the cache as the
-        mask it was. That pass would return these same logits for its rows, so its step
-        commits from them at once instead ("Steps without a pass" above)."""
-        t1 = time.perf_counter()
-        reusable, self._wrote_cache = self._wrote_cache, False
-        first = self.masked_range()[0]
-        before = self.hole.committed.clone()
-        self._commit(logits)
-        while reusable and not self.done and self._sees_nothing_new(self.hole.committed & ~before):
-            lo, hi = self.masked_range()
-            self.reused += 1
-            self._commit(logits[lo - first : hi - first])
-        _sync(self.device)
-        self.timings["sample"] += time.perf_counter() - t1
-        done = self.done
-        return self.draft(done, ("stop" if self.stopped else "length") if done else "")
+def refresh_next(seq: Sequence) -> bool:
+    """Whether the next step refreshes the cache (a full pass, or a windowed one)."""
+    return seq.steps % seq.rules.refresh == 0
 
-    def _sees_nothing_new(self, changed: Tensor) -> bool:
-        """Whether the next step runs a cached pass none of the hole positions `changed`
-        is a query of (each reads as it was when the cache was written)."""
-        if self.expand_id is not None or self.full_pass_next() or self.refresh_next():
-            return False
-        a, b = live_span(*self.masked_range(), self.model.cfg.shift_logits)
-        return not bool(changed[a:b].any())
 
-    def _commit(self, logits: Tensor) -> None:
-        """One step: commit what the sampler picks from the logits of the masked range."""
-        hole, settings = self.hole, self.settings
-        lo, hi = self.masked_range()
-        self.steps += 1
-        masked = hole.masked()
-        max_steps = settings.max_steps
-        steps_left = None if max_steps is None else max(1, max_steps - self.steps + 1)
-        logits = self._constrained(logits, lo, steps_left)
-        min_commit = 1
-        if steps_left is not None:
-            min_commit = math.ceil(int(masked.sum()) / steps_left)
-        fresh = self.refresh == 1 or (self.steps - 1) % self.refresh == 0
-        for observe in STEP_OBSERVERS:
-            observe(logits, masked[lo:hi], settings, self.stop_tensor, fresh)
-        picked, proposed_range, confidence = step(logits, masked[lo:hi], settings,
-                                                  self.generator, min_commit,
-                                                  stop_ids=self.stop_tensor, fresh=fresh)
-        region = hole.x[hole.start : hole.end]
-        commit = torch.zeros_like(masked)
-        commit[lo:hi] = picked & masked[lo:hi]
-        proposed = region.clone()  # outside lo..hi everything is committed already
-        proposed[lo:hi] = proposed_range
-        proposed_confidence = hole.confidence.clone()
-        proposed_confidence[lo:hi] = confidence.float()
-        commit = self._at_least(commit, proposed_confidence)
-        if self.choices is not None:
-            commit = choose(self.choices, hole, self.pad_id, lo, proposed, proposed_confidence)
-        elif settings.stop_run and self.expand_id is None:
-            commit |= self._stop_run(region, commit, proposed)
-        region[commit] = proposed[commit]
-        hole.confidence[commit] = proposed_confidence[commit]
-        hole.committed |= commit
-        self._masked_range = None
-        self._after_commit()
+def masked_range(seq: Sequence) -> tuple[int, int]:
+    """Hole positions [lo, hi), first masked to last: the rows a step reads and samples.
 
-    def _constrained(self, logits: Tensor, lo: int, steps_left: int | None) -> Tensor:
-        """The logits of the masked range from position lo on, in float32, with the tokens
-        the hole may not hold there at -inf (engine.decode.constraints, the choices, min_tokens)."""
-        settings = self.settings
-        no_room = self.hole.x.shape[0] >= self.canvas.max_length or steps_left == 1
-        # With no room left, an expand token could only stay a single mask.
-        no_expand = [self.expand_id] if self.expand_id is not None and no_room else []
-        logits = adjust_logits(logits.float(), self.stop_ids, settings.eos_penalty, no_expand)
-        self.constraints.apply(logits, starts_hole=lo == 0)
-        if self.choices is not None:
-            follow_choices(self.choices, self.hole, logits, lo)
-        elif settings.min_tokens > 0 and self.stop_list:  # choices set their own lengths
-            self._no_early_stop(logits, lo)
-        return logits
+    Committed positions around them need no logits, and a cached pass need not run them
+    (a trailing run of committed pads is most of a single-line hole). Read once a step
+    (forward, then advance): it syncs with the device."""
+    if seq.span is None:
+        idx = seq.masked().nonzero()
+        seq.span = (0, 0) if idx.numel() == 0 else (int(idx[0]), int(idx[-1]) + 1)
+    return seq.span
 
-    def _at_least(self, commit: Tensor, confidence: Tensor) -> Tensor:
-        """The positions a step commits, given the sampler's picks `commit` (a hole of several
-        adds its own minimum: engine.decode.holes)."""
-        return commit
 
-    def _stop_run(self, region: Tensor, commit: Tensor, proposed: Tensor) -> Tensor:
-        """The stop run committed with this step's picks (engine.decode.hole.stop_run)."""
-        return stop_run(region, self.hole.committed, commit, proposed, self.stop_tensor)
+def _canvas_span(seq: Sequence) -> tuple[int, int]:
+    lo, hi = masked_range(seq)
+    return seq.start + lo, seq.start + hi
 
-    def _no_early_stop(self, logits: Tensor, lo: int) -> None:
-        """No stop token in the hole's first `min_tokens` positions (logits from lo on)."""
-        if self.settings.min_tokens > lo:
-            logits[: self.settings.min_tokens - lo, self.stop_list] = float("-inf")
 
-    def _after_commit(self) -> None:
-        """DreamOn's edits of the hole, or the early stop after a committed stop token."""
-        if self.expand_id is not None:
-            resized, deleted = edit_dreamon(self.hole, self.expand_id, self.stop_ids,
-                                            self.canvas.max_length, self.config.mask_token_id)
-            self.stale, self.stopped = self.stale or resized, self.stopped or deleted
-        else:
-            self.stopped |= stop_early(self.hole, self.stop_ids, self.pad_id)
+def _logit_rows(model: Transformer, seq: Sequence) -> tuple[int, int]:
+    """Canvas rows a full pass must compute logits for."""
+    return logit_rows(*_canvas_span(seq), model.cfg.shift_logits)
+
+
+def hole_from_full(model: Transformer, seq: Sequence, raw: Tensor, kv: list[LayerKV],
+                   offset: int = 0) -> Tensor:
+    """Logits of the hole's masked range (rows lo..hi-1 of `masked_range`) from a full
+    pass: raw logits [1, r, V] of canvas rows offset.. (covering the hole's logit rows),
+    keys/values of every position. Keeps the cache when R > 1."""
+    p0, p1 = _canvas_span(seq)
+    shifted = model.cfg.shift_logits
+    r0, r1 = logit_rows(p0, p1, shifted)
+    if seq.rules.refresh > 1:
+        seq.cache, seq.stale = ContextCache(kv, seq.x.shape[0]), False
+        seq.wrote_cache = True
+    return rows_to_logits(raw[0, r0 - offset : r1 - offset], p0, p1, shifted)
+
+
+def reuses_prefix(seq: Sequence) -> bool:
+    """Whether the next pass starts from another request's cached prefix."""
+    return seq.rules.prefix_cache is not None and seq.steps == 0
+
+
+def forward(model: Transformer, seq: Sequence) -> Tensor:
+    """Run the hole's next forward pass alone; the logits of its masked range."""
+    with torch.inference_mode():
+        if reuses_prefix(seq):
+            return _first_pass_from_prefix_cache(model, seq)
+        if full_pass_next(seq):
+            rows = _logit_rows(model, seq)
+            raw, kv = model(seq.x[None], logit_rows=rows)
+            return hole_from_full(model, seq, raw, kv, offset=rows[0])
+        if not refresh_next(seq):
+            logits, _ = hole_logits(model, seq.x, _canvas_span(seq), seq.cache)
+            return logits
+        return _windowed_refresh(model, seq)
+
+
+def _windowed_refresh(model: Transformer, seq: Sequence) -> Tensor:
+    """The live span and `refresh_window` positions around it recomputed, their new
+    keys/values kept; the hole's logits."""
+    window = max(0, seq.rules.settings.refresh_window or 0)
+    span = _canvas_span(seq)
+    live = live_span(*span, model.cfg.shift_logits, window, seq.x.shape[0])
+    logits, kv = hole_logits(model, seq.x, span, seq.cache, live)
+    seq.cache = seq.cache.refreshed(live, kv)
+    seq.wrote_cache = True
+    return logits
+
+
+def _first_pass_from_prefix_cache(model: Transformer, seq: Sequence) -> Tensor:
+    prefix_cache = seq.rules.prefix_cache
+    ids = seq.x[: seq.start].tolist()
+    reuse, past = prefix_cache.lookup(ids)
+    reuse = min(reuse, seq.start - 1)  # the token before the hole stays a query
+    r0, r1 = _logit_rows(model, seq)
+    if past is None or reuse < PrefixCache.MIN_REUSE:
+        reuse = 0
+        raw, kv = model(seq.x[None], logit_rows=(r0, r1))
+    else:
+        past = first_positions(past, reuse)
+        device = seq.x.device
+        positions = torch.arange(reuse, seq.x.shape[0], device=device)[None]
+        raw, new = model(seq.x[None, reuse:], positions, past,
+                         torch.arange(reuse, device=device)[None],
+                         logit_rows=(r0 - reuse, r1 - reuse))
+        kv = joined(past, new)
+    prefix_cache.store(ids, first_positions(kv, seq.start, copy=True))
+    return hole_from_full(model, seq, raw, kv, offset=r0)
+
+
+def advance(model: Transformer, seq: Sequence, logits: Tensor) -> Draft:
+    """Commit what the sampler picks from this step's logits (of the masked range, as
+    `forward` and `hole_from_full` return them); the new Draft.
+
+    After a pass that wrote the cache, the next cached pass sees nothing new when all
+    that was committed since lies outside its live span: the trailing pads of a
+    single-line hole, or the first masked position, which it reads from the cache as the
+    mask it was. That pass would return these same logits for its rows, so its step
+    commits from them at once instead ("Steps without a pass" above)."""
+    t1 = time.perf_counter()
+    reusable, seq.wrote_cache = seq.wrote_cache, False
+    first = masked_range(seq)[0]
+    before = seq.committed.clone()
+    commit(seq, logits)
+    shifted = model.cfg.shift_logits
+    while reusable and not done(seq) and sees_nothing_new(seq, seq.committed & ~before, shifted):
+        lo, hi = masked_range(seq)
+        seq.reused += 1
+        commit(seq, logits[lo - first : hi - first])
+    _sync(seq.x.device)
+    seq.rules.timings["sample"] += time.perf_counter() - t1
+    finished = done(seq)
+    return draft(seq, finished, ("stop" if seq.stopped else "length") if finished else "")
+
+
+def sees_nothing_new(seq: Sequence, changed: Tensor, shifted: bool) -> bool:
+    """Whether the next step runs a cached pass none of the hole positions `changed`
+    is a query of (each reads as it was when the cache was written)."""
+    if seq.rules.expand_id is not None or full_pass_next(seq) or refresh_next(seq):
+        return False
+    a, b = live_span(*masked_range(seq), shifted)
+    return not bool(changed[a:b].any())
+
+
+def commit(seq: Sequence, logits: Tensor) -> None:
+    """One step: commit what the sampler picks from the logits of the masked range."""
+    rules, settings = seq.rules, seq.rules.settings
+    lo, hi = masked_range(seq)
+    seq.steps += 1
+    masked = seq.masked()
+    max_steps = settings.max_steps
+    steps_left = None if max_steps is None else max(1, max_steps - seq.steps + 1)
+    logits = constrained(seq, logits, lo, steps_left)
+    min_commit = 1
+    if steps_left is not None:
+        min_commit = math.ceil(int(masked.sum()) / steps_left)
+    fresh = rules.refresh == 1 or (seq.steps - 1) % rules.refresh == 0
+    for observe in STEP_OBSERVERS:
+        observe(logits, masked[lo:hi], settings, rules.stop_tensor, fresh)
+    picked, proposed_range, confidence = step(logits, masked[lo:hi], settings, seq.generator,
+                                              min_commit, stop_ids=rules.stop_tensor,
+                                              fresh=fresh)
+    region = seq.x[seq.start : seq.hole_end]
+    chosen = torch.zeros_like(masked)
+    chosen[lo:hi] = picked & masked[lo:hi]
+    proposed = region.clone()  # outside lo..hi everything is committed already
+    proposed[lo:hi] = proposed_range
+    proposed_confidence = seq.confidence.clone()
+    proposed_confidence[lo:hi] = confidence.float()
+    chosen = rule.one_per_hole(chosen, proposed_confidence, masked, rules.holes)
+    if rules.choices is not None:
+        chosen = rule.choose(rules.choices, seq, rules.pad_id, lo, proposed, proposed_confidence)
+    elif settings.stop_run and rules.expand_id is None:
+        chosen |= rule.stop_runs(region, seq.committed, chosen, proposed, rules.stop_tensor,
+                                 rules.holes)
+    region[chosen] = proposed[chosen]
+    seq.confidence[chosen] = proposed_confidence[chosen]
+    seq.committed |= chosen
+    seq.span = None
+    _after_commit(seq, rules)
+
+
+def constrained(seq: Sequence, logits: Tensor, lo: int, steps_left: int | None) -> Tensor:
+    """The logits of the masked range from position lo on, in float32, with the tokens
+    the hole may not hold there at -inf (engine.decode.constraints, the choices, min_tokens,
+    a later hole's healed first token)."""
+    rules, settings = seq.rules, seq.rules.settings
+    no_room = seq.x.shape[0] >= rules.canvas.max_length or steps_left == 1
+    # With no room left, an expand token could only stay a single mask.
+    no_expand = [rules.expand_id] if rules.expand_id is not None and no_room else []
+    logits = adjust_logits(logits.float(), rules.stop_ids, settings.eos_penalty, no_expand)
+    rules.constraints.apply(logits, starts_hole=lo == 0)
+    if rules.choices is not None:
+        rule.follow_choices(rules.choices, seq, logits, lo)
+    elif settings.min_tokens > 0 and rules.stop_list:  # choices set their own lengths
+        rule.no_early_stop(logits, lo, rules)
+    rule.heal_later_holes(logits, lo, seq, rules)
+    return logits
+
+
+def _after_commit(seq: Sequence, rules: Rules) -> None:
+    """DreamOn's edits of the hole, or each hole's early stop and unit end."""
+    if rules.expand_id is not None:
+        resized, deleted = rule.edit_dreamon(seq, rules.expand_id, rules.stop_ids,
+                                             rules.canvas.max_length, rules.mask_id)
+        seq.stale, seq.stopped = seq.stale or resized, seq.stopped or deleted
+        rules.holes = [(0, seq.n)]
+    elif rules.texts is None:
+        seq.stopped |= rule.stop_early_in(seq.x[seq.start : seq.hole_end], seq.committed,
+                                          rules.stop_ids, rules.pad_id)
+    else:
+        rule.end_holes(seq, rules)

@@ -2,10 +2,10 @@
 
 A decoder is everything that depends on the family: how its model is loaded, how the
 context and the hole are laid out (`canvas`), and how a request is decoded pass by pass:
-`start` turns an InfillRequest or a RewriteRequest into the `Steps` the runner
-(engine.decode.runner) advances, alone in process or beside other requests in the resident
-engine's scheduler. Which tokens end a completion is `stop_ids`. Nothing else asks which
-family a model is.
+`start` lays an InfillRequest's or a RewriteRequest's decoding into its `Sequence`
+(engine.decode.sequence), which the runner (engine.decode.runner) advances, alone in process
+or beside other requests in the resident engine's scheduler. Which tokens end a completion is
+`stop_ids`. Nothing else asks which family a model is.
 
 - MaskedDecoder: a bidirectional denoiser fills a masked hole inside the canvas
   (engine.decode.denoise); rewrites remask the least likely tokens (engine.text.remask).
@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator, Sequence
+from collections import abc
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -30,10 +31,10 @@ from torch import Tensor, nn
 
 from engine.bounds import STRENGTH_RANGE, holes_problem
 from engine.decode.ar import FIM_TOKENS, decode_ar
-from engine.decode.denoise import MaskedDenoiser
-from engine.decode.holes import HolesDenoiser, SequentialHoles, units_of
+from engine.decode.denoise import begin, begin_holes
+from engine.decode.holes import sequential_holes, units_of
 from engine.decode.kv_cache import PrefixCache
-from engine.decode.runner import DraftSteps, Steps
+from engine.decode.sequence import Sequence
 from engine.models.config import ModelConfig
 from engine.models.transformer import Transformer, shift_logits
 from engine.text.canvas import Canvas, VocabText, completion_text, holes_layout, layout, to_lf
@@ -87,18 +88,22 @@ class Decoder:
         return layout(self.tokenizer, self.config, request.prefix, request.suffix, hole,
                       request.canvas_length, request.suffix_fraction, vocab=self.vocab)
 
-    def start(self, request: Request | HolesRequest, *, stop_early: bool = True,
-              timings: dict[str, float] | None = None) -> Steps:
-        """`request`'s Steps: its canvas laid out, no pass run yet (but a partial rewrite's
-        scoring pass); a HolesRequest's holes as `holes` fills them. `stop_early=False`: stop
-        tokens are forbidden and the hole is filled to `max_tokens` (the evaluation's
-        fixed-length protocol). `timings` collects seconds per stage."""
-        timings = {} if timings is None else timings
+    def start(self, seq: Sequence, *, stop_early: bool = True,
+              timings: dict[str, float] | None = None) -> Sequence:
+        """`seq` with its request's decoding laid in: its canvas laid out, no pass run yet (but
+        a partial rewrite's scoring pass); a HolesRequest's holes as `holes` fills them.
+        `stop_early=False`: stop tokens are forbidden and the hole is filled to `max_tokens`
+        (the evaluation's fixed-length protocol). `timings` collects seconds per stage."""
+        self._start(seq, seq.request, stop_early, {} if timings is None else timings)
+        return seq
+
+    def _start(self, seq: Sequence, request: Request | HolesRequest, stop_early: bool,
+               timings: dict[str, float]) -> None:
         if isinstance(request, HolesRequest):
             self.check_holes(request)
-            return self.holes(request, timings)
+            return self.holes(seq, request, timings)
         if isinstance(request, RewriteRequest):
-            return self._rewrite(request, timings)
+            return self._rewrite(seq, request, timings)
         t0 = time.perf_counter()
         canvas = self.canvas(request, request.max_tokens)
         if request.choices is not None:
@@ -106,9 +111,9 @@ class Decoder:
             grow = {i for i in (self.config.expand_token_id,) if i is not None}
             canvas = dataclasses.replace(canvas, allowed=choices.tokens | grow, choices=choices)
         timings["tokenize"] = time.perf_counter() - t0
-        return self.fill(canvas, request.max_tokens, request.settings, stop_early, timings)
+        return self.fill(seq, canvas, request.max_tokens, request.settings, stop_early, timings)
 
-    def choices(self, texts: Sequence[str], heal_text: str, room: int) -> Choices:
+    def choices(self, texts: abc.Sequence[str], heal_text: str, room: int) -> Choices:
         """A hole restricted to one of `texts` or nothing, each ended by the tokens that end a
         hole (stop, pad). The hole's text starts with the healed text (engine.text.canvas). A text
         of more than `room` tokens is left out: begun, it could not be finished."""
@@ -119,15 +124,15 @@ class Decoder:
             sequences.append(self.tokenizer.encode(heal_text))
         return Choices.of((s for s in sequences if len(s) <= room), ends)
 
-    def fill(self, canvas: Canvas, max_tokens: int, settings: SamplerSettings,
-             stop_early: bool, timings: dict[str, float]) -> Steps:
-        """The Steps that fill `canvas`'s hole."""
+    def fill(self, seq: Sequence, canvas: Canvas, max_tokens: int, settings: SamplerSettings,
+             stop_early: bool, timings: dict[str, float]) -> None:
+        """Lay into `seq` the decoding that fills `canvas`'s hole."""
         raise NotImplementedError
 
-    def holes(self, request: HolesRequest, timings: dict[str, float]) -> Steps:
-        """The Steps that fill a request's holes; this default fills them one after another
-        (engine.decode.holes.SequentialHoles)."""
-        return SequentialHoles(self, request)
+    def holes(self, seq: Sequence, request: HolesRequest, timings: dict[str, float]) -> None:
+        """Lay into `seq` the decoding that fills a request's holes; this default fills them
+        one after another (engine.decode.holes.sequential_holes)."""
+        seq.drafts = sequential_holes(self, request)
 
     def check_holes(self, request: HolesRequest) -> None:
         """ValueError when `request` is not one this decoder can lay out (the wrong number of
@@ -139,20 +144,21 @@ class Decoder:
         holes_layout(self.tokenizer, self.config, request.texts, request.max_tokens,
                      request.canvas_length, request.suffix_fraction)
 
-    def _rewrite(self, request: RewriteRequest, timings: dict[str, float]) -> Steps:
+    def _rewrite(self, seq: Sequence, request: RewriteRequest, timings: dict[str, float]
+                 ) -> None:
         if problem := STRENGTH_RANGE.problem("strength", request.strength):
             raise ValueError(problem)
         original_ids = self.tokenizer.encode(to_lf(request.original))
         n = len(original_ids)
         hole_len = max(request.max_tokens or default_max_tokens(n), n)
         if request.strength >= 1.0 or n == 0:
-            return self.start(request.afresh(hole_len), timings=timings)
-        return self.rewrite_kept(request, original_ids, hole_len)
+            return self._start(seq, request.afresh(hole_len), True, timings)
+        return self.rewrite_kept(seq, request, original_ids, hole_len)
 
-    def rewrite_kept(self, request: RewriteRequest, original_ids: list[int], hole_len: int
-                     ) -> Steps:
+    def rewrite_kept(self, seq: Sequence, request: RewriteRequest, original_ids: list[int],
+                     hole_len: int) -> None:
         """A rewrite that keeps part of the original; this default writes it afresh."""
-        return self.start(request.afresh(hole_len))
+        self._start(seq, request.afresh(hole_len), True, {})
 
     def positions(self, canvas_length: int, max_tokens: int) -> int:
         """Positions a request's passes run over: the canvas holds the hole."""
@@ -205,28 +211,27 @@ class _TransformerDecoder(Decoder):
 class MaskedDecoder(_TransformerDecoder):
     family = "masked"
 
-    def fill(self, canvas: Canvas, max_tokens: int, settings: SamplerSettings,
-             stop_early: bool, timings: dict[str, float]) -> MaskedDenoiser:
-        return MaskedDenoiser(self.model, self.config, self.tokenizer, canvas, settings,
-                              self.stop_ids(), stop_early=stop_early, vocab=self.vocab,
-                              timings=timings, prefix_cache=self.prefix_cache)
+    def fill(self, seq: Sequence, canvas: Canvas, max_tokens: int, settings: SamplerSettings,
+             stop_early: bool, timings: dict[str, float]) -> None:
+        begin(seq, self.model, self.config, self.tokenizer, canvas, settings, self.stop_ids(),
+              stop_early=stop_early, vocab=self.vocab, timings=timings,
+              prefix_cache=self.prefix_cache)
 
-    def holes(self, request: HolesRequest, timings: dict[str, float]) -> Steps:
+    def holes(self, seq: Sequence, request: HolesRequest, timings: dict[str, float]) -> None:
         if self.config.expand_token_id is not None:
             # DreamOn's holes grow and shrink, moving the code kept between them: one after
             # another, each grows as a single hole does.
-            return super().holes(request, timings)
+            return super().holes(seq, request, timings)
         t0 = time.perf_counter()
         layout = holes_layout(self.tokenizer, self.config, request.texts, request.max_tokens,
                               request.canvas_length, request.suffix_fraction, vocab=self.vocab)
         timings["tokenize"] = time.perf_counter() - t0
-        return HolesDenoiser(self.model, self.config, self.tokenizer, layout.canvas,
-                             request.settings, self.stop_ids(), vocab=self.vocab,
-                             timings=timings, prefix_cache=self.prefix_cache, layout=layout,
-                             texts=request.texts, units=units_of(request))
+        begin_holes(seq, self.model, self.config, self.tokenizer, layout, request.settings,
+                    self.stop_ids(), vocab=self.vocab, texts=request.texts,
+                    units=units_of(request), timings=timings, prefix_cache=self.prefix_cache)
 
-    def rewrite_kept(self, request: RewriteRequest, original_ids: list[int], hole_len: int
-                     ) -> MaskedDenoiser:
+    def rewrite_kept(self, seq: Sequence, request: RewriteRequest, original_ids: list[int],
+                     hole_len: int) -> None:
         # No token healing: the hole starts exactly where the original does.
         canvas = layout(self.tokenizer, self.config, request.prefix, request.suffix, hole_len,
                         request.canvas_length, request.suffix_fraction)
@@ -234,9 +239,8 @@ class MaskedDecoder(_TransformerDecoder):
         start = least_likely_kept(logits, canvas.hole_start, original_ids, request.strength,
                                   hole_len, self.config.mask_token_id)
         # The scoring pass is a forward pass too: drafts count it.
-        return MaskedDenoiser(self.model, self.config, self.tokenizer, canvas,
-                              request.settings, self.stop_ids(), vocab=self.vocab, start=start,
-                              passes_before=1)
+        begin(seq, self.model, self.config, self.tokenizer, canvas, request.settings,
+              self.stop_ids(), vocab=self.vocab, start=start, passes_before=1)
 
 
 class ARDecoder(_TransformerDecoder):
@@ -251,11 +255,11 @@ class ARDecoder(_TransformerDecoder):
                       request.canvas_length - FIM_TOKENS, request.suffix_fraction,
                       vocab=self.vocab)
 
-    def fill(self, canvas: Canvas, max_tokens: int, settings: SamplerSettings,
-             stop_early: bool, timings: dict[str, float]) -> Steps:
-        return DraftSteps(decode_ar(self.model, self.config, self.tokenizer, canvas, max_tokens,
-                                    self.stop_ids(), stop_early=stop_early, vocab=self.vocab,
-                                    timings=timings))
+    def fill(self, seq: Sequence, canvas: Canvas, max_tokens: int, settings: SamplerSettings,
+             stop_early: bool, timings: dict[str, float]) -> None:
+        seq.drafts = decode_ar(self.model, self.config, self.tokenizer, canvas, max_tokens,
+                               self.stop_ids(), stop_early=stop_early, vocab=self.vocab,
+                               timings=timings)
 
 
 class BlockDecoder(Decoder):
@@ -303,16 +307,15 @@ class BlockDecoder(Decoder):
         # The hole is denoised after the context, not inside it.
         return canvas_length + max_tokens
 
-    def fill(self, canvas: Canvas, max_tokens: int, settings: SamplerSettings,
-             stop_early: bool, timings: dict[str, float]) -> Steps:
-        return DraftSteps(self._denoise(canvas, max_tokens, settings))
+    def fill(self, seq: Sequence, canvas: Canvas, max_tokens: int, settings: SamplerSettings,
+             stop_early: bool, timings: dict[str, float]) -> None:
+        seq.drafts = self._denoise(canvas, max_tokens, settings)
 
-    def rewrite_kept(self, request: RewriteRequest, original_ids: list[int], hole_len: int
-                     ) -> Steps:
+    def rewrite_kept(self, seq: Sequence, request: RewriteRequest, original_ids: list[int],
+                     hole_len: int) -> None:
         canvas = self.canvas(request, hole_len)
         pinned = seeded_kept(len(original_ids), request.strength, request.settings.seed)
-        return DraftSteps(self._denoise(canvas, hole_len, request.settings, original_ids,
-                                        pinned))
+        seq.drafts = self._denoise(canvas, hole_len, request.settings, original_ids, pinned)
 
     def _denoise(self, canvas: Canvas, max_tokens: int, settings: SamplerSettings,
                  start_ids: list[int] | None = None, pinned: list[bool] | None = None

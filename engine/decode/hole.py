@@ -1,11 +1,19 @@
-"""A masked hole's state, and the rules that decide what a step commits besides the sampler.
+"""The rules that decide what a masked step commits besides the sampler, hole by hole.
 
 The sampler (engine.decode.samplers) proposes a token for every masked position and picks the ones
-to commit; these rules add to or replace its picks, and edit the hole after it:
+to commit; these rules add to or replace its picks, and edit the hole after it. They are plain
+functions of a Sequence (engine.decode.sequence) and its `Rules`; a request's holes are spans
+of the canvas hole (`Rules.holes`: one span for one hole), and each rule applies to each span
+alone:
 
 - the stop run: the trailing run of stop tokens is committed at once, but for its first
   STOP_RUN_MARGIN positions, once any of it is committed;
+- min_tokens: no stop token in a hole's first positions;
 - early stop: everything after the first committed stop token becomes pad;
+- at least one position a step per hole still masked;
+- a later hole's first token completes the text healed from the code before it;
+- a hole's unit end (several holes, engine.decode.holes): once its committed text holds it, the
+  rest of the hole is padded;
 - DreamOn's edits: a committed expand token becomes two masks, a committed stop is deleted;
 - a hole of choices (engine.text.choices) commits where the choices still possible agree.
 """
@@ -13,13 +21,17 @@ to commit; these rules add to or replace its picks, and edit the hole after it:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence as Texts
 
 import torch
 from torch import Tensor
 
 from engine.decode.samplers import allowed_mask
-from engine.text.canvas import Canvas
+from engine.decode.sequence import Rules, Sequence
+from engine.text.canvas import completion_text
 from engine.text.choices import Choices
+from engine.text.stops import completion_ids
+from engine.text.units import LINE, unit_ended
 
 # The model's first guess at where a hole ends is often a token or two short: the positions
 # just before the stop run stay masked and are denoised as usual (without the margin the
@@ -27,47 +39,7 @@ from engine.text.choices import Choices
 STOP_RUN_MARGIN = 2
 
 
-class Hole:
-    """The canvas and which hole positions are committed; the loop's mutable state."""
-
-    def __init__(self, canvas: Canvas, device: torch.device) -> None:
-        self.x = torch.tensor(canvas.ids, device=device)
-        self.start = canvas.hole_start
-        self.n = canvas.hole_len
-        self.committed = torch.zeros(self.n, dtype=torch.bool, device=device)
-        # Each position's confidence when the sampler committed it; NaN where no sampler did
-        # (masked still, or a rewrite's kept token).
-        self.confidence = torch.full((self.n,), math.nan, device=device)
-
-    @property
-    def end(self) -> int:
-        return self.start + self.n
-
-    def tokens(self) -> list[int]:
-        return self.x[self.start : self.end].tolist()
-
-    def masked(self) -> Tensor:
-        return ~self.committed
-
-    def committed_tokens(self) -> dict[int, int]:
-        """The committed tokens by position."""
-        tokens, committed = self.tokens(), self.committed.tolist()
-        return {i: t for i, (t, c) in enumerate(zip(tokens, committed, strict=True)) if c}
-
-    def rebuild(self, tokens: list[int], committed: list[bool],
-                confidence: list[float] | None = None) -> None:
-        """Replace the hole (DreamOn edits change its length)."""
-        device = self.x.device
-        hole = torch.tensor(tokens, dtype=self.x.dtype, device=device)
-        self.x = torch.cat([self.x[: self.start], hole, self.x[self.end :]])
-        self.n = len(tokens)
-        self.committed = torch.tensor(committed, dtype=torch.bool, device=device)
-        if confidence is None:
-            confidence = [math.nan] * self.n
-        self.confidence = torch.tensor(confidence, dtype=torch.float32, device=device)
-
-
-def follow_choices(choices: Choices, hole: Hole, logits: Tensor, lo: int) -> None:
+def follow_choices(choices: Choices, hole: Sequence, logits: Tensor, lo: int) -> None:
     """Forbid at the first masked position lo (the logits' first row) the tokens no choice
     that agrees with the committed ones holds there."""
     live = choices.live(hole.committed_tokens())
@@ -75,7 +47,7 @@ def follow_choices(choices: Choices, hole: Hole, logits: Tensor, lo: int) -> Non
     logits[0, ~kept] = float("-inf")  # type: ignore[operator]
 
 
-def choose(choices: Choices, hole: Hole, pad_id: int | None, lo: int, proposed: Tensor,
+def choose(choices: Choices, hole: Sequence, pad_id: int | None, lo: int, proposed: Tensor,
            confidence: Tensor) -> Tensor:
     """What a step commits in a hole of choices: the first masked position lo, as the
     sampler proposes it, then every position on which the choices still possible agree,
@@ -114,15 +86,10 @@ def stop_run(region: Tensor, committed: Tensor, commit: Tensor, proposed: Tensor
     return extra
 
 
-def stop_early(hole: Hole, stop_ids: set[int], pad_id: int | None) -> bool:
-    """Pad everything after the first committed stop token; whether there is one."""
-    return stop_early_in(hole.x[hole.start : hole.end], hole.committed, stop_ids, pad_id)
-
-
 def stop_early_in(region: Tensor, committed: Tensor, stop_ids: set[int], pad_id: int | None
                   ) -> bool:
-    """`stop_early` on the positions `region` of a hole (views, edited in place), with their
-    `committed` flags: one hole of several in a canvas (engine.decode.holes)."""
+    """Pad everything after the first committed stop token of the positions `region` of a
+    hole (views, edited in place), with their `committed` flags; whether there is one."""
     is_stop = torch.zeros_like(committed)
     for t in stop_ids:
         is_stop |= region == t
@@ -137,13 +104,13 @@ def stop_early_in(region: Tensor, committed: Tensor, stop_ids: set[int], pad_id:
 
 
 def edit_dreamon(
-    hole: Hole, expand_id: int, stop_ids: set[int], max_length: int, mask_id: int
+    hole: Sequence, expand_id: int, stop_ids: set[int], max_length: int, mask_id: int
 ) -> tuple[bool, bool]:
     """DreamOn: committed expand → two masks (while there is room), committed stop → deleted.
 
     Returns (whether the hole changed length, whether a slot was deleted).
     """
-    tokens, committed = hole.tokens(), hole.committed.tolist()
+    tokens, committed = hole.hole_tokens(), hole.committed.tolist()
     confidence = hole.confidence.tolist()
     room = max_length - hole.x.shape[0]
     new_tokens: list[int] = []
@@ -168,5 +135,116 @@ def edit_dreamon(
             new_confidence.append(conf)
     if new_tokens == tokens and new_committed == committed:
         return False, deleted
-    hole.rebuild(new_tokens, new_committed, new_confidence)
+    hole.set_hole(new_tokens, new_committed, new_confidence)
     return len(new_tokens) != len(tokens), deleted
+
+
+def stop_runs(region: Tensor, committed: Tensor, commit: Tensor, proposed: Tensor,
+              stop_ids: Tensor, holes: list[tuple[int, int]]) -> Tensor:
+    """`stop_run` of each hole: the stop runs committed with this step's picks."""
+    extra = torch.zeros_like(commit)
+    for a, b in holes:
+        extra[a:b] = stop_run(region[a:b], committed[a:b], commit[a:b], proposed[a:b], stop_ids)
+    return extra
+
+
+def no_early_stop(logits: Tensor, lo: int, rules: Rules) -> None:
+    """No stop token in each hole's first `min_tokens` positions (logits from lo on)."""
+    for a, b in rules.holes:
+        first, end = max(a, lo), min(b, a + rules.settings.min_tokens)
+        if end > first:
+            logits[first - lo : end - lo, rules.stop_list] = float("-inf")
+
+
+def heal_later_holes(logits: Tensor, lo: int, seq: Sequence, rules: Rules) -> None:
+    """A later hole's first token, while masked, completes the text healed from the code
+    before it (the first hole's is the canvas's, one of engine.decode.constraints)."""
+    for k, first in rules.firsts.items():
+        row = rules.holes[k][0] - lo
+        if 0 <= row < logits.shape[0] and not bool(seq.committed[row + lo]):
+            logits[row, ~first] = float("-inf")
+
+
+def one_per_hole(commit: Tensor, confidence: Tensor, masked: Tensor,
+                 holes: list[tuple[int, int]]) -> Tensor:
+    """`commit` with the most confident masked position of every hole it leaves out: each
+    hole advances at least as fast as it would alone, so the holes together take about the
+    passes of the longest. One hole needs nothing: the sampler commits one of its masked
+    range already."""
+    if len(holes) > 1:
+        for a, b in holes:
+            if bool(masked[a:b].any()) and not bool(commit[a:b].any()):
+                scores = confidence[a:b].masked_fill(~masked[a:b], -1.0)
+                commit[a + int(scores.argmax())] = True
+    return commit
+
+
+def end_holes(seq: Sequence, rules: Rules) -> None:
+    """After a commit: each hole padded after its first committed stop token, or after its
+    unit end (its rest is cut away by the client: no pass is spent on it); `seq.stopped`
+    once every hole has ended."""
+    region = seq.x[seq.start : seq.hole_end]
+    pad = rules.pad_id if rules.pad_id is not None else rules.stop_list[0]
+    for k, (a, b) in enumerate(rules.holes):
+        if stop_early_in(region[a:b], seq.committed[a:b], rules.stop_ids, rules.pad_id):
+            seq.ended[k] = True
+        if bool(seq.committed[a:b].all()) or rules.units[k] is None:
+            continue
+        if unit_ended(hole_text(seq, rules, k), rules.units[k]):
+            rest = ~seq.committed[a:b]
+        elif rules.units[k].kind == LINE and (p := first_newline(seq, rules, k)) is not None:
+            # A line ends at its first newline: whatever the positions before it become,
+            # those after it are cut away.
+            rest = ~seq.committed[a:b]
+            rest[: p + 1] = False
+            if not bool(rest.any()):
+                continue
+        else:
+            continue
+        region[a:b][rest] = pad
+        seq.committed[a:b] |= rest
+        seq.ended[k] = True
+    seq.stopped = all(seq.ended)
+
+
+def first_newline(seq: Sequence, rules: Rules, k: int) -> int | None:
+    """The first position of hole k committed to a token that holds a newline (the healed
+    text of its first token aside: that newline is the line before the hole's)."""
+    a, b = rules.holes[k]
+    tokens = seq.x[seq.start + a : seq.start + b].tolist()
+    for p, (token, done) in enumerate(zip(tokens, seq.committed[a:b].tolist(), strict=True)):
+        if not done or token in rules.stop_ids:
+            continue
+        text = rules.tokenizer.decode([token])
+        if p == 0 and rules.heals[k]:
+            text = text[len(rules.heals[k]) :]
+        if "\n" in text:
+            return p
+    return None
+
+
+def hole_ids(seq: Sequence, rules: Rules, k: int) -> list[int]:
+    """Hole k's committed tokens up to its first gap or stop token."""
+    a, b = rules.holes[k]
+    committed = seq.committed[a:b].tolist()
+    settled_to = next((i for i, c in enumerate(committed) if not c), len(committed))
+    return completion_ids(seq.x[seq.start + a : seq.start + a + settled_to].tolist(),
+                          rules.stop_ids)
+
+
+def hole_text(seq: Sequence, rules: Rules, k: int) -> str:
+    """Hole k's committed text up to its first gap or stop token, as the user sees it."""
+    text = rules.tokenizer.decode(hole_ids(seq, rules, k))
+    if k == 0:
+        return completion_text(rules.canvas, text)
+    if rules.heals[k] and text.startswith(rules.heals[k]):
+        text = text[len(rules.heals[k]) :]
+    return text.replace("\n", "\r\n") if rules.canvas.crlf else text
+
+
+def spliced(texts: Texts[str], holes: Texts[str]) -> str:
+    """The code between the prefix and the suffix with `holes` in place (as many as given)."""
+    parts = [holes[0]] if holes else []
+    for kept, text in zip(texts[1:-1], holes[1:], strict=False):
+        parts += [kept, text]
+    return "".join(parts)

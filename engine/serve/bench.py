@@ -66,7 +66,8 @@ def cursor_cases_with_lines(count: int, min_prefix: int = 200) -> list[tuple[str
 
 def run_level(engine: Any, cases: list[tuple[str, str]], clients: int, max_batch: int,
               max_tokens: int, settings: SamplerSettings) -> dict[str, Any]:
-    from engine.serve.scheduler import Job, Scheduler
+    from engine.decode.sequence import Sequence
+    from engine.serve.scheduler import Scheduler
 
     scheduler = Scheduler(engine, max_batch=max_batch, max_queue=max(64, clients))
     scheduler.start()
@@ -91,8 +92,8 @@ def run_level(engine: Any, cases: list[tuple[str, str]], clients: int, max_batch
                     done.set()
 
             start = time.perf_counter()
-            job = Job(InfillRequest(prefix, suffix, max_tokens, settings), on_draft=on_draft,
-                      on_error=lambda code, msg, done=done: done.set())
+            job = Sequence(InfillRequest(prefix, suffix, max_tokens, settings),
+                           on_draft=on_draft, on_error=lambda code, msg, done=done: done.set())
             while not scheduler.submit(job):
                 time.sleep(0.001)
             done.wait()

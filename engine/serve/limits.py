@@ -1,8 +1,9 @@
 """What one request may ask of an engine, and the check that admits it.
 
-A wire message becomes a scheduler Job here, once, for the resident engine (engine.serve.daemon)
-and a team's replicas (engine.serve.team.app) alike: typed and in range (protocol.from_wire, the
-bounds table), within this engine's canvas and memory per request, with its deadline set.
+A wire message becomes the scheduler's Sequence (engine.decode.sequence) here, once, for the
+resident engine (engine.serve.daemon) and a team's replicas (engine.serve.team.app) alike: typed
+and in range (protocol.from_wire, the bounds table), within this engine's canvas and memory per
+request, with its deadline set.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from engine.types import HolesRequest, RewriteRequest
 
 if TYPE_CHECKING:  # they import torch: loaded only to serve
     from engine.decode.families import Decoder
-    from engine.serve.scheduler import Job
+    from engine.decode.sequence import Sequence
 
 DEFAULT_REQUEST_TIMEOUT = 60.0  # seconds: an interactive completion takes well under one
 # Characters of context an engine keeps per canvas token: more than the densest code tokenizes
@@ -37,10 +38,11 @@ class Limits:
     request_timeout: float  # seconds from arrival to the last draft
 
 
-def parse_request(message: dict[str, Any], op: str, limits: Limits, decoder: Decoder) -> Job:
-    """The scheduler's Job for an infill, rewrite or holes message; ProtocolError when the message
-    is malformed (protocol.from_wire) or over this engine's limits."""
-    from engine.serve.scheduler import PRIORITIES, Job, request_bytes
+def parse_request(message: dict[str, Any], op: str, limits: Limits, decoder: Decoder) -> Sequence:
+    """The scheduler's Sequence for an infill, rewrite or holes message; ProtocolError when the
+    message is malformed (protocol.from_wire) or over this engine's limits."""
+    from engine.decode.sequence import Sequence
+    from engine.serve.scheduler import PRIORITIES, request_bytes
 
     request = protocol.from_wire(dict(message, op=op))
     canvas_length = request.canvas_length
@@ -77,7 +79,7 @@ def parse_request(message: dict[str, Any], op: str, limits: Limits, decoder: Dec
         request = _holes_fit(request, keep, decoder)
     else:
         request = replace(request, prefix=request.prefix[-keep:], suffix=request.suffix[:keep])
-    return Job(request, priority, deadline=time.monotonic() + limits.request_timeout)
+    return Sequence(request, priority, deadline=time.monotonic() + limits.request_timeout)
 
 
 def free_memory(device: Any) -> int:

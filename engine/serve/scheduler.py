@@ -17,7 +17,9 @@ cancelled and expired requests and advances the live ones by one forward pass:
   as itself; the rest (masked steps on a cached context, the AR baseline, the block family)
   run one after another in the same round.
 
-Every request has a deadline (`Job.deadline`): past it, it ends with the text it has and
+Every request is a `Sequence` (engine.decode.sequence): the request in flight, with the
+scheduler's bookkeeping (lane, priority, callbacks, step times) beside its decoding state.
+Every request has a deadline (`Sequence.deadline`): past it, it ends with the text it has and
 finish_reason "deadline", queued or live. After a large request the allocator's free memory
 is given back to the system.
 
@@ -35,44 +37,21 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from engine.decode.runner import Live, empty_draft, stop_reason
+from engine.decode.runner import end
+from engine.decode.sequence import INTERACTIVE, Sequence, empty_draft, stop_reason
 from engine.engine import Engine
 from engine.models.config import ModelConfig
-from engine.types import Draft, HolesRequest, InfillRequest, RewriteRequest
 
-INTERACTIVE, BATCH, LARGE = "interactive", "batch", "large"
+BATCH, LARGE = "batch", "large"
 PRIORITIES = (INTERACTIVE, BATCH)
 LANES = (INTERACTIVE, BATCH, LARGE)
 LARGE_CANVAS = 1024  # tokens: a canvas over this is stepped alone, as background work
 LARGE_LIVE = 1  # large requests denoised at once: each may hold hundreds of MB
 BACKGROUND_SHARE = 4  # background work waits this many times its last step's duration
-
-
-@dataclass
-class Job:
-    """One request as the scheduler sees it: the request, unchanged, and the job's state."""
-
-    request: InfillRequest | RewriteRequest | HolesRequest
-    priority: str = INTERACTIVE
-    # Called on the scheduler thread with every Draft (the last has done=True), or with an
-    # error (code, message) instead.
-    on_draft: Callable[[Draft], None] = lambda draft: None
-    on_error: Callable[[str, str], None] = lambda code, message: None
-    cancelled: threading.Event = field(default_factory=threading.Event)
-    submitted: float = field(default_factory=time.perf_counter)
-    deadline: float | None = None  # time.monotonic() past which it ends ("deadline")
-    lane: str = INTERACTIVE  # set by Scheduler.submit
-    live: Live | None = None  # the request being decoded, once admitted
-    step_seconds: float = 0.0  # how long its last step took
-    stepped_at: float = 0.0  # time.monotonic() when its last step ended
-
-    def cancel(self) -> None:
-        self.cancelled.set()
 
 
 def request_bytes(config: ModelConfig, canvas_length: int, hole: int) -> int:
@@ -107,8 +86,8 @@ class Scheduler:
         self.max_batch = max_batch
         self.max_queue = max_queue
         self.large_canvas = large_canvas
-        self._queues: dict[str, deque[Job]] = {lane: deque() for lane in LANES}
-        self._live: list[Job] = []
+        self._queues: dict[str, deque[Sequence]] = {lane: deque() for lane in LANES}
+        self._live: list[Sequence] = []
         self._wake = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -156,7 +135,7 @@ class Scheduler:
         if self._thread is not None:
             self._thread.join()
 
-    def submit(self, job: Job) -> bool:
+    def submit(self, job: Sequence) -> bool:
         """Queue `job`; False when the queue is full (the caller answers "busy")."""
         if job.priority not in PRIORITIES:
             raise ValueError(f"priority must be one of {PRIORITIES}")
@@ -170,10 +149,10 @@ class Scheduler:
             self._wake.notify()
         return True
 
-    def lane(self, job: Job) -> str:
+    def lane(self, job: Sequence) -> str:
         return LARGE if job.request.canvas_length > self.large_canvas else job.priority
 
-    def cancel(self, job: Job) -> None:
+    def cancel(self, job: Sequence) -> None:
         job.cancel()
         with self._wake:
             self._wake.notify()
@@ -219,7 +198,7 @@ class Scheduler:
                 # that never come. The requests in flight end with the error instead.
                 self._fail_live(f"engine error: {type(exc).__name__}: {exc}")
         for job in self._live:
-            job.live.close()
+            job.close()
 
     def _fail_live(self, message: str) -> None:
         with self._wake:
@@ -227,11 +206,11 @@ class Scheduler:
         for job in failed:
             self.counters["failed"] += 1
             with contextlib.suppress(Exception):
-                job.live.close()
+                job.close()
             with contextlib.suppress(Exception):
                 job.on_error("failed", message)
 
-    def _expire_queued(self) -> list[Job]:
+    def _expire_queued(self) -> list[Sequence]:
         now = time.monotonic()
         expired = []
         for queue in self._queues.values():
@@ -241,7 +220,7 @@ class Scheduler:
         self.counters["expired"] += len(expired)
         return expired
 
-    def _admit(self) -> list[Job]:
+    def _admit(self) -> list[Sequence]:
         jobs = []
         for lane, queue in self._queues.items():
             cap = LARGE_LIVE if lane == LARGE else self.max_batch
@@ -251,13 +230,13 @@ class Scheduler:
                 live += 1
         return jobs
 
-    def _start(self, job: Job) -> None:
+    def _start(self, job: Sequence) -> None:
         if job.cancelled.is_set():
             self.counters["cancelled"] += 1
             return
         try:
-            job.live = self.engine.live(job.request, job.cancelled.is_set, job.deadline,
-                                        alone=job.lane == LARGE)
+            job.alone = job.lane == LARGE
+            self.engine.start(job)
         except Exception as exc:  # a bad request must not stop the others
             self.counters["failed"] += 1
             job.on_error("failed", str(exc))
@@ -268,21 +247,21 @@ class Scheduler:
     def _drop_cancelled_and_expired(self) -> None:
         now = time.monotonic()
         for job in list(self._live):
-            reason = job.live.stop_reason(now)
+            reason = job.stop_reason(now)
             if reason is None:
                 continue
             self._finish(job)
             self.counters["cancelled" if reason == "cancelled" else "expired"] += 1
-            job.on_draft(job.live.end(reason))
+            job.on_draft(end(job, reason))
 
-    def _finish(self, job: Job) -> None:
-        job.live.close()
+    def _finish(self, job: Sequence) -> None:
+        job.close()
         with self._wake:
             self._live.remove(job)
         if job.lane == LARGE:
             release_memory(self.engine.device)
 
-    def _due(self) -> list[Job]:
+    def _due(self) -> list[Sequence]:
         """The live jobs that step this round: interactive ones always, background ones when
         nothing interactive is live or they have waited their turn."""
         if not any(job.lane == INTERACTIVE for job in self._live):
@@ -294,7 +273,7 @@ class Scheduler:
     def _round(self) -> None:
         self.counters["rounds"] += 1
         due = self._due()
-        stepped = self.engine.runner.step([job.live for job in due])
+        stepped = self.engine.runner.step(due)
         batched = sum(1 for result in stepped if result.batched)
         if batched:
             self.counters["forwardPasses"] += 1

@@ -65,7 +65,8 @@ from engine.bounds import (
     check_bounds,
 )
 from engine.data.stats import edit_similarity
-from engine.decode.denoise import MaskedDenoiser
+from engine.decode.denoise import advance, begin, done, forward, passes
+from engine.decode.sequence import Sequence
 from engine.models.checkpoint import checkpoint_name, load_model, read_checkpoint, resolve
 from engine.models.transformer import Transformer, rope_tables
 from engine.text.canvas import Canvas, expects_bos
@@ -165,16 +166,16 @@ def hole_canvas(prefix: list[int], hole_len: int, suffix: list[int], mask_id: in
 @torch.inference_mode()
 def record_trajectory(model: torch.nn.Module, config, tokenizer: Tokenizer, canvas: Canvas,
                       settings: SamplerSettings, stop_ids: set[int]) -> tuple[list[int], list[int]]:
-    """Decode `canvas`'s hole with the engine's denoiser: (final hole tokens, the forward
+    """Decode `canvas`'s hole with the engine's masked step: (final hole tokens, the forward
     pass that committed each position; steps that reuse a pass's logits count with it,
-    MaskedDenoiser.advance)."""
-    d = MaskedDenoiser(model, config, tokenizer, canvas, settings, stop_ids)
+    engine.decode.denoise.advance)."""
+    seq = begin(Sequence(None), model, config, tokenizer, canvas, settings, stop_ids)
     step_of = torch.zeros(canvas.hole_len, dtype=torch.long)
-    while not d.done:
-        d.advance(d.forward())
-        committed = d.hole.committed.cpu()
-        step_of[committed & (step_of == 0)] = d.passes
-    return d.hole.tokens(), step_of.tolist()
+    while not done(seq):
+        advance(model, seq, forward(model, seq))
+        committed = seq.committed.cpu()
+        step_of[committed & (step_of == 0)] = passes(seq)
+    return seq.hole_tokens(), step_of.tolist()
 
 
 def trajectory_example(traj: Trajectory, state: int, window: int, mask_id: int

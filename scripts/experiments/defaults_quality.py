@@ -34,7 +34,7 @@ from unittest import mock
 from dg_lsp.measure.eval.heldout import HELDOUT_PACKAGES, heldout_sources
 from dg_lsp.measure.eval.scoring import edit_similarity, exact_match
 from engine import Engine, SamplerSettings
-from engine.decode.denoise import MaskedDenoiser
+from engine.decode import denoise
 
 sys.path.insert(0, str(Path(__file__).parent))
 from distill_eval import HOLE_TOKENS, cases_of, shown  # noqa: E402  (the same holes, scored alike)
@@ -57,7 +57,7 @@ def base_model(folder: Path) -> Path:
 
 
 def run(variant: str, holes: list[tuple[str, str, object]], model: str | None) -> list[dict]:
-    patch = (mock.patch.object(MaskedDenoiser, "_sees_nothing_new", lambda self, changed: False)
+    patch = (mock.patch.object(denoise, "sees_nothing_new", lambda seq, changed, shifted: False)
              if variant == "no-reuse" else contextlib.nullcontext())
     engine = Engine.load(model)
     rows = []

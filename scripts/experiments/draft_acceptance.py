@@ -97,7 +97,7 @@ def trajectory(eng: Engine, prefix: str, suffix: str, settings: SamplerSettings,
     mask = eng.config.mask_token_id
     proposals, open_before = [], [True] * canvas.hole_len
     start = time.perf_counter()
-    denoise_module.step = recording_step  # the sampler MaskedDenoiser.advance calls
+    denoise_module.step = recording_step  # the sampler engine.decode.denoise.commit calls
     try:
         for draft in eng.infill_stream(request):
             if recorded:

@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from dg_lsp.measure.bench_lsp import peak_rss_mb
+from engine.decode.sequence import Sequence
 from engine.serve import protocol
-from engine.serve.scheduler import BATCH, INTERACTIVE, Job, Scheduler
+from engine.serve.scheduler import BATCH, INTERACTIVE, Scheduler
 from engine.types import Draft, InfillRequest, SamplerSettings
 from tests.support.engine_procs import rss_mb, serving
 from tests.support.tiny_checkpoints import write_dream_checkpoint
@@ -178,15 +179,15 @@ class Timeline:
         self.events: list[tuple[str, Draft]] = []
         self.lock = threading.Lock()
 
-    def job(self, name: str, canvas: int, tokens: int, priority: str = INTERACTIVE) -> Job:
+    def job(self, name: str, canvas: int, tokens: int, priority: str = INTERACTIVE) -> Sequence:
         def on_draft(draft: Draft) -> None:
             with self.lock:
                 self.events.append((name, draft))
 
         # One token per step and no stop token: exactly `tokens` steps.
         settings = SamplerSettings(sampler="topk", k=1, min_tokens=tokens)
-        return Job(InfillRequest("x = ", "\n", tokens, settings, canvas), priority,
-                   on_draft=on_draft)
+        return Sequence(InfillRequest("x = ", "\n", tokens, settings, canvas), priority,
+                        on_draft=on_draft)
 
     def done(self, name: str) -> bool:
         with self.lock:
@@ -201,7 +202,7 @@ class Timeline:
         return names[first:last + 1].count(name)
 
 
-def run_beside(engine, long: Job, short: Job, timeline: Timeline, **kwargs) -> None:
+def run_beside(engine, long: Sequence, short: Sequence, timeline: Timeline, **kwargs) -> None:
     scheduler = Scheduler(engine, **kwargs)
     scheduler.start()
     try:

@@ -321,16 +321,17 @@ def test_tcp_listener_refuses_a_connection_without_the_token(engine, tcp):
 
 def test_a_full_queue_answers_busy(dream_ckpt):
     from engine import Engine
-    from engine.serve.scheduler import BATCH, INTERACTIVE, Job, Scheduler
+    from engine.decode.sequence import Sequence
+    from engine.serve.scheduler import BATCH, INTERACTIVE, Scheduler
 
     scheduler = Scheduler(Engine.load(str(dream_ckpt), device="cpu"), max_batch=1, max_queue=3)
     order: list[str] = []
 
-    def job(name: str, priority: str) -> Job:
+    def job(name: str, priority: str) -> Sequence:
         def done(draft) -> None:
             if draft.done:
                 order.append(name)
-        return Job(InfillRequest("x = ", "\n", 4), priority, on_draft=done)
+        return Sequence(InfillRequest("x = ", "\n", 4), priority, on_draft=done)
 
     # Queued before the scheduler runs: interactive work goes ahead of batch work.
     assert scheduler.submit(job("batch-1", BATCH))

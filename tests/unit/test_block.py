@@ -19,7 +19,8 @@ transformers = pytest.importorskip("transformers")
 if not hasattr(transformers, "DiffusionGemmaForBlockDiffusion"):
     pytest.skip("this transformers has no DiffusionGemma", allow_module_level=True)
 
-from engine.decode.runner import DraftSteps, Live, Runner  # noqa: E402
+from engine.decode.runner import Runner  # noqa: E402
+from engine.decode.sequence import Sequence  # noqa: E402
 from engine.models.block import (  # noqa: E402
     FIM_TEMPLATE,
     GEMMA_CHAT_TEMPLATE,
@@ -33,7 +34,7 @@ from engine.models.block import (  # noqa: E402
 )
 from engine.models.checkpoint import Checkpoint, read_checkpoint  # noqa: E402
 from engine.text.tokenizer import Tokenizer  # noqa: E402
-from engine.types import Draft, SamplerSettings  # noqa: E402
+from engine.types import Draft, InfillRequest, SamplerSettings  # noqa: E402
 from tests.support.diffusion_gemma import CANVAS, STEPS, write_diffusion_gemma  # noqa: E402
 from tests.support.tiny_checkpoints import tiny_tokenizer  # noqa: E402
 
@@ -191,8 +192,9 @@ def test_cancel_stops_between_steps(dg: tuple[Any, Checkpoint]):
     # The runner asks `cancel` before every step, in process and in the resident engine.
     prefix_ids, suffix_ids = context_ids(ckpt)
     settings = SamplerSettings(sampler="entropy", gamma=0.1, seed=0)
-    steps = DraftSteps(denoise_block(model, ckpt, prefix_ids, suffix_ids, 2 * CANVAS, settings))
-    drafts = list(Runner(model).drafts(Live(steps, cancel=cancel)))
+    steps = denoise_block(model, ckpt, prefix_ids, suffix_ids, 2 * CANVAS, settings)
+    seq = Sequence(InfillRequest("", "", 2 * CANVAS), drafts=steps, cancel_check=cancel)
+    drafts = list(Runner(model).drafts(seq))
     assert len(drafts) == 4
     assert drafts[-1].done and drafts[-1].finish_reason == "cancelled"
     assert drafts[-1].step == 3

@@ -127,13 +127,13 @@ def test_the_recorded_trajectory_is_the_engines_decoding(teacher: Path) -> None:
     settings = SamplerSettings(share_prefix=False)
     tokens, steps = record_trajectory(engine.model, cfg, tok, canvas, settings,
                                       engine.decoder.stop_ids())
-    from engine.decode.denoise import MaskedDenoiser
-    from engine.decode.runner import Live
+    from engine.decode.denoise import begin
+    from engine.decode.sequence import Sequence
 
-    # The engine's own route: the runner steps the same denoiser, a batch of one.
-    steps_of = MaskedDenoiser(engine.model, cfg, tok, Canvas(**vars(canvas)), settings,
-                              engine.decoder.stop_ids())
-    drafts = list(engine.runner.drafts(Live(steps_of)))
+    # The engine's own route: the runner steps the same masked step, a batch of one.
+    seq = begin(Sequence(None), engine.model, cfg, tok, Canvas(**vars(canvas)), settings,
+                engine.decoder.stop_ids())
+    drafts = list(engine.runner.drafts(seq))
     assert tokens == drafts[-1].token_ids
     # Every pass commits something, every position is committed by one of them.
     assert sorted(set(steps)) == list(range(1, drafts[-1].step + 1))

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from engine import Engine
-from engine.decode.denoise import MaskedDenoiser
 from engine.decode.families import ARDecoder, MaskedDecoder, decoder_for
+from engine.decode.sequence import Sequence
 from engine.text.tokenizer import EOS
 from engine.types import InfillRequest, SamplerSettings
 
@@ -37,8 +37,11 @@ def test_only_the_masked_family_gives_the_scheduler_a_batchable_denoiser(
 ) -> None:
     masked, ar = engines["masked"], engines["ar"]
     request = InfillRequest("x = ", "\n", 4, SamplerSettings(), 64)
-    assert isinstance(masked.decoder.start(request), MaskedDenoiser)
-    assert not isinstance(ar.decoder.start(request), MaskedDenoiser)
+    masked_seq = masked.decoder.start(Sequence(request))
+    ar_seq = ar.decoder.start(Sequence(request))
+    # The masked step's canvas and rules (what the runner may batch); the AR baseline's drafts.
+    assert masked_seq.rules is not None and masked_seq.drafts is None
+    assert ar_seq.rules is None and ar_seq.drafts is not None
 
 
 def test_stop_ids_are_the_models_and_results_end_at_them(engines: dict[str, Engine]) -> None:

@@ -20,6 +20,7 @@ from dg_lsp.document import gate
 from dg_lsp.document.edit import RewriteError
 from dg_lsp.settings import Settings, parse_settings
 from dg_lsp.syntax.languages import language_for
+from engine.decode.denoise import advance
 from engine.serve import protocol
 from engine.types import Draft, InfillRequest, SamplerSettings, Score, score_of
 from tests.support.scripted import Scripted
@@ -51,19 +52,20 @@ def test_the_score_of_a_hand_made_step_sequence(dream):
     at 0.9. The completion is the first two tokens: lowest 0.7, mean 0.75, 3 passes (the
     stop token is not part of the completion and is not scored)."""
     settings = SamplerSettings(sampler="topk", k=1, cache_refresh=1, stop_run=False)
-    denoiser = dream.live(InfillRequest("x=1\n", "\n", 3, settings)).steps
+    denoiser = dream.sequence(InfillRequest("x=1\n", "\n", 3, settings))
     vocab = dream.decoder.model.cfg.vocab_size
     # Two tokens the first position may take (the cursor's token is healed: the first token
     # must start with its text).
-    first = denoiser.constraints.first
+    first = denoiser.rules.constraints.first
     allowed = first if first is not None else torch.ones(vocab)
     a, b = (int(i) for i in allowed.nonzero()[:2, 0])
-    (stop,) = sorted(denoiser.stop_ids)[:1]
-    first = denoiser.advance(sure_of(vocab, 3, [{a: 0.8, b: 0.2}, {b: 0.6, a: 0.4},
-                                                {b: 0.5, a: 0.5}]))
+    (stop,) = sorted(denoiser.rules.stop_ids)[:1]
+    first = advance(dream.model, denoiser,
+                    sure_of(vocab, 3, [{a: 0.8, b: 0.2}, {b: 0.6, a: 0.4}, {b: 0.5, a: 0.5}]))
     assert first.score == Score(0.800000011920929, 0.800000011920929, 1, 1)  # float32 0.8
-    second = denoiser.advance(sure_of(vocab, 2, [{b: 0.7, a: 0.3}, {a: 0.6, b: 0.4}]))
-    third = denoiser.advance(sure_of(vocab, 1, [{stop: 0.9, a: 0.1}]))
+    second = advance(dream.model, denoiser,
+                     sure_of(vocab, 2, [{b: 0.7, a: 0.3}, {a: 0.6, b: 0.4}]))
+    third = advance(dream.model, denoiser, sure_of(vocab, 1, [{stop: 0.9, a: 0.1}]))
     assert second.token_ids[:2] == third.token_ids[:2] == [a, b]
     assert (third.done, third.finish_reason, third.token_ids[2]) == (True, "stop", stop)
     score = third.score

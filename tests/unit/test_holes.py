@@ -1,7 +1,7 @@
 """Several holes in one request (engine.types.HolesRequest, engine.decode.holes).
 
-The per-hole rules are checked on the tiny Dream checkpoint by handing the joint denoiser
-logits chosen here (`advance`), so what each step commits is known exactly; the bundled model
+The per-hole rules are checked on the tiny Dream checkpoint by handing the joint Sequence's
+step logits chosen here (`advance`), so what each step commits is known exactly; the bundled model
 checks that one hole decodes as the InfillRequest it stands for; the AR baseline and DreamOn
 fill their holes one after another, which must equal the InfillRequests run by hand.
 """
@@ -17,7 +17,8 @@ import torch
 
 from engine import Engine
 from engine.backend import CountingBackend
-from engine.decode.holes import HolesDenoiser, SequentialHoles
+from engine.decode.denoise import advance, masked_range
+from engine.decode.sequence import Sequence
 from engine.serve import protocol
 from engine.types import (
     Draft,
@@ -47,25 +48,27 @@ def dream(dream_ckpt: Path) -> Engine:
     return Engine.load(str(dream_ckpt), device="cpu", dtype="float32")
 
 
-def joint(engine: Engine, request: HolesRequest) -> HolesDenoiser:
-    steps = engine.decoder.start(request)
-    assert isinstance(steps, HolesDenoiser)
+def joint(engine: Engine, request: HolesRequest) -> Sequence:
+    steps = engine.decoder.start(Sequence(request))
+    # Denoised jointly: the masked step, with one span per hole.
+    assert steps.rules is not None and len(steps.rules.holes) == len(request.max_tokens)
     return steps
 
 
-def chosen_logits(steps: HolesDenoiser, rows: list[tuple[int, float]]) -> torch.Tensor:
+def chosen_logits(engine: Engine, steps: Sequence, rows: list[tuple[int, float]]
+                  ) -> torch.Tensor:
     """Logits of the masked range in which row i proposes token rows[i][0] with logit
     rows[i][1] over zeros: its confidence rises with the logit."""
-    lo, hi = steps.masked_range()
+    lo, hi = masked_range(steps)
     assert hi - lo == len(rows)
-    logits = torch.zeros(len(rows), steps.model.cfg.vocab_size)
+    logits = torch.zeros(len(rows), engine.model.cfg.vocab_size)
     for i, (token, value) in enumerate(rows):
         logits[i, token] = value
     return logits
 
 
-def span_tokens(steps: HolesDenoiser) -> list[int]:
-    return steps.hole.tokens()
+def span_tokens(steps: Sequence) -> list[int]:
+    return steps.hole_tokens()
 
 
 def words(engine: Engine, *texts: str) -> list[int]:
@@ -77,15 +80,15 @@ def words(engine: Engine, *texts: str) -> list[int]:
 
 def test_a_stop_in_one_hole_pads_that_hole_alone(dream: Engine) -> None:
     steps = joint(dream, HolesRequest(TEXTS, (4, 4), SamplerSettings(stop_run=False)))
-    assert steps.heals == ["", ""]
-    (a0, b0), (a1, b1) = steps.holes
+    assert steps.rules.heals == ["", ""]
+    (a0, b0), (a1, b1) = steps.rules.holes
     kept = span_tokens(steps)[b0:a1]
-    stop, pad = dream.config.eos_token_id, steps.pad_id
+    stop, pad = dream.config.eos_token_id, steps.rules.pad_id
     x, y, one, ret = words(dream, "x", "y", "1", "return")
     rows = [(ret, 30.0), (stop, 30.0), (x, 30.0), (y, 30.0)]  # hole 0: a stop second
     rows += [(t, 30.0) for t in kept]  # the kept code's rows are never read
     rows += [(ret, 30.0), (x, 30.0), (one, 30.0), (y, 30.0)]  # hole 1: no stop
-    draft = steps.advance(chosen_logits(steps, rows))
+    draft = advance(dream.model, steps, chosen_logits(dream, steps, rows))
     tokens = span_tokens(steps)
     assert tokens[a0:b0] == [ret, stop, pad, pad]
     assert tokens[b0:a1] == kept
@@ -99,15 +102,15 @@ def test_a_stop_in_one_hole_pads_that_hole_alone(dream: Engine) -> None:
 def test_a_hole_that_holds_its_unit_end_is_padded_and_the_others_go_on(dream: Engine) -> None:
     settings = SamplerSettings(sampler="topk", k=2, stop_run=False)
     steps = joint(dream, HolesRequest(TEXTS, (4, 4), settings, until=(LINE, LINE)))
-    (a0, b0), (a1, b1) = steps.holes
+    (a0, b0), (a1, b1) = steps.rules.holes
     kept = span_tokens(steps)[b0:a1]
     newline, x, y = words(dream, "\n", "x", "y")
     rows = [(x, 30.0), (newline, 30.0), (y, 2.0), (y, 2.0)]  # hole 0: 'x\n' committed
     rows += [(t, 1.0) for t in kept]
     rows += [(y, 3.0), (y, 3.0), (y, 4.0), (y, 3.0)]  # below hole 0's: the sampler's k=2
-    draft = steps.advance(chosen_logits(steps, rows))
-    tokens, committed = span_tokens(steps), steps.hole.committed.tolist()
-    assert tokens[a0:b0] == [x, newline, steps.pad_id, steps.pad_id]
+    draft = advance(dream.model, steps, chosen_logits(dream, steps, rows))
+    tokens, committed = span_tokens(steps), steps.committed.tolist()
+    assert tokens[a0:b0] == [x, newline, steps.rules.pad_id, steps.rules.pad_id]
     assert committed[a0:b0] == [True] * 4
     # Every hole still masked commits at least its most confident position a step.
     assert committed[a1:b1] == [False, False, True, False]
@@ -117,25 +120,25 @@ def test_a_hole_that_holds_its_unit_end_is_padded_and_the_others_go_on(dream: En
 
 def test_a_later_hole_is_healed_from_the_code_before_it(dream: Engine) -> None:
     steps = joint(dream, HolesRequest(("def f(x):", "\n    y = x\n", "\n"), (3, 3)))
-    assert steps.heals == ["", "\n"]
-    (a0, b0), (a1, b1) = steps.holes
+    assert steps.rules.heals == ["", "\n"]
+    (a0, b0), (a1, b1) = steps.rules.holes
     kept = span_tokens(steps)[b0:a1]
     assert dream.tokenizer.decode(kept) == "\n    y = x"  # its newline is the hole's now
     x, newline = words(dream, "x", "\n")
-    logits = chosen_logits(steps, [(x, 30.0)] * (b1 + 0))
+    logits = chosen_logits(dream, steps, [(x, 30.0)] * (b1 + 0))
     logits[a1, newline] = 20.0  # below x, which cannot complete the healed newline
-    draft = steps.advance(logits)
+    draft = advance(dream.model, steps, logits)
     assert span_tokens(steps)[a1:b1] == [newline, x, x]
     assert draft.holes == ("xxx", "xx")  # the healed newline is the kept code's
 
 
 def test_min_tokens_forbids_a_stop_at_the_start_of_every_hole(dream: Engine) -> None:
     steps = joint(dream, HolesRequest(TEXTS, (3, 3), SamplerSettings(min_tokens=2)))
-    (a0, b0), (a1, b1) = steps.holes
+    (a0, b0), (a1, b1) = steps.rules.holes
     kept = span_tokens(steps)[b0:a1]
     stop = dream.config.eos_token_id
     rows = [(stop, 30.0)] * 3 + [(t, 1.0) for t in kept] + [(stop, 30.0)] * 3
-    steps.advance(chosen_logits(steps, rows))
+    advance(dream.model, steps, chosen_logits(dream, steps, rows))
     tokens, stops = span_tokens(steps), dream.decoder.stop_ids()
     for a in (a0, a1):
         assert tokens[a] not in stops and tokens[a + 1] not in stops
@@ -190,7 +193,8 @@ def test_other_families_fill_their_holes_one_after_another(
     engine = Engine.load(str(folder), device="cpu", dtype="float32")
     texts = ("def f(x):\n", "\n    y = 2\n", "\n    return y\n", "\n")
     request = HolesRequest(texts, (3, 4, 2))
-    assert isinstance(engine.decoder.start(request), SequentialHoles)
+    seq = engine.decoder.start(Sequence(request))
+    assert seq.rules is None and seq.drafts.__name__ == "sequential_holes"
     drafts = list(engine.holes_stream(request))
     filled, passes = sequential_by_hand(engine, texts, (3, 4, 2))
     assert (list(drafts[-1].holes), drafts[-1].step) == (filled, passes)

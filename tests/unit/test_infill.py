@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from engine import Engine
+from engine.decode import denoise
 from engine.decode.ar import fim_prompt
-from engine.decode.denoise import MaskedDenoiser
 from engine.decode.kv_cache import ContextCache, PrefixCache
 from engine.decode.passes import hole_logits
 from engine.models.config import ModelConfig
@@ -50,8 +50,9 @@ def dream(dream_ckpt: Path) -> Engine:
 
 @pytest.fixture
 def every_step_a_pass(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No step reuses an earlier pass's logits (MaskedDenoiser.advance): a step, a pass."""
-    monkeypatch.setattr(MaskedDenoiser, "_sees_nothing_new", lambda self, changed: False)
+    """No step reuses an earlier pass's logits (engine.decode.denoise.advance): a step, a
+    pass."""
+    monkeypatch.setattr(denoise, "sees_nothing_new", lambda seq, changed, shifted: False)
 
 
 @pytest.fixture(scope="module")
@@ -213,14 +214,14 @@ def test_a_step_whose_pass_would_see_nothing_new_commits_from_the_last_ones_logi
                   stop_early=False)
     ran: list[int] = []
     seen: list[torch.Tensor] = []  # each step's logits, as the sampler gets them
-    commit = MaskedDenoiser._commit
-    monkeypatch.setattr(MaskedDenoiser, "_commit",
-                        lambda self, logits: (seen.append(logits.clone()), commit(self, logits)))
+    commit = denoise.commit
+    monkeypatch.setattr(denoise, "commit",
+                        lambda seq, logits: (seen.append(logits.clone()), commit(seq, logits)))
     hook = eng.model.register_forward_pre_hook(lambda _, args: ran.append(1))
     try:
         reused = eng.infill(PREFIX, SUFFIX, **kwargs)
         reused_ran, reused_seen, ran[:], seen[:] = len(ran), list(seen), [], []
-        monkeypatch.setattr(MaskedDenoiser, "_sees_nothing_new", lambda self, changed: False)
+        monkeypatch.setattr(denoise, "sees_nothing_new", lambda seq, changed, shifted: False)
         every = eng.infill(PREFIX, SUFFIX, **kwargs)
     finally:
         hook.remove()

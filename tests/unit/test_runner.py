@@ -3,11 +3,13 @@ in-process engine and the resident engine's scheduler alike."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from engine.decode.runner import Live, Runner, empty_draft
+from engine.decode.runner import Runner
+from engine.decode.sequence import Sequence
 from engine.types import Draft, InfillRequest, SamplerSettings
 
 EXACT = SamplerSettings(cache_refresh=1)  # every pass a full one: every pass can batch
@@ -27,7 +29,7 @@ def ar(ar_ckpt: Path):
     return Engine.load(str(ar_ckpt), device="cpu", dtype="float32")
 
 
-def run_together(runner: Runner, lives: list[Live]) -> tuple[list[list[Draft]], list[bool]]:
+def run_together(runner: Runner, lives: list[Sequence]) -> tuple[list[list[Draft]], list[bool]]:
     """Every live request stepped in the same rounds until all are done: each one's drafts,
     and per round whether its passes ran as one batch."""
     drafts: list[list[Draft]] = [[] for _ in lives]
@@ -48,7 +50,7 @@ def test_full_passes_of_several_holes_run_as_one_batch_and_each_gets_what_it_get
     requests = [InfillRequest("def f(x):\n    return ", "\n", 6, EXACT),
                 InfillRequest("y = ", "\n", 4, EXACT)]
     alone = [list(dream.infill_stream(r)) for r in requests]
-    together, batched = run_together(dream.runner, [dream.live(r) for r in requests])
+    together, batched = run_together(dream.runner, [dream.sequence(r) for r in requests])
     assert batched[0]  # the first round ran both canvases in one pass
     for mine, theirs in zip(together, alone, strict=True):
         assert [(d.token_ids, d.step, d.done) for d in mine] == \
@@ -57,36 +59,34 @@ def test_full_passes_of_several_holes_run_as_one_batch_and_each_gets_what_it_get
 
 def test_an_int8_runner_never_batches(dream):
     requests = [InfillRequest("a = ", "\n", 4, EXACT), InfillRequest("b = ", "\n", 4, EXACT)]
-    _, batched = run_together(Runner(dream.model, batch=False), [dream.live(r) for r in requests])
+    seqs = [dream.sequence(r) for r in requests]
+    _, batched = run_together(Runner(dream.model, batch=False), seqs)
     assert not any(batched)
 
 
-class Broken:
-    """Steps whose pass raises (a bug, a device error)."""
+def broken() -> Sequence:
+    """A request whose pass raises (a bug, a device error)."""
 
-    def step(self) -> Draft:
+    def drafts() -> Iterator[Draft]:
         raise RuntimeError("the device fell over")
+        yield  # a generator, as the other families' drafts are
 
-    def final(self, reason: str) -> Draft:
-        return empty_draft(reason)
-
-    def close(self) -> None:
-        pass
+    return Sequence(InfillRequest("z = ", "\n", 4), drafts=drafts())
 
 
 def test_a_step_that_raises_costs_its_own_request_only(dream):
-    good = dream.live(InfillRequest("x = ", "\n", 4))
-    bad, other = Live(Broken()), dream.live(InfillRequest("y = ", "\n", 4))
+    good = dream.sequence(InfillRequest("x = ", "\n", 4))
+    bad, other = broken(), dream.sequence(InfillRequest("y = ", "\n", 4))
     stepped = dream.runner.step([good, bad, other])
     assert [s.error is None for s in stepped] == [True, False, True]
     assert str(stepped[1].error) == "the device fell over" and stepped[1].draft is None
     assert stepped[0].draft.step == stepped[2].draft.step == 1
     with pytest.raises(RuntimeError, match="fell over"):
-        list(dream.runner.drafts(Live(Broken())))
+        list(dream.runner.drafts(broken()))
 
 
 def test_a_late_request_ends_before_its_first_pass(dream):
-    live = dream.live(InfillRequest("x = ", "\n", 4), deadline=0.0)  # long past
+    live = dream.sequence(InfillRequest("x = ", "\n", 4), deadline=0.0)  # long past
     (last,) = list(dream.runner.drafts(live))
     assert (last.done, last.finish_reason, last.step) == (True, "deadline", 0)
 
