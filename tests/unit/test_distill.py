@@ -16,14 +16,11 @@ from engine.cli import main as engine_main
 from engine.models.checkpoint import load_model, read_checkpoint
 from engine.text.canvas import Canvas
 from engine.train.corpus import build_corpus
-from engine.train.distill import (
-    CHECKS_FILE,
-    DistillConfig,
-    Distiller,
+from engine.train.distill import CHECKS_FILE, DistillConfig, Distiller
+from engine.train.distill_step import distill_losses, logits_at
+from engine.train.trajectories import (
     Trajectory,
-    distill_losses,
     hole_canvas,
-    logits_at,
     record_trajectory,
     trajectory_example,
 )
