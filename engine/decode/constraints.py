@@ -1,6 +1,6 @@
 """Which tokens a hole may hold: the rules a decoding loop applies to its logits at every step.
 
-Set up once per hole and applied by the masked family's denoiser (engine.decode.denoise) and the
+Set up once per hole and applied by the masked family's step (engine.decode.denoise) and the
 autoregressive baseline (engine.decode.ar) alike:
 
 - the mask token is never written (it is what the hole is made of), nor, when the hole is

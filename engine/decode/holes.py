@@ -46,8 +46,6 @@ from engine.text.stops import completion_ids
 from engine.text.units import settled
 from engine.types import Draft, HolesRequest, InfillRequest, UnitEnd
 
-__all__ = ["sequential_holes", "spliced", "units_of"]
-
 
 def units_of(request: HolesRequest) -> tuple[UnitEnd | None, ...]:
     """Each hole's unit end (None: the hole's own end)."""

@@ -7,7 +7,7 @@ trajectories, recorded by a frozen copy of it (the teacher):
 1. Holes are cut from the training corpus (`dg-engine corpus` output tokenized with the
    checkpoint's own vocabulary: `--tokenizer-from`) the way `dg-engine train` cuts them: rest
    of line, next line, a few lines, random spans, in hole sizes the engine uses. The teacher
-   fills each with the engine's own denoiser and default sampler settings (what users get) and
+   fills each with the engine's own masked step and default sampler settings (what users get) and
    records its trajectory: the token that ends up at every hole position and the pass that
    committed it.
 2. The student trains on three terms:
