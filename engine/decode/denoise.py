@@ -7,7 +7,7 @@ and the `Rules` it holds (set when it starts, `begin`): `step_alone` runs its ne
 (`forward`) and commits from it (`advance`), returning a `Draft`; the last one has `done=True`
 and a `finish_reason`. The runner (engine.decode.runner) steps a Sequence alone or runs the
 full passes of several as one batch (`full_pass_input` / `hole_from_full` / `advance`).
-Which canvas rows a pass runs is engine.decode.passes; which tokens the hole may hold,
+Which canvas rows a pass runs is engine.decode.kv_cache; which tokens the hole may hold,
 engine.decode.constraints; what a step commits besides the sampler's picks (the stop run,
 early stop, DreamOn's edits, choices, and each hole's own rules when a request has several),
 engine.decode.hole.
@@ -63,8 +63,16 @@ from torch import Tensor
 
 from engine.decode import hole as rule
 from engine.decode.constraints import token_constraints
-from engine.decode.kv_cache import ContextCache, PrefixCache, first_positions, joined
-from engine.decode.passes import hole_logits, live_span, logit_rows, rows_to_logits
+from engine.decode.kv_cache import (
+    ContextCache,
+    PrefixCache,
+    first_positions,
+    hole_logits,
+    joined,
+    live_span,
+    logit_rows,
+    rows_to_logits,
+)
 from engine.decode.samplers import adjust_logits, step
 from engine.decode.sequence import Rules, Sequence
 from engine.models.config import ModelConfig

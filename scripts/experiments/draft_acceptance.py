@@ -44,8 +44,7 @@ from dg_lsp.measure.eval.heldout import heldout_sources
 from dg_lsp.measure.eval.scoring import edit_similarity, single_line
 from engine import Engine
 from engine.data.cases import cut_cases
-from engine.decode.kv_cache import ContextCache, PrefixCache
-from engine.decode.passes import live_span, logit_rows
+from engine.decode.kv_cache import ContextCache, PrefixCache, live_span, logit_rows
 from engine.decode.samplers import propose
 from engine.models.transformer import LayerKV
 from engine.types import InfillRequest, SamplerSettings

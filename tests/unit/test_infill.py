@@ -21,8 +21,7 @@ import torch
 from engine import Engine
 from engine.decode import denoise
 from engine.decode.ar import fim_prompt
-from engine.decode.kv_cache import ContextCache, PrefixCache
-from engine.decode.passes import hole_logits
+from engine.decode.kv_cache import ContextCache, PrefixCache, hole_logits
 from engine.models.config import ModelConfig
 from engine.models.transformer import Transformer
 from engine.text.canvas import layout
