@@ -8,7 +8,7 @@ from pathlib import Path
 
 from dg_lsp.settings import Settings
 from engine.backend import Backend
-from engine.serve.client import EngineUnavailable
+from engine.serve.socket.client import EngineUnavailable
 
 
 def open_backend(settings: Settings, priority: str = "interactive") -> Backend:
@@ -33,7 +33,7 @@ def open_backend(settings: Settings, priority: str = "interactive") -> Backend:
     if is_engine_url(settings.engine):  # a team's engine: it loaded its own model
         return RemoteEngine.connect(settings.engine, settings.engine_token_file,
                                     priority=priority)
-    from engine.serve.client import EngineClient
+    from engine.serve.socket.client import EngineClient
 
     return EngineClient.connect_or_start(model, device, dtype=dtype, priority=priority)
 

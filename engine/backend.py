@@ -1,7 +1,7 @@
 """`Backend`: what dg-lsp asks of an engine, whether it runs in this process or not.
 
 Two kinds implement it: `engine.Engine` (the model loaded in this process) and
-`engine.serve.client.WireBackend` (`EngineClient`: the resident engine over a socket;
+`engine.serve.socket.client.WireBackend` (`EngineClient`: the resident engine over a socket;
 `RemoteEngine`: a team's engine by URL). Both take the same request objects
 (engine.types.InfillRequest, RewriteRequest). What differs
 between them that a caller may need to know is written down in `EngineInfo`, never found
@@ -9,7 +9,7 @@ out by probing for attributes.
 
 `document` names the document a request is about (an editor's URI, a file's path): transport
 metadata beside the request, not part of it. An engine over a wire sends it (a digest:
-engine.serve.protocol.document_key) so a team's engine keeps one document on one replica;
+engine.serve.socket.protocol.document_key) so a team's engine keeps one document on one replica;
 an engine in this process has nothing to route and ignores it.
 
 No torch here: `dg-lsp` types against this without loading a model.

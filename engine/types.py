@@ -77,7 +77,7 @@ class UnitEnd:
 # The two requests an engine serves. Each is built once, where the caller decides what to
 # ask (dg_lsp.completion.pipeline, dg_lsp.actions.rewrite), and travels unchanged through the
 # Backend, the wire
-# (engine.serve.protocol.to_wire / from_wire), the scheduler's job and the family's decoder.
+# (engine.serve.socket.protocol.to_wire / from_wire), the scheduler's job and the family's decoder.
 # What stops a request early (a cancel, a deadline) is not part of it: it is not data.
 
 

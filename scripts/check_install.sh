@@ -14,8 +14,8 @@ work=$(mktemp -d)
 export XDG_RUNTIME_DIR="$work/runtime"
 mkdir -m 700 "$XDG_RUNTIME_DIR"
 stop_engine() {
-  "$venv/bin/python" -c 'from engine.serve.client import EngineClient, EngineUnavailable
-from engine.serve.endpoint import runtime_dir, Endpoint
+  "$venv/bin/python" -c 'from engine.serve.socket.client import EngineClient, EngineUnavailable
+from engine.serve.socket.endpoint import runtime_dir, Endpoint
 for sock in runtime_dir().glob("*.sock"):
     try: EngineClient(Endpoint(sock)).shutdown()
     except EngineUnavailable: pass' 2>/dev/null || true

@@ -60,7 +60,7 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=200)
     args = parser.parse_args()
     from engine.engine import Engine
-    from engine.serve.client import EngineClient
+    from engine.serve.socket.client import EngineClient
 
     cases = cut_cursor_cases(heldout_sources(), args.limit, seed=0)
     runtime = tempfile.mkdtemp(prefix="dg-digest-")

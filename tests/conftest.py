@@ -75,8 +75,8 @@ def _private_engines(tmp_path_factory: pytest.TempPathFactory):
     runtime = tmp_path_factory.mktemp("runtime")
     os.environ["XDG_RUNTIME_DIR"] = str(runtime)
     yield runtime
-    from engine.serve.client import EngineClient, EngineUnavailable
-    from engine.serve.endpoint import Endpoint
+    from engine.serve.socket.client import EngineClient, EngineUnavailable
+    from engine.serve.socket.endpoint import Endpoint
 
     for sock in (runtime / "dg-engine").glob("*.sock"):
         try:

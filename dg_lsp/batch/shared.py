@@ -37,7 +37,7 @@ from dg_lsp.batch.job import BatchJob, Record, run_target, target_record
 from dg_lsp.document.edit import Edit
 from dg_lsp.document.parsed import ParsedText
 from engine.backend import Backend
-from engine.serve.client import EngineBusy, EngineUnavailable
+from engine.serve.socket.client import EngineBusy, EngineUnavailable
 
 RESIDENT_WORKERS = 8  # concurrent targets on the resident engine (its default batch size)
 TEAM_WORKERS = 4  # on a team's engine: its replicas serve the team's editors too

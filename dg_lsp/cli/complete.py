@@ -87,7 +87,7 @@ def cursor_offset(text: str, line: int, col: int) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.serve.client import EngineUnavailable
+    from engine.serve.socket.client import EngineUnavailable
 
     try:
         path, line, col = parse_location(args.location)

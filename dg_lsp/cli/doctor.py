@@ -145,7 +145,7 @@ def check_model(report: Report, model: str | None) -> None:
 
 
 def check_device(report: Report, device: str) -> None:
-    from engine.serve.endpoint import resolved_device
+    from engine.serve.socket.endpoint import resolved_device
 
     resolved = resolved_device(device)
     try:
@@ -172,7 +172,7 @@ def check_memory(report: Report, model: str | None, device: str, dtype: str) -> 
     dtype asked for, else in 16 bits; where it does not but would at int4, the fix says so."""
     from engine.models.checkpoint import resolve
     from engine.models.plan import GB, device_memory, plan, read_config
-    from engine.serve.endpoint import resolved_device
+    from engine.serve.socket.endpoint import resolved_device
 
     resolved = resolved_device(device)
     try:
@@ -197,8 +197,8 @@ def check_memory(report: Report, model: str | None, device: str, dtype: str) -> 
 
 
 def check_engine(report: Report, model: str | None, device: str, dtype: str) -> None:
-    from engine.serve.client import EngineClient, EngineUnavailable
-    from engine.serve.endpoint import endpoint_for
+    from engine.serve.socket.client import EngineClient, EngineUnavailable
+    from engine.serve.socket.endpoint import endpoint_for
 
     try:
         endpoint = endpoint_for(model, device, dtype)
@@ -236,7 +236,7 @@ def check_engine(report: Report, model: str | None, device: str, dtype: str) -> 
 
 def check_team_engine(report: Report, url: str, token_file: str | None) -> None:
     """A team's engine (dg-engine serve --ray): reachable with this token, and its replicas."""
-    from engine.serve.client import EngineUnavailable
+    from engine.serve.socket.client import EngineUnavailable
     from engine.serve.team.command import format_status
     from engine.serve.team.remote import RemoteEngine, shown_url
 

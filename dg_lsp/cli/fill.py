@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _fill(args: argparse.Namespace, source, doc: ParsedText, targets: list) -> int:
-    from engine.serve.client import EngineUnavailable
+    from engine.serve.socket.client import EngineUnavailable
 
     settings = settings_from_arguments(args, engine=args.engine,
                                        engine_token_file=args.token_file)

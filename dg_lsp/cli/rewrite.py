@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"dg-lsp rewrite: cannot {args.action}: {what}", file=sys.stderr)
         return 2
 
-    from engine.serve.client import EngineUnavailable
+    from engine.serve.socket.client import EngineUnavailable
 
     settings = settings_from_arguments(args, engine=args.engine,
                                        engine_token_file=args.token_file)

@@ -32,7 +32,7 @@ from dg_lsp.lsp.state import DgLanguageServer
 from dg_lsp.positions import offset_at, position_at
 from dg_lsp.syntax.languages import LanguageSpec, language_for
 from engine.backend import Backend
-from engine.serve.client import EngineUnavailable
+from engine.serve.socket.client import EngineUnavailable
 
 T = TypeVar("T")
 

@@ -26,7 +26,7 @@ from dg_lsp.engines import open_backend
 from dg_lsp.lsp.progress import LoadProgress
 from dg_lsp.settings import Settings
 from engine.backend import Backend, CountingBackend, Counts, StepsOnWorker
-from engine.serve.client import EngineUnavailable
+from engine.serve.socket.client import EngineUnavailable
 
 # Server → client notification {"state": "loading" | "ready" | "unavailable", "message": str}
 # for status bars; sent whenever the engine's state changes.

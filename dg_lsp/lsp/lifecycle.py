@@ -23,7 +23,7 @@ from lsprotocol import types
 
 from dg_lsp.lsp.state import DgLanguageServer
 from engine.backend import Backend
-from engine.serve.client import EngineUnavailable
+from engine.serve.socket.client import EngineUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -108,7 +108,7 @@ def run_batch(files: Path, engine_args: list[str], seed: int) -> dict[str, Any]:
 
 
 def resident_row(files: Path, model: str | None, device: str, seed: int) -> dict[str, Any]:
-    from engine.serve.client import EngineClient, EngineUnavailable
+    from engine.serve.socket.client import EngineClient, EngineUnavailable
     from engine.types import InfillRequest
 
     row: dict[str, Any] = {"engine": "resident", "replicas": "-"}

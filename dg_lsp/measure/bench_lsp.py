@@ -141,8 +141,8 @@ class Session:
             await self.ask(uri, "def f(x):\n    return \n", 24)
 
     async def stop(self) -> None:
-        from engine.serve.client import EngineClient, EngineUnavailable
-        from engine.serve.endpoint import Endpoint
+        from engine.serve.socket.client import EngineClient, EngineUnavailable
+        from engine.serve.socket.endpoint import Endpoint
 
         await self.client.shutdown_async(None)
         self.client.exit(None)
@@ -155,8 +155,8 @@ class Session:
 
     def peak_rss_mb(self) -> float | None:
         """Peak RSS of the server, plus the engine's where the server started one."""
-        from engine.serve.client import EngineClient, EngineUnavailable
-        from engine.serve.endpoint import Endpoint
+        from engine.serve.socket.client import EngineClient, EngineUnavailable
+        from engine.serve.socket.endpoint import Endpoint
 
         pids = [self.client._server.pid] if self.client._server else []
         for sock in (Path(self.runtime) / "dg-engine").glob("*.sock"):

@@ -1,7 +1,7 @@
 """`dg-engine serve`: its options, and the choice between the resident engine and Ray.
 
 Without `--ray` the model is held by this process for every editor and CLI of this user
-(engine.serve.daemon); with it, replicas are deployed on a Ray cluster behind one URL
+(engine.serve.socket.daemon); with it, replicas are deployed on a Ray cluster behind one URL
 (engine.serve.team.command, which imports Ray only then).
 """
 
@@ -23,9 +23,9 @@ from engine.bounds import (
     host_port_argument,
 )
 from engine.options import add_model_options, add_threads_option
-from engine.serve.daemon import DEFAULT_IDLE_EXIT, DEFAULT_MAX_CONNECTIONS, serve_endpoint
-from engine.serve.endpoint import Endpoint, UnsafeRuntimeDir, endpoint_for
 from engine.serve.limits import DEFAULT_REQUEST_TIMEOUT
+from engine.serve.socket.daemon import DEFAULT_IDLE_EXIT, DEFAULT_MAX_CONNECTIONS, serve_endpoint
+from engine.serve.socket.endpoint import Endpoint, UnsafeRuntimeDir, endpoint_for
 from engine.serve.team.command import add_arguments as add_ray_arguments
 from engine.serve.team.command import serve_on_ray
 

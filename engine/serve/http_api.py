@@ -49,11 +49,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from engine.serve import protocol
-from engine.serve.endpoint import bearer_matches
 from engine.serve.fim_templates import split_fim
 from engine.serve.limits import parse_request
-from engine.serve.protocol import ProtocolError
+from engine.serve.socket import protocol
+from engine.serve.socket.endpoint import bearer_matches
+from engine.serve.socket.protocol import ProtocolError
 from engine.text.canvas import other_file_snippet
 from engine.types import CANVAS_LENGTH, Draft
 
@@ -247,7 +247,7 @@ class Backend(Protocol):
 
 
 class LocalBackend:
-    """The scheduler of one resident engine (engine.serve.daemon.EngineServer)."""
+    """The scheduler of one resident engine (engine.serve.socket.daemon.EngineServer)."""
 
     def __init__(self, server: Any) -> None:
         self.server = server  # engine, scheduler, name, limits, last_active

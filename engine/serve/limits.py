@@ -1,8 +1,8 @@
 """What one request may ask of an engine, and the check that admits it.
 
 A wire message becomes the scheduler's Sequence (engine.decode.sequence) here, once, for the
-resident engine (engine.serve.daemon) and a team's replicas (engine.serve.team.app) alike: typed
-and in range (protocol.from_wire, the bounds table), within this engine's canvas and memory per
+resident engine (engine.serve.socket.daemon) and a team's replicas (engine.serve.team.app)
+alike: typed and in range (protocol.from_wire, the bounds table), within this engine's canvas and memory per
 request, with its deadline set.
 """
 
@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from engine.bounds import CANVAS_LENGTH_RANGE
-from engine.serve import protocol
-from engine.serve.protocol import ProtocolError
+from engine.serve.socket import protocol
+from engine.serve.socket.protocol import ProtocolError
 from engine.types import HolesRequest, RewriteRequest
 
 if TYPE_CHECKING:  # they import torch: loaded only to serve

@@ -31,7 +31,7 @@ from engine.data.cases import cut_cursor_cases
 def main(count: int) -> None:
     os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="dg-gap-")
     from engine import Engine
-    from engine.serve.client import EngineClient
+    from engine.serve.socket.client import EngineClient
 
     cases = cut_cursor_cases(heldout_sources(), count, seed=0)
     requests = [CompletionRequest(c.prefix + c.suffix, len(c.prefix), language_for("python"),

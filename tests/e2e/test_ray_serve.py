@@ -24,7 +24,7 @@ serve = pytest.importorskip("ray.serve", reason="needs ray[serve]")
 # A local Ray cluster.
 pytestmark = pytest.mark.e2e
 
-from engine.serve.client import EngineRefused, EngineUnavailable  # noqa: E402
+from engine.serve.socket.client import EngineRefused, EngineUnavailable  # noqa: E402
 from engine.serve.team.app import APP_NAME, AppOptions, build_app, token_digest  # noqa: E402
 from engine.serve.team.command import tls_context  # noqa: E402
 from engine.serve.team.front import Front  # noqa: E402

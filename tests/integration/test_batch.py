@@ -161,7 +161,7 @@ def test_a_ray_cluster_of_two_workers_gives_the_local_patch(tmp_path, docstrings
 
 def test_the_resident_engine_takes_every_target_and_gives_the_local_patch(tmp_path,
                                                                          docstrings_run):
-    from engine.serve.client import EngineClient, EngineUnavailable
+    from engine.serve.socket.client import EngineClient, EngineUnavailable
 
     def stats() -> dict:
         try:

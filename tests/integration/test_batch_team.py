@@ -26,8 +26,8 @@ from dg_lsp.batch import shared
 from dg_lsp.batch.job import Record
 from dg_lsp.batch.report import NOT_APPLIED, Progress
 from engine.cli import run_command
-from engine.serve.client import EngineBusy, EngineRefused, EngineUnavailable
-from engine.serve.protocol import document_key
+from engine.serve.socket.client import EngineBusy, EngineRefused, EngineUnavailable
+from engine.serve.socket.protocol import document_key
 from tests.support.team_endpoint import team_engine
 
 TOKEN = "t3am-batch-token-0123456789"

@@ -17,7 +17,7 @@ import dg_lsp
 from dg_lsp.cli import doctor
 from dg_lsp.syntax import languages
 from engine.models.checkpoint import BUNDLED_MODEL_DIR, resolve_device
-from engine.serve.endpoint import resolved_device
+from engine.serve.socket.endpoint import resolved_device
 
 
 def dg_lsp_cli(*args: str) -> subprocess.CompletedProcess:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.serve import protocol
+from engine.serve.socket import protocol
 from tests.support.engine_procs import rss_mb, serving
 
 SEED = 21

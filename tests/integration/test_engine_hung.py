@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from engine.serve.client import EngineClient, EngineUnavailable
-from engine.serve.endpoint import PING_TIMEOUT
+from engine.serve.socket.client import EngineClient, EngineUnavailable
+from engine.serve.socket.endpoint import PING_TIMEOUT
 from engine.types import InfillRequest, SamplerSettings
 from tests.support.engine_procs import gone, serving
 

@@ -19,8 +19,8 @@ import pytest
 
 from dg_lsp.measure.bench_lsp import peak_rss_mb
 from engine.decode.sequence import Sequence
-from engine.serve import protocol
 from engine.serve.scheduler import BATCH, INTERACTIVE, Scheduler
+from engine.serve.socket import protocol
 from engine.types import Draft, InfillRequest, SamplerSettings
 from tests.support.engine_procs import rss_mb, serving
 from tests.support.tiny_checkpoints import write_dream_checkpoint

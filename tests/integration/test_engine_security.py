@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.serve import protocol
-from engine.serve.client import EngineBusy, EngineClient, EngineUnavailable
-from engine.serve.endpoint import Endpoint, UnsafeRuntimeDir, endpoint_for, runtime_dir
+from engine.serve.socket import protocol
+from engine.serve.socket.client import EngineBusy, EngineClient, EngineUnavailable
+from engine.serve.socket.endpoint import Endpoint, UnsafeRuntimeDir, endpoint_for, runtime_dir
 from engine.types import InfillRequest
 from tests.support.engine_procs import NOBODY, Attacker, as_attacker, needs_root, serving
 from tests.support.wait import wait_for

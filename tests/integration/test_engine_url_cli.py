@@ -29,7 +29,7 @@ from dg_lsp.cli import rewrite as rewrite_cli
 from dg_lsp.measure.eval import cli as eval_cli
 from dg_lsp.settings import parse_settings
 from engine.cli import run_command
-from engine.serve.protocol import document_key
+from engine.serve.socket.protocol import document_key
 from tests.support.team_endpoint import TeamEngine, team_engine
 
 ROOT = Path(__file__).resolve().parents[2]

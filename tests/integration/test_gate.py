@@ -21,7 +21,7 @@ def dream(dream_ckpt: Path):
 
 
 def test_the_score_is_the_same_in_process_and_resident(dream, dream_ckpt: Path, tmp_path):
-    from engine.serve.client import EngineClient
+    from engine.serve.socket.client import EngineClient
     from tests.support.engine_procs import serving
 
     request = InfillRequest("def add(a, b):\n    return ", "\n", 8,

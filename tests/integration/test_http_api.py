@@ -27,9 +27,9 @@ from typing import Any
 import httpx
 import pytest
 
-from engine.serve import protocol
-from engine.serve.endpoint import Endpoint
 from engine.serve.http_api import HEADER_TIMEOUT, MAX_HEADER_BYTES
+from engine.serve.socket import protocol
+from engine.serve.socket.endpoint import Endpoint
 from tests.support.continue_adapter import adapter_call, installed_adapter
 from tests.support.front_thread import front_in_thread
 from tests.support.openai_checks import check_completions, check_streams_add_up, whole_and_streamed

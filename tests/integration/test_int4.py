@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.serve.client import EngineClient
+from engine.serve.socket.client import EngineClient
 from engine.types import InfillRequest, last_draft
 
 

@@ -27,7 +27,7 @@ from pytest_lsp import ClientServerConfig
 from dg_lsp.lsp import engine_host
 from dg_lsp.lsp.completion import complete
 from dg_lsp.lsp.server import REWRITE_COMMAND, STATS_COMMAND, create_server
-from engine.serve.client import EngineUnavailable
+from engine.serve.socket.client import EngineUnavailable
 from tests.support.lsp_client import capabilities
 from tests.support.scripted import Scripted
 

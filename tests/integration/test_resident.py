@@ -29,9 +29,9 @@ from dg_lsp.lsp.server import STATS_COMMAND
 from dg_lsp.settings import parse_settings
 from dg_lsp.syntax.languages import language_for
 from engine.backend import CountingBackend
-from engine.serve import protocol
-from engine.serve.client import EngineClient, EngineRefused
-from engine.serve.endpoint import endpoint_for, resolved_device
+from engine.serve.socket import protocol
+from engine.serve.socket.client import EngineClient, EngineRefused
+from engine.serve.socket.endpoint import endpoint_for, resolved_device
 from engine.text.units import UnitEnd
 from engine.types import HolesRequest, InfillRequest, RewriteRequest, SamplerSettings
 from tests.support.wait import wait_for

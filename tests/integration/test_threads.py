@@ -143,7 +143,7 @@ def _environ(pid: int) -> dict[str, str]:
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
 def test_a_resident_engine_started_by_a_client_spins_as_libgomp_does_and_chooses_by_load(
         dream_ckpt: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    from engine.serve.client import EngineClient
+    from engine.serve.socket.client import EngineClient
 
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     monkeypatch.delenv("OMP_NUM_THREADS")
@@ -166,8 +166,8 @@ def test_a_resident_engine_started_by_a_client_spins_as_libgomp_does_and_chooses
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
 def test_dg_engine_serve_keeps_the_users_threads_and_wait_policy(dream_ckpt: Path,
                                                                   tmp_path: Path):
-    from engine.serve.client import EngineClient
-    from engine.serve.endpoint import Endpoint
+    from engine.serve.socket.client import EngineClient
+    from engine.serve.socket.endpoint import Endpoint
 
     socket = tmp_path / "engine.sock"
     env = {**os.environ, "OMP_WAIT_POLICY": "ACTIVE", "XDG_RUNTIME_DIR": str(tmp_path)}

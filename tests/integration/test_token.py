@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.serve.client import EngineUnavailable
+from engine.serve.socket.client import EngineUnavailable
 from engine.serve.team.remote import EngineURL, RemoteEngine, read_token
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from engine.serve.endpoint import Endpoint
+from engine.serve.socket.endpoint import Endpoint
 
 NOBODY = 65534  # the attacker: another uid (and gid) than the test's
 

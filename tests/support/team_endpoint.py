@@ -2,7 +2,7 @@
 
 The real front door (engine.serve.team.front: the deployment's token check, before anything else
 is read) in front of a small stand-in for the Ray Serve ingress behind it, which answers
-`/v1/hello` and `/v1/stream` as engine.serve.team.app does: a hello of engine.serve.protocol,
+`/v1/hello` and `/v1/stream` as engine.serve.team.app does: a hello of engine.serve.socket.protocol,
 then one "result" line per request with a scripted completion, naming the replica that served
 it. Every request body that got through is kept, so a test sees what a client sent (its
 "document" included); every connection the front accepted is counted, so a test sees that
@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.serve import protocol
+from engine.serve.socket import protocol
 from engine.serve.team.front import Front
 from engine.serve.team.remote import reply_line
 from engine.serve.team.routing import rank, routing_key

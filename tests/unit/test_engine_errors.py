@@ -8,7 +8,7 @@ import pytest
 
 from dg_lsp.actions.targets import DOCSTRING
 from dg_lsp.batch.job import BatchJob, process_file
-from engine.serve.client import EngineBusy, EngineRefused, EngineUnavailable, raise_error
+from engine.serve.socket.client import EngineBusy, EngineRefused, EngineUnavailable, raise_error
 from tests.support.scripted import Scripted
 
 

@@ -12,7 +12,7 @@ from lsprotocol import types
 
 from dg_lsp.lsp.completion import complete
 from dg_lsp.lsp.server import create_server
-from engine.serve.client import EngineUnavailable
+from engine.serve.socket.client import EngineUnavailable
 from tests.support.scripted import Scripted
 
 

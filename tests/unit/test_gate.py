@@ -21,7 +21,7 @@ from dg_lsp.document.edit import RewriteError
 from dg_lsp.settings import Settings, parse_settings
 from dg_lsp.syntax.languages import language_for
 from engine.decode.denoise import advance
-from engine.serve import protocol
+from engine.serve.socket import protocol
 from engine.types import Draft, InfillRequest, SamplerSettings, Score, score_of
 from tests.support.scripted import Scripted
 from tests.support.targets import doc, target_of

@@ -19,7 +19,7 @@ from engine import Engine
 from engine.backend import CountingBackend
 from engine.decode.denoise import advance, masked_range
 from engine.decode.sequence import Sequence
-from engine.serve import protocol
+from engine.serve.socket import protocol
 from engine.types import (
     Draft,
     HolesRequest,

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from engine.serve import protocol
+from engine.serve.socket import protocol
 from engine.types import InfillRequest, RewriteRequest, SamplerSettings, UnitEnd
 
 SETTINGS = SamplerSettings(sampler="topk", k=2, temperature=0.5, seed=7, max_steps=9)

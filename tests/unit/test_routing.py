@@ -13,7 +13,7 @@ from dg_lsp.completion.pipeline import CompletionRequest, Pipeline
 from dg_lsp.document.parsed import ParsedText
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for
-from engine.serve import protocol
+from engine.serve.socket import protocol
 from engine.serve.team.routing import DEFAULT_IMBALANCE, choose, rank, routing_key
 from engine.types import InfillRequest, RewriteRequest
 from tests.support.scripted import Scripted

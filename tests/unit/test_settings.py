@@ -100,7 +100,7 @@ def test_a_setting_that_names_another_engine_drops_the_loaded_one(change):
 def test_one_range_per_setting_for_the_editor_the_wire_and_the_command_line(capsys):
     """The language server, the engine's wire parser and the CLIs refuse the same value with
     the same words, read from the field's metadata (engine.bounds)."""
-    from engine.serve.protocol import ProtocolError, settings_from_wire
+    from engine.serve.socket.protocol import ProtocolError, settings_from_wire
 
     _, errors = parse_settings({"sampler": {"temperature": 11}})
     assert errors == ["sampler.temperature: expected a finite number in 0..10, got 11"]

@@ -29,7 +29,7 @@ from dg_lsp.document.parsed import ParsedText
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for
 from engine.backend import CountingBackend
-from engine.serve.client import EngineRefused
+from engine.serve.socket.client import EngineRefused
 from engine.types import UnitEnd
 from tests.support.scripted import Scripted, holes
 from tests.support.targets import MEAN, doc

@@ -131,7 +131,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.serve.client import EngineUnavailable
+    from engine.serve.socket.client import EngineUnavailable
 
     remote = args.engine not in ("inproc", "resident")
     try:
@@ -236,7 +236,7 @@ def check_remote(args: argparse.Namespace) -> None:
 
 def run_multi_hole(args: argparse.Namespace) -> int:
     """The multi-hole suite on --cases-from, through --engine (one model: --model)."""
-    from engine.serve.client import EngineUnavailable
+    from engine.serve.socket.client import EngineUnavailable
 
     models = [m for m in (args.models or []) if m != BUNDLED]
     if args.cases_from is None or len(models) > 1:

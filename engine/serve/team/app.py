@@ -43,10 +43,10 @@ from ray.serve.config import RequestRouterConfig
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from engine.serve import protocol
-from engine.serve.endpoint import bearer_matches
 from engine.serve.http_api import ApiError, HttpApi, no_endpoint, tool_path
 from engine.serve.limits import DEFAULT_REQUEST_TIMEOUT, Limits, free_memory, parse_request
+from engine.serve.socket import protocol
+from engine.serve.socket.endpoint import bearer_matches
 from engine.serve.team.remote import reply_line
 from engine.serve.team.routing import routing_key
 from engine.text.stops import completion_ids

@@ -99,7 +99,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def status(args: argparse.Namespace) -> int:
-    from engine.serve.client import EngineUnavailable
+    from engine.serve.socket.client import EngineUnavailable
     from engine.serve.team.remote import RemoteEngine
     from engine.serve.token import read_token
 

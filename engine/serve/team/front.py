@@ -37,9 +37,9 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine.serve import protocol
-from engine.serve.endpoint import bearer_matches
 from engine.serve.http_api import ApiError, tool_path
+from engine.serve.socket import protocol
+from engine.serve.socket.endpoint import bearer_matches
 
 MAX_HEADER_BYTES = 16 * 1024  # a request head: the request line and every header together
 HEADER_TIMEOUT = 10.0  # seconds to send the request head (and finish a TLS handshake)

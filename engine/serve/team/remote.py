@@ -10,10 +10,10 @@ URL's password.
 
 HTTP paths (engine.serve.team.app answers them):
 
-    GET  /v1/hello    the hello of engine.serve.protocol, plus "replicas"
+    GET  /v1/hello    the hello of engine.serve.socket.protocol, plus "replicas"
     GET  /v1/status   every replica's model, device, queue and tokens/s
-    POST /v1/stream   body: an infill, rewrite or holes request of engine.serve.protocol (with the
-                      "document" it is about, which routes it); answer:
+    POST /v1/stream   body: an infill, rewrite or holes request of engine.serve.socket.protocol
+                      (with the "document" it is about, which routes it); answer:
                       one JSON message per line ("draft" after every step, then "result"
                       or "error"), each "draft" and "result" with a "replica" (transport
                       metadata, optional: an engine that predates it sends none)
@@ -44,8 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.backend import EngineInfo
-from engine.serve import protocol
-from engine.serve.client import (
+from engine.serve.socket import protocol
+from engine.serve.socket.client import (
     READ_TIMEOUT,
     EngineRefused,
     EngineUnavailable,

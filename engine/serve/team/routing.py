@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from engine.serve.protocol import MAX_DOCUMENT
+from engine.serve.socket.protocol import MAX_DOCUMENT
 
 ROUTE_CHARS = 512  # characters of a prefix's start that name its document for routing
 DEFAULT_IMBALANCE = 8  # requests: a full batch of the scheduler's default size

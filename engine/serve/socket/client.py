@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from engine.backend import EngineInfo
-from engine.serve import protocol
-from engine.serve.endpoint import (
+from engine.serve.socket import protocol
+from engine.serve.socket.endpoint import (
     PING_TIMEOUT,
     Endpoint,
     UnsafeRuntimeDir,
@@ -57,7 +57,7 @@ class EngineUnavailable(Exception):
     """The engine cannot be reached, died mid-request, refused to start, or answered with an
     error that is about its state, not the request."""
 
-    code = ""  # the engine's error code (engine.serve.protocol) when it answered with one
+    code = ""  # the engine's error code (engine.serve.socket.protocol) when it answered with one
 
 
 class EngineBusy(EngineUnavailable):

@@ -1,14 +1,14 @@
 """`dg-engine serve`: one long-lived process holds the model; editors and CLIs connect to it.
 
-The socket lives in the user's runtime directory (engine.serve.endpoint), mode 0600, and a Unix
-connection from another uid is closed before its first byte is read (root may connect: it
+The socket lives in the user's runtime directory (engine.serve.socket.endpoint), mode 0600,
+and a Unix connection from another uid is closed before its first byte is read (root may connect: it
 can read this user's memory anyway). A second `serve` for the same model and device finds
 the first one (it holds `<socket>.lock` for its whole life) and exits, telling where the
 running engine is. `--listen HOST:PORT` adds a TCP listener that requires a token on every
 connection: the token file must be private (mode 0600), a peer must send it in a small first
 message within AUTH_TIMEOUT seconds, and the token travels in clear (docs/security.md, "The TCP
 listener", says how to add TLS).
-The wire format is engine.serve.protocol.
+The wire format is engine.serve.socket.protocol.
 
 No request holds the engine hostage: its canvas must fit the model's positions and the
 per-request memory budget, it ends at its deadline (`--request-timeout`), and large or batch
@@ -33,10 +33,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.serve import protocol
-from engine.serve.endpoint import Endpoint, peer_credentials
 from engine.serve.limits import DEFAULT_REQUEST_TIMEOUT, Limits, free_memory, parse_request
-from engine.serve.protocol import ProtocolError
+from engine.serve.socket import protocol
+from engine.serve.socket.endpoint import Endpoint, peer_credentials
+from engine.serve.socket.protocol import ProtocolError
 from engine.serve.token import read_token
 from engine.types import Draft
 

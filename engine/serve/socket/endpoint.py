@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from engine.serve import protocol
+from engine.serve.socket import protocol
 
 CONNECT_TIMEOUT = 5.0  # seconds: a local socket connects at once unless the engine is stuck
 # A ping is answered by the engine's event loop even while the model computes: a few seconds

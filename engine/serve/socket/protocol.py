@@ -337,7 +337,7 @@ def _request_to_wire(request: InfillRequest | RewriteRequest | HolesRequest) -> 
 def from_wire(message: dict[str, Any]) -> InfillRequest | RewriteRequest | HolesRequest:
     """The request an "infill", "rewrite" or "holes" message holds, every field typed and in
     its range; ProtocolError ("bad-request") naming the first that is not. What this engine can
-    serve (its canvas, its memory) is the engine's to check (engine.serve.daemon)."""
+    serve (its canvas, its memory) is the engine's to check (engine.serve.socket.daemon)."""
     field = _field_reader(message)
     document = field("document", str, "")  # the router's (engine.serve.team.routing)
     check_text("document", document)
