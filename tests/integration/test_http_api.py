@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import pytest
 
-from engine.serve.http_api import HEADER_TIMEOUT, MAX_HEADER_BYTES
+from engine.serve.http.api import HEADER_TIMEOUT, MAX_HEADER_BYTES
 from engine.serve.socket import protocol
 from engine.serve.socket.endpoint import Endpoint
 from tests.support.continue_adapter import adapter_call, installed_adapter

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engine.serve.http_api import HEADER_TIMEOUT, MAX_HEADER_BYTES
+from engine.serve.http.api import HEADER_TIMEOUT, MAX_HEADER_BYTES
 from tests.support.engine_procs import serving
 from tests.support.ports import free_port
 from tests.support.wait import wait_for
@@ -167,7 +167,7 @@ def test_an_endpoint_that_raises_is_a_500_error_object():
     """In process: no request a client can make gets an endpoint of a sound engine to raise."""
     from starlette.testclient import TestClient
 
-    from engine.serve.http_api import HttpApi
+    from engine.serve.http.api import HttpApi
 
     class Broken:
         async def hello(self) -> dict:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.serve.fim_templates import split_fim
+from engine.serve.http.fim_templates import split_fim
 
 P = "def area(r):\n    return  "  # ends in spaces: none may be lost
 S = " * r\n\nprint(area(2))\n"

@@ -1,4 +1,4 @@
-"""engine.serve.http_api's streamed answers add up: the deltas sent, concatenated, are the
+"""engine.serve.http.api's streamed answers add up: the deltas sent, concatenated, are the
 answer the same request gets unstreamed, whatever the drafts did in between.
 
 Drafts are scripted (a backend that yields given Drafts): a block-family model's drafts
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from engine.serve.http_api import ApiError, HttpApi, answer_pieces, settled_text
+from engine.serve.http.api import ApiError, HttpApi, answer_pieces, settled_text
 from engine.types import Draft
 
 
@@ -106,7 +106,7 @@ def test_drafts_that_end_without_the_last_fail_the_request():
 
 
 class ScriptedBackend:
-    """engine.serve.http_api.Backend answering every request with `drafts`."""
+    """engine.serve.http.api.Backend answering every request with `drafts`."""
 
     def __init__(self, drafts: list[Draft], family: str) -> None:
         self.drafts, self.family = drafts, family

@@ -263,7 +263,7 @@ def serve_endpoint(args: argparse.Namespace, endpoint: Endpoint) -> int:
     http = getattr(args, "http", None)
     http_tls = None
     if http:
-        from engine.serve.http_listen import http_problem, loopback, parse_listen
+        from engine.serve.http.listen import http_problem, loopback, parse_listen
         from engine.serve.team.command import tls_context
 
         cert, key = getattr(args, "tls_cert", None), getattr(args, "tls_key", None)
@@ -353,7 +353,7 @@ async def _serve(server: EngineServer, endpoint: Endpoint, listen: str | None,
         servers.append(await asyncio.start_server(server.handle, host or "127.0.0.1", int(port)))
     web = web_task = None
     if http:
-        from engine.serve.http_listen import http_server
+        from engine.serve.http.listen import http_server
 
         web = http_server(server, http, http_tls)
         web_task = asyncio.ensure_future(web.serve())

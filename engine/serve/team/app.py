@@ -14,7 +14,7 @@
   `routing_key` (engine.serve.team.routing: the document the client names, else its prefix's
   start), and turns a replica lost mid-request into an "unavailable" error for that
   request alone: the client's next request goes to a live replica.
-  It also answers OpenAI's and llama.cpp's completion paths (engine.serve.http_api, over a
+  It also answers OpenAI's and llama.cpp's completion paths (engine.serve.http.api, over a
   TeamBackend), routed the same way.
 - `StatusBoard` keeps the latest report of each replica for `dg-engine status URL`, and
   counts the requests refused for their token (here and at engine.serve.team.front).
@@ -43,7 +43,7 @@ from ray.serve.config import RequestRouterConfig
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from engine.serve.http_api import ApiError, HttpApi, no_endpoint, tool_path
+from engine.serve.http.api import ApiError, HttpApi, no_endpoint, tool_path
 from engine.serve.limits import DEFAULT_REQUEST_TIMEOUT, Limits, free_memory, parse_request
 from engine.serve.socket import protocol
 from engine.serve.socket.endpoint import bearer_matches
@@ -302,7 +302,7 @@ class Ingress:
 
 
 class TeamBackend:
-    """The replicas, for engine.serve.http_api's endpoints (OpenAI's and llama.cpp's): each
+    """The replicas, for engine.serve.http.api's endpoints (OpenAI's and llama.cpp's): each
     request goes to a replica as a POST /v1/stream one does, routed the same way."""
 
     def __init__(self, engines: Any) -> None:

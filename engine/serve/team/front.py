@@ -23,7 +23,7 @@ the `Connection: close` it is sent with the same header, so keep-alive clients (
 ones) open a new connection for their next request. The Ingress checks the token again: a
 local user on the head node can reach the loopback proxy directly.
 
-Refusals are the engine's protocol errors, except on the tools' paths (engine.serve.http_api:
+Refusals are the engine's protocol errors, except on the tools' paths (engine.serve.http.api:
 /v1/completions, /v1/models, /infill), once the head is read: those get OpenAI's error object.
 """
 
@@ -37,7 +37,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine.serve.http_api import ApiError, tool_path
+from engine.serve.http.api import ApiError, tool_path
 from engine.serve.socket import protocol
 from engine.serve.socket.endpoint import bearer_matches
 
@@ -61,7 +61,7 @@ class FrontLimits:
 
 class Refused(Exception):
     """A request answered here with `status`, never sent upstream; `openai` once its path is
-    known to be one of the tools' (engine.serve.http_api), which read OpenAI's error object."""
+    known to be one of the tools' (engine.serve.http.api), which read OpenAI's error object."""
 
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(message)
@@ -74,7 +74,7 @@ REASONS = {401: "Unauthorized", 408: "Request Timeout", 411: "Length Required",
            400: "Bad Request", 502: "Bad Gateway", 503: "Service Unavailable"}
 
 
-# The front's error codes as OpenAI's error object names them (those engine.serve.http_api uses).
+# The front's error codes as OpenAI's error object names them (those engine.serve.http.api uses).
 OPENAI_CODES = {"unauthorized": "invalid_api_key", "too-large": "too_large",
                 "bad-request": "invalid_request"}
 

@@ -1,5 +1,5 @@
 """The port of `dg-engine serve --http HOST:PORT`: where it may listen, and the uvicorn server
-of engine.serve.http_api's endpoints, bounded as the team engine's front is (a deadline on each
+of engine.serve.http.api's endpoints, bounded as the team engine's front is (a deadline on each
 request head and on the TLS handshake, a cap on the head's size and on connections).
 
 Every status it answers carries OpenAI's error object, the two uvicorn writes itself included
@@ -18,7 +18,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from engine.serve.http_api import HEADER_TIMEOUT, MAX_HEADER_BYTES, ApiError, HttpApi, LocalBackend
+from engine.serve.http.api import HEADER_TIMEOUT, MAX_HEADER_BYTES, ApiError, HttpApi, LocalBackend
 
 
 def loopback(host: str) -> bool:

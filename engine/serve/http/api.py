@@ -7,8 +7,8 @@
 OpenAI clients that send the suffix as a field (Continue's `llamastack` provider, the `openai`
 package) call the first; llama.vim and llama.vscode the last. Where there is no suffix, a
 prompt written in a code model's FIM template (twinny, Continue's `openai` provider) is split
-back into prefix and suffix (engine.serve.fim_templates). The port itself (where it may
-listen, TLS, its deadlines) is engine.serve.http_listen's.
+back into prefix and suffix (engine.serve.http.fim_templates). The port itself (where it may
+listen, TLS, its deadlines) is engine.serve.http.listen's.
 Requests become the same scheduler Jobs the Unix socket's do (engine.serve.limits.parse_request,
 same bounds and deadline), in the same process, so editors and HTTP tools batch together
 (LocalBackend); the team engine's Ingress serves the same endpoints over its replicas
@@ -20,7 +20,7 @@ change (`settled_text`), the rest comes with the end, and the pieces add up to t
 same drafts make unstreamed (`answer_pieces` makes both).
 
 Errors are OpenAI's error object (`{"error": {"message", "type", "param", "code"}}`) on
-every path and every status, llama.cpp's clients read it too (engine.serve.http_listen has the
+every path and every status, llama.cpp's clients read it too (engine.serve.http.listen has the
 statuses uvicorn answers itself). With a token (--token-file), every path wants
 `Authorization: Bearer <token>`, checked in constant time before the body is read: OpenAI
 clients send their API key there. The diffusion specifics ride in a `dg` field of the
@@ -49,7 +49,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from engine.serve.fim_templates import split_fim
+from engine.serve.http.fim_templates import split_fim
 from engine.serve.limits import parse_request
 from engine.serve.socket import protocol
 from engine.serve.socket.endpoint import bearer_matches

@@ -3,7 +3,7 @@
 twinny (every provider) and Continue's `provider: openai` autocomplete put the code before and
 after the cursor into a code model's FIM template and send it as `prompt` alone, e.g.
 `<fim_prefix>P<fim_suffix>S<fim_middle>`. A diffusion model wants P and S as they are, so the
-HTTP endpoints split such a prompt back into the two (engine.serve.http_api).
+HTTP endpoints split such a prompt back into the two (engine.serve.http.api).
 
 A prompt is read as a template only when it holds each of one set's markers exactly once, in
 the set's order, and (for sets with an end marker) ends with that marker; anything else,
