@@ -58,7 +58,7 @@ from engine.edits.spans import (
     is_identifier,
     signature_change,
 )
-from engine.serve.socket.protocol import MAX_CHOICES
+from engine.serve.admit import MAX_CHOICES
 from engine.types import InfillRequest, Score, UnitEnd, last_draft
 
 # Tokens the model may write for a word (an identifier, a literal) and for a line.
@@ -67,7 +67,7 @@ LINE_TOKENS = 48
 # A longer word (a long string literal) does not fit WORD_TOKENS; the bound (and
 # engine.edits.spans.MAX_ALIKE_CHARS for lines and argument lists) keeps a request's choices
 # inside
-# the engine's (engine.serve.socket.protocol.MAX_CHOICES_TEXT).
+# the engine's (engine.serve.admit.MAX_CHOICES_TEXT).
 MAX_WORD_CHARS = 200
 
 

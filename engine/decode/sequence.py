@@ -1,6 +1,6 @@
 """`Sequence`: one request in flight, everything the engine keeps of it between passes.
 
-A Sequence is made when a request arrives (by the resident engine's `parse_request`, or by
+A Sequence is made when a request arrives (by a server door's `engine.serve.admit.admit`, or by
 `Engine` in process), its decoding state is laid in by its family's decoder
 (engine.decode.families.Decoder.start), and the runner (engine.decode.runner) steps it one
 forward pass at a time until it ends. It holds:

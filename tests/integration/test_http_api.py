@@ -507,6 +507,8 @@ class _ReplicaHandle:
 
         self.hello = _Method(hello)
         self.stream = _Method(lambda key, message: _Replies(replica.stream(key, message)))
+        self.serve = _Method(lambda key, request, names: _Replies(replica.serve(key, request,
+                                                                                names)))
 
     def options(self, stream: bool = False) -> _ReplicaHandle:
         return self

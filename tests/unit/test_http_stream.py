@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from engine.serve.admit import Names
 from engine.serve.http.api import ApiError, HttpApi, answer_pieces, settled_text
-from engine.types import Draft
+from engine.types import Draft, InfillRequest
 
 
 def draft(text: str, done: bool = False, reason: str = "") -> Draft:
@@ -115,7 +116,7 @@ class ScriptedBackend:
     async def hello(self) -> dict[str, Any]:
         return {"name": "scripted", "started": 0, "maxCanvas": 512, "family": self.family}
 
-    async def submit(self, message: dict[str, Any]) -> AsyncIterator[Draft]:
+    async def submit(self, request: InfillRequest, names: Names) -> AsyncIterator[Draft]:
         return self._drafts()
 
     async def _drafts(self) -> AsyncIterator[Draft]:

@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 
+from engine.serve import admit
 from engine.serve.socket import protocol
 from engine.types import InfillRequest, RewriteRequest, SamplerSettings, UnitEnd
 
@@ -75,7 +76,7 @@ def test_an_older_clients_message_parses_with_the_defaults():
     ({"op": "infill", "until": {"kind": "page"}}, "until.kind must be one of"),
     ({"op": "infill", "choices": "x"}, "choices: expected"),
     ({"op": "infill", "choices": ["x", 1]}, "choices: expected texts, got 1"),
-    ({"op": "infill", "choices": ["x"] * (protocol.MAX_CHOICES + 1)},
+    ({"op": "infill", "choices": ["x"] * (admit.MAX_CHOICES + 1)},
      "choices: at most 64 texts"),
     ({"op": "infill", "choices": ["x" * 9000, "y" * 9000]},
      "choices: at most 16384 characters in all"),

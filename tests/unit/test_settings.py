@@ -100,12 +100,12 @@ def test_a_setting_that_names_another_engine_drops_the_loaded_one(change):
 def test_one_range_per_setting_for_the_editor_the_wire_and_the_command_line(capsys):
     """The language server, the engine's wire parser and the CLIs refuse the same value with
     the same words, read from the field's metadata (engine.bounds)."""
-    from engine.serve.socket.protocol import ProtocolError, settings_from_wire
+    from engine.serve.admit import ProtocolError, settings
 
     _, errors = parse_settings({"sampler": {"temperature": 11}})
     assert errors == ["sampler.temperature: expected a finite number in 0..10, got 11"]
     with pytest.raises(ProtocolError) as refused:
-        settings_from_wire({"temperature": 11})
+        settings({"temperature": 11})
     assert str(refused.value) == "settings.temperature: expected a finite number in 0..10, got 11"
     parser = argparse.ArgumentParser(prog="dg-lsp eval")
     from dg_lsp.settings import sampler_argument

@@ -9,10 +9,11 @@ package) call the first; llama.vim and llama.vscode the last. Where there is no 
 prompt written in a code model's FIM template (twinny, Continue's `openai` provider) is split
 back into prefix and suffix (engine.serve.http.fim_templates). The port itself (where it may
 listen, TLS, its deadlines) is engine.serve.http.listen's.
-Requests become the same scheduler Jobs the Unix socket's do (engine.serve.limits.parse_request,
-same bounds and deadline), in the same process, so editors and HTTP tools batch together
-(LocalBackend); the team engine's Ingress serves the same endpoints over its replicas
-(engine.serve.team.app.TeamBackend).
+A body becomes the engine's typed request here (its fields checked by engine.serve.admit,
+whose errors name this API's fields: `COMPLETIONS` and `INFILL`), then the same scheduler Sequence
+the Unix socket's requests become (engine.serve.admit.admit: same bounds and deadline), in the
+same process, so editors and HTTP tools batch together (LocalBackend); the team engine's
+Ingress serves the same endpoints over its replicas (engine.serve.team.app.TeamBackend).
 A client that disconnects cancels its denoising.
 
 Streamed, an answer comes as it settles: each piece is text no later draft of the request can
@@ -33,9 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
-import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -49,13 +48,12 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from engine.serve import admit
+from engine.serve.admit import Names, ProtocolError
 from engine.serve.http.fim_templates import split_fim
-from engine.serve.limits import parse_request
 from engine.serve.socket import protocol
-from engine.serve.socket.endpoint import bearer_matches
-from engine.serve.socket.protocol import ProtocolError
 from engine.text.canvas import other_file_snippet
-from engine.types import CANVAS_LENGTH, Draft
+from engine.types import CANVAS_LENGTH, Draft, InfillRequest
 
 MAX_BODY_BYTES = protocol.MAX_MESSAGE
 HEADER_TIMEOUT = 10.0  # seconds to send a request head, on a new or a kept-alive connection
@@ -69,6 +67,15 @@ OPENAI_IGNORED = ("top_p", "frequency_penalty", "presence_penalty", "logprobs", 
                   "best_of", "logit_bias", "user", "stream_options")
 LLAMA_IGNORED = ("top_p", "top_k", "min_p", "samplers", "n_indent", "cache_prompt",
                  "t_max_prompt_ms", "t_max_predict_ms", "id_slot", "response_fields", "n_cmpl")
+# How each API's users write the request's fields, for the errors that name them: the canvas is
+# sized from the hole, so its limits are the hole's; a sampler setting is one of `dg_settings`,
+# but for the two both APIs take as fields of their own.
+_SETTINGS = {"settings": "dg_settings"}
+COMPLETIONS = Names({"prefix": "prompt", "suffix": "suffix", "max_tokens": "max_tokens",
+                     "canvas_length": "max_tokens"} | _SETTINGS, "dg_settings.",
+                    ("temperature", "seed"))
+INFILL = Names({"prefix": "input_prefix", "suffix": "input_suffix", "max_tokens": "n_predict",
+                "canvas_length": "n_predict"} | _SETTINGS, "dg_settings.", ("temperature", "seed"))
 # Line-comment markers by file extension, for input_extra's snippets; others get "//".
 HASH_COMMENTS = {"py", "pyi", "rb", "sh", "bash", "zsh", "pl", "r", "jl", "toml", "yaml", "yml",
                  "cmake", "nim", "ex", "exs", "ps1", "tf", "mk"}
@@ -237,10 +244,10 @@ class Backend(Protocol):
     async def hello(self) -> dict[str, Any]:
         """{"name", "started" (epoch seconds), "maxCanvas", "family" (the model's)}."""
 
-    async def submit(self, message: dict[str, Any]) -> AsyncIterator[Draft]:
-        """The drafts of an infill request (the socket protocol's fields), cancelled if the
-        reader stops before the last; ProtocolError (its code "busy" when the queue is full)
-        before any draft if the request is refused."""
+    async def submit(self, request: InfillRequest, names: Names) -> AsyncIterator[Draft]:
+        """The drafts of `request`, cancelled if the reader stops before the last;
+        ProtocolError (its code "busy" when the queue is full) before any draft if the request
+        is refused (engine.serve.admit.admit, its errors naming the fields as `names` do)."""
 
     def tokens(self, draft: Draft) -> int:
         """The completion's tokens in the final draft."""
@@ -260,16 +267,16 @@ class LocalBackend:
     def tokens(self, draft: Draft) -> int:
         return len(self.server.engine.completion_ids(draft))
 
-    async def submit(self, message: dict[str, Any]) -> AsyncIterator[Draft]:
-        job = parse_request(message, "infill", self.server.limits, self.server.engine.decoder)
+    async def submit(self, request: InfillRequest, names: Names) -> AsyncIterator[Draft]:
+        job = admit.admit(request, "interactive", self.server.limits,
+                          self.server.engine.decoder, names)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Draft | ApiError] = asyncio.Queue()
-        job.on_draft = lambda d: loop.call_soon_threadsafe(queue.put_nowait, d)
-        job.on_error = lambda code, text: loop.call_soon_threadsafe(
-            queue.put_nowait, ApiError(500, text, None, code, "server_error"))
         self.server.last_active = time.monotonic()
-        if not self.server.scheduler.submit(job):
-            raise ProtocolError("busy", "the engine's queue is full; try again")
+        admit.schedule(self.server.scheduler, job,
+                       lambda d: loop.call_soon_threadsafe(queue.put_nowait, d),
+                       lambda code, text: loop.call_soon_threadsafe(
+                           queue.put_nowait, ApiError(500, text, None, code, "server_error")))
         return self._drafts(job, queue)
 
     async def _drafts(self, job: Any, queue: asyncio.Queue) -> AsyncIterator[Draft]:
@@ -293,7 +300,7 @@ class HttpApi:
 
     def __init__(self, backend: Backend, token: str | None) -> None:
         self.backend = backend
-        self.digest = hashlib.sha256(token.encode()).digest() if token else None
+        self.digest = admit.token_digest(token) if token else None
         self.routes = {key: getattr(self, name) for key, name in ROUTES.items()}
         # Each path with and without a trailing slash, as the team's Ingress serves them
         # (`endpoint`): Starlette's own answer to the other spelling is a redirect.
@@ -337,8 +344,7 @@ class HttpApi:
             name = hello["name"]
             drafts = await self._submit(prompt, suffix,
                                         body.get("max_tokens", int, OPENAI_MAX_TOKENS), body,
-                                        {"prefix": "prompt", "suffix": "suffix",
-                                         "max_tokens": "max_tokens"})
+                                        COMPLETIONS)
         except ApiError as exc:
             return exc.response()
         ignored = body.ignored(OPENAI_IGNORED)
@@ -384,8 +390,7 @@ class HttpApi:
                                      "tokens_predicted": 0, "stop_type": "limit"})
             drafts = await self._submit(prefix, suffix,
                                         n_predict if n_predict > 0 else LLAMA_N_PREDICT, body,
-                                        {"prefix": "input_prefix", "suffix": "input_suffix",
-                                         "max_tokens": "n_predict"})
+                                        INFILL)
         except ApiError as exc:
             return exc.response()
         ignored = body.ignored(LLAMA_IGNORED)
@@ -406,36 +411,29 @@ class HttpApi:
     # -- the engine -----------------------------------------------------------------------
 
     async def _submit(self, prefix: str, suffix: str, max_tokens: int, body: Field,
-                      names: dict[str, str]) -> AsyncIterator[Draft]:
-        """The drafts of one request, bounded as the socket's are; `names` maps the engine's
-        field names to this API's, so that an error names the client's field."""
-        settings = dict(body.get("dg_settings", dict, {}))
+                      names: Names) -> AsyncIterator[Draft]:
+        """The drafts of one request, typed and bounded as the socket's are
+        (engine.serve.admit); an error names the field as this API's `names` write it."""
+        raw = dict(body.get("dg_settings", dict, {}))
         # The same request gets the same answer, whole or streamed, whatever came before it:
         # keys/values an earlier request left were computed beside another hole
         # (SamplerSettings.share_prefix), so a client opts in to them by name.
-        settings.setdefault("share_prefix", False)
+        raw.setdefault("share_prefix", False)
         for name in ("temperature", "seed"):
             if body.body.get(name) is not None:
-                settings[name] = body.body[name]
+                raw[name] = body.body[name]
         max_canvas = (await self.backend.hello())["maxCanvas"]
         canvas = min(max(CANVAS_LENGTH, 2 * max_tokens), max_canvas)
-        message = {"prefix": prefix, "suffix": suffix, "max_tokens": max_tokens,
-                   "canvas_length": canvas, "settings": settings}
         try:
-            return await self.backend.submit(message)
+            settings = admit.settings(raw, names)  # first, as a socket message's are checked
+            request = InfillRequest(admit.text("prefix", prefix, names),
+                                    admit.text("suffix", suffix, names), max_tokens, settings,
+                                    canvas)
+            return await self.backend.submit(request, names)
         except ProtocolError as exc:
             if exc.code == "busy":
                 raise ApiError(503, str(exc), None, "busy", "server_error") from None
-            text = str(exc)
-            field = re.match(r"[\w.]*", text).group(0)
-            if field.startswith("settings."):
-                name = field.removeprefix("settings.")
-                param = name if name in ("temperature", "seed") else f"dg_settings.{name}"
-            else:  # the canvas is sized from the hole
-                param = names.get("max_tokens" if field == "canvas_length" else field)
-            if param is not None:
-                text = text.replace(field, param, 1)
-            raise ApiError(400, text, param, "invalid_value") from None
+            raise ApiError(400, str(exc), exc.field, "invalid_value") from None
 
     async def _whole(self, request: Request,
                      pieces: AsyncIterator[tuple[str, Draft | None, bool]],
@@ -510,7 +508,8 @@ class _Guard:
         await self.app(scope, receive, send)
 
     def _token_ok(self, scope: Scope) -> bool:
-        return bearer_matches(dict(scope["headers"]).get(b"authorization"), self.digest)
+        return admit.bearer_authorised(dict(scope["headers"]).get(b"authorization"),
+                                       self.digest)
 
 
 async def _refused(request: Request, exc: HTTPException) -> Response:

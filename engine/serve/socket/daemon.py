@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import hmac
 import os
 import signal
 import socket
@@ -33,7 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.serve.limits import DEFAULT_REQUEST_TIMEOUT, Limits, free_memory, parse_request
+from engine.serve import admit
+from engine.serve.limits import DEFAULT_REQUEST_TIMEOUT, Limits, free_memory
 from engine.serve.socket import protocol
 from engine.serve.socket.endpoint import Endpoint, peer_credentials
 from engine.serve.socket.protocol import ProtocolError
@@ -53,6 +53,7 @@ class EngineServer:
         self.scheduler = scheduler
         self.name = name
         self.token = token
+        self.digest = admit.token_digest(token) if token is not None else None
         self.idle_exit = idle_exit
         self.limits = limits or Limits(engine.config.max_position_embeddings, 1 << 30,
                                        DEFAULT_REQUEST_TIMEOUT)
@@ -135,7 +136,7 @@ class EngineServer:
         except ProtocolError as exc:
             return _error(None, exc.code, str(exc))
         if not authorized and not (message.get("op") == "hello"
-                                   and self._token_ok(message.get("token"))):
+                                   and admit.authorised(message.get("token"), self.digest)):
             return _error(request_id, "unauthorized", "this listener needs a token "
                           "(hello.token)")
         self.last_active = time.monotonic()
@@ -174,11 +175,6 @@ class EngineServer:
             except ConnectionError:
                 return
 
-    def _token_ok(self, token: Any) -> bool:
-        # surrogatepass: JSON can carry lone surrogates, and a bad token is just wrong.
-        return isinstance(token, str) and self.token is not None and hmac.compare_digest(
-            token.encode("utf-8", "surrogatepass"), self.token.encode())
-
     # -- requests -----------------------------------------------------------------------
 
     def _dispatch(self, message: dict[str, Any], jobs: dict[Any, Any], post) -> dict | None:
@@ -209,7 +205,9 @@ class EngineServer:
         if op in ("infill", "rewrite", "holes"):
             if request_id in jobs:
                 raise ProtocolError("bad-request", f"request id {request_id!r} is in use")
-            job = parse_request(message, op, self.limits, self.engine.decoder)
+            request = admit.parse(message, op)
+            job = admit.admit(request, message.get("priority", "interactive"), self.limits,
+                              self.engine.decoder)
             stream = bool(message.get("stream", False))
 
             def on_draft(draft: Draft) -> None:
@@ -223,11 +221,12 @@ class EngineServer:
                 jobs.pop(request_id, None)
                 post(_error(request_id, code, text))
 
-            job.on_draft, job.on_error = on_draft, on_error
             jobs[request_id] = job
-            if not self.scheduler.submit(job):
+            try:
+                admit.schedule(self.scheduler, job, on_draft, on_error)
+            except ProtocolError:
                 jobs.pop(request_id, None)
-                raise ProtocolError("busy", "the engine's queue is full; try again")
+                raise
             return None
         raise ProtocolError("unknown-op", f"unknown op {op!r:.60}")
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import hmac
 import importlib.util
 import os
 import socket
@@ -46,16 +45,6 @@ class UnsafeRuntimeDir(OSError):
 
 class UntrustedPeer(OSError):
     """The process at the other end of the socket runs as another user."""
-
-
-def bearer_matches(header: str | bytes | None, digest: bytes) -> bool:
-    """Whether an `Authorization: Bearer <token>` header carries the token whose SHA-256 is
-    `digest`, compared in constant time. A str header is HTTP's latin-1 reading of its bytes:
-    the bytes the client sent are hashed (a token file's UTF-8 text is those bytes)."""
-    raw = header.encode("latin-1", "replace") if isinstance(header, str) else header or b""
-    scheme, _, token = raw.partition(b" ")
-    given = hashlib.sha256(token.strip()).digest()
-    return scheme.lower() == b"bearer" and hmac.compare_digest(given, digest)
 
 
 def runtime_dir() -> Path:

@@ -91,39 +91,15 @@ import socket
 import struct
 from typing import Any
 
-from engine.bounds import STRENGTH_RANGE, SUFFIX_FRACTION_RANGE, bounds_of, holes_problem
-from engine.text.units import UNIT_KINDS
-from engine.types import (
-    CANVAS_LENGTH,
-    SAMPLERS,
-    SUFFIX_FRACTION,
-    Draft,
-    HolesRequest,
-    InfillRequest,
-    RewriteRequest,
-    SamplerSettings,
-    Score,
-    UnitEnd,
-)
+from engine.serve import admit
+from engine.serve.admit import ProtocolError
+from engine.types import Draft, HolesRequest, InfillRequest, RewriteRequest, SamplerSettings, Score
 
 VERSION = 1
 MAX_MESSAGE = 8 * 1024 * 1024  # a 256-token canvas's text is a few KB; this is generous
 MAX_UNAUTHENTICATED = 4096  # a TCP peer's first frame: a hello with its token
 MAX_ID = 256  # characters of a string id
-MAX_DOCUMENT = 256  # characters of a request's "document" (document_key writes 32)
-# characters of a unit's line_prefix / base_indent: the cursor's line before the cursor
-MAX_UNIT_TEXT = 4096
-MAX_CHOICES = 64  # texts of a request's "choices": the new words of a few edits
-MAX_CHOICES_TEXT = 16_384  # characters of a request's "choices", all together
 HEADER = struct.Struct(">I")
-
-
-class ProtocolError(Exception):
-    """A message that breaks the protocol; `code` is the error code sent back."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def encode(message: dict[str, Any]) -> bytes:
@@ -174,24 +150,10 @@ def request_id(message: dict[str, Any], key: str = "id") -> int | str | None:
         return None
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**53:
         return value
-    if isinstance(value, str) and len(value) <= MAX_ID and _unicode(value):
+    if isinstance(value, str) and len(value) <= MAX_ID and admit.unicode(value):
         return value
     raise ProtocolError("bad-request", f"{key} must be an integer or a string of at most "
                         f"{MAX_ID} characters")
-
-
-def check_text(name: str, value: str) -> None:
-    """ProtocolError unless `value` is valid Unicode (JSON can carry lone surrogates)."""
-    if not _unicode(value):
-        raise ProtocolError("bad-request", f"{name}: not valid Unicode (a lone surrogate)")
-
-
-def _unicode(value: str) -> bool:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def check_length(length: int, limit: int = MAX_MESSAGE) -> None:
@@ -233,57 +195,8 @@ def _exactly(sock: socket.socket, n: int) -> bytes:
 
 # -- payloads ---------------------------------------------------------------------------------
 
-_SETTINGS_FIELDS = {f.name: f for f in dataclasses.fields(SamplerSettings)}
-_SETTINGS_BOUNDS = bounds_of(SamplerSettings)
-_UNIT_FIELDS = {f.name for f in dataclasses.fields(UnitEnd)}
-
-
 def settings_to_wire(settings: SamplerSettings | None) -> dict[str, Any]:
     return dataclasses.asdict(settings or SamplerSettings())
-
-
-def settings_from_wire(raw: Any) -> SamplerSettings:
-    """SamplerSettings from a request's "settings" (None: the defaults); ProtocolError
-    naming the first field of the wrong type or out of its range (engine.bounds)."""
-    if raw is None:
-        return SamplerSettings()
-    if not isinstance(raw, dict):
-        raise ProtocolError("bad-request", "settings must be an object")
-    unknown = set(raw) - set(_SETTINGS_FIELDS)
-    if unknown:
-        raise ProtocolError("bad-request", f"unknown sampler settings: {sorted(unknown)[:8]}")
-    defaults = SamplerSettings()
-    for name, value in raw.items():
-        if name in _SETTINGS_BOUNDS:
-            problem = _SETTINGS_BOUNDS[name].problem(f"settings.{name}", value)
-        elif name == "sampler":
-            problem = None if value in SAMPLERS else f"settings.sampler: expected one of " \
-                f"{', '.join(SAMPLERS)}, got {value!r:.60}"
-        else:
-            kind = type(getattr(defaults, name))
-            problem = None if type(value) is kind else \
-                f"settings.{name}: expected {kind.__name__}, got {value!r:.60}"
-        if problem:
-            raise ProtocolError("bad-request", problem[:200])
-    return SamplerSettings(**raw)
-
-
-def unit_from_wire(raw: Any) -> UnitEnd | None:
-    """A request's "until" (absent: None); ProtocolError when it is not a unit."""
-    if raw is None:
-        return None
-    if not isinstance(raw, dict) or set(raw) - _UNIT_FIELDS or "kind" not in raw:
-        raise ProtocolError("bad-request", f"until: expected an object with kind and "
-                            f"optionally line_prefix and base_indent, got {raw!r:.60}")
-    if raw["kind"] not in UNIT_KINDS:
-        raise ProtocolError("bad-request", f"until.kind must be one of {UNIT_KINDS}")
-    for name in ("line_prefix", "base_indent"):
-        value = raw.get(name, "")
-        if not isinstance(value, str) or len(value) > MAX_UNIT_TEXT:
-            raise ProtocolError("bad-request", f"until.{name}: expected a string of at most "
-                                f"{MAX_UNIT_TEXT} characters")
-        check_text(f"until.{name}", value)
-    return UnitEnd(**raw)
 
 
 def document_key(document: str) -> str:
@@ -335,90 +248,9 @@ def _request_to_wire(request: InfillRequest | RewriteRequest | HolesRequest) -> 
 
 
 def from_wire(message: dict[str, Any]) -> InfillRequest | RewriteRequest | HolesRequest:
-    """The request an "infill", "rewrite" or "holes" message holds, every field typed and in
-    its range; ProtocolError ("bad-request") naming the first that is not. What this engine can
-    serve (its canvas, its memory) is the engine's to check (engine.serve.socket.daemon)."""
-    field = _field_reader(message)
-    document = field("document", str, "")  # the router's (engine.serve.team.routing)
-    check_text("document", document)
-    if len(document) > MAX_DOCUMENT:
-        raise ProtocolError("bad-request", f"document: at most {MAX_DOCUMENT} characters")
-    canvas_length = field("canvas_length", int, CANVAS_LENGTH)
-    suffix_fraction = field("suffix_fraction", (int, float), SUFFIX_FRACTION)
-    if problem := SUFFIX_FRACTION_RANGE.problem("suffix_fraction", suffix_fraction):
-        raise ProtocolError("bad-request", problem)
-    settings = settings_from_wire(message.get("settings"))
-    if message.get("op") == "holes":
-        return _holes_from_wire(message, settings, canvas_length, float(suffix_fraction))
-    return _infill_from_wire(message, settings, canvas_length, float(suffix_fraction))
-
-
-def _field_reader(message: dict[str, Any]) -> Any:
-    def field(name: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
-        value = message.get(name, default)
-        if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-            raise ProtocolError("bad-request", f"{name}: expected {kind}, got {value!r:.60}")
-        return value
-
-    return field
-
-
-def _holes_from_wire(message: dict[str, Any], settings: SamplerSettings, canvas_length: int,
-                     suffix_fraction: float) -> HolesRequest:
-    field = _field_reader(message)
-    texts, max_tokens = field("texts", list), field("max_tokens", list)
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise ProtocolError("bad-request", f"texts[{i}]: expected a string, got {text!r:.60}")
-        check_text(f"texts[{i}]", text)
-    if problem := holes_problem(len(texts), max_tokens):
-        raise ProtocolError("bad-request", problem)
-    until = field("until", (list, type(None)))
-    if until is not None:
-        if len(until) != len(max_tokens):
-            raise ProtocolError("bad-request", f"until: expected one unit (or null) per hole "
-                                f"({len(max_tokens)}), got {len(until)}")
-        until = tuple(unit_from_wire(unit) for unit in until)
-    return HolesRequest(tuple(texts), tuple(max_tokens), settings, canvas_length,
-                        suffix_fraction, until)
-
-
-def _infill_from_wire(message: dict[str, Any], settings: SamplerSettings, canvas_length: int,
-                      suffix_fraction: float) -> InfillRequest | RewriteRequest:
-    field = _field_reader(message)
-
-    def text(name: str, default: str | None = "") -> str:
-        value = field(name, str, default)
-        check_text(name, value)
-        return value
-
-    prefix, suffix = text("prefix"), text("suffix")
-    rewrite = message.get("op") == "rewrite"
-    max_tokens = (field("max_tokens", (int, type(None))) if rewrite
-                  else field("max_tokens", int, 32))
-    if rewrite:
-        original = text("original", None)
-        strength = field("strength", (int, float), 1.0)
-        if problem := STRENGTH_RANGE.problem("strength", strength):
-            raise ProtocolError("bad-request", problem)
-        strength = float(strength)
-        return RewriteRequest(prefix, suffix, original, strength, max_tokens, settings,
-                              canvas_length, suffix_fraction)
-    until = unit_from_wire(message.get("until"))
-    choices = field("choices", (list, type(None)))
-    if choices is not None:
-        if len(choices) > MAX_CHOICES:
-            raise ProtocolError("bad-request", f"choices: at most {MAX_CHOICES} texts")
-        for choice in choices:
-            if not isinstance(choice, str):
-                raise ProtocolError("bad-request", f"choices: expected texts, got {choice!r:.60}")
-            check_text("choices", choice)
-        if sum(map(len, choices)) > MAX_CHOICES_TEXT:
-            raise ProtocolError("bad-request", f"choices: at most {MAX_CHOICES_TEXT} characters "
-                                "in all")
-        choices = tuple(choices)
-    return InfillRequest(prefix, suffix, max_tokens, settings, canvas_length, suffix_fraction,
-                         until, choices)
+    """The request an "infill", "rewrite" or "holes" message holds: engine.serve.admit.parse,
+    which every door's requests go through."""
+    return admit.parse(message, str(message.get("op")))
 
 
 def completion_ends(hello: dict[str, Any]) -> set[int] | None:

@@ -5,7 +5,8 @@
 
 - `EngineReplica` holds one copy of the model (one GPU where the cluster has them, else CPUs)
   and its own batching scheduler (engine.serve.scheduler), exactly as `dg-engine serve` does
-  on one machine; requests are validated by the same code (engine.serve.limits.parse_request).
+  on one machine; requests are admitted by the same code (engine.serve.admit): a wire message
+  of POST /v1/stream by `stream`, a tool's typed request (engine.serve.http.api) by `serve`.
   A request that is cancelled upstream (the client disconnected or cancelled) raises
   CancelledError in its generator, which cancels the job: it leaves the batch at the next step.
 - `Ingress` answers HTTP (engine.serve.team.remote describes the paths). It checks the token
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import os
 import time
 from collections import deque
@@ -43,14 +43,15 @@ from ray.serve.config import RequestRouterConfig
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from engine.serve import admit
+from engine.serve.admit import Names, ProtocolError, Request
 from engine.serve.http.api import ApiError, HttpApi, no_endpoint, tool_path
-from engine.serve.limits import DEFAULT_REQUEST_TIMEOUT, Limits, free_memory, parse_request
+from engine.serve.limits import DEFAULT_REQUEST_TIMEOUT, Limits, free_memory
 from engine.serve.socket import protocol
-from engine.serve.socket.endpoint import bearer_matches
 from engine.serve.team.remote import reply_line
-from engine.serve.team.routing import routing_key
+from engine.serve.team.routing import prefix_key, routing_key
 from engine.text.stops import completion_ids
-from engine.types import Draft
+from engine.types import Draft, InfillRequest
 
 APP_NAME = "dg-engine"
 REPORT_PERIOD = 1.0  # seconds between a replica's reports to the status board
@@ -84,7 +85,7 @@ class AppOptions:
 
 
 def token_digest(token: str) -> str:
-    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+    return admit.token_digest(token).hex()
 
 
 def _replica_id() -> str:
@@ -154,39 +155,51 @@ class EngineReplica:
                            "requestTimeout": self.limits.request_timeout}}
 
     async def stream(self, key: str, message: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        """The request's drafts as protocol messages (the last a "result" or an "error");
-        `key` is read by the router, not here."""
+        """The drafts of a POST /v1/stream request as protocol messages (the last a "result"
+        or an "error"); `key` is read by the router, not here."""
         request_id = message.get("id")
         try:
-            job = parse_request(message, str(message.get("op")), self.limits,
-                                self.engine.decoder)
-        except protocol.ProtocolError as exc:
-            yield _error(request_id, exc.code, str(exc))
-            return
-        loop = asyncio.get_running_loop()
-        inbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-        job.on_draft = lambda draft: loop.call_soon_threadsafe(inbox.put_nowait, ("draft", draft))
-        job.on_error = lambda code, text: loop.call_soon_threadsafe(
-            inbox.put_nowait, ("error", (code, text)))
-        if not self.scheduler.submit(job):
-            yield _error(request_id, "busy", "the replica's queue is full; try again")
-            return
-        finished = False
-        try:
-            while True:
-                kind, value = await inbox.get()
-                if kind == "error":
-                    finished = True
-                    yield _error(request_id, *value)
-                    return
-                draft: Draft = value
-                finished = draft.done
+            request = admit.parse(message, str(message.get("op")))
+            job = admit.admit(request, message.get("priority", "interactive"), self.limits,
+                              self.engine.decoder)
+            async for draft in self._run(job):
                 yield {**protocol.draft_message("result" if draft.done else "draft",
                                                 request_id, draft), "replica": self.replica}
-                if draft.done:
-                    return
+        except ProtocolError as exc:
+            yield _error(request_id, exc.code, str(exc))
+
+    async def serve(self, key: str, request: Request, names: Names
+                    ) -> AsyncIterator[Draft | ProtocolError]:
+        """The drafts of a tool's request (engine.serve.http.api, over TeamBackend), typed, or
+        the ProtocolError that refused or failed it, its errors naming the fields as `names`
+        do; `key` is read by the router, not here."""
+        try:
+            job = admit.admit(request, "interactive", self.limits, self.engine.decoder, names)
+            async for draft in self._run(job):
+                yield draft
+        except ProtocolError as exc:
+            yield exc
+
+    async def _run(self, job: Any) -> AsyncIterator[Draft]:
+        """`job`'s drafts as the scheduler makes them; ProtocolError when the queue is full or
+        the job fails. Leaving before the last draft (cancelled upstream, the client gone)
+        cancels the job."""
+        loop = asyncio.get_running_loop()
+        inbox: asyncio.Queue[Draft | ProtocolError] = asyncio.Queue()
+        admit.schedule(self.scheduler, job,
+                       lambda draft: loop.call_soon_threadsafe(inbox.put_nowait, draft),
+                       lambda code, text: loop.call_soon_threadsafe(
+                           inbox.put_nowait, ProtocolError(code, text)), who="replica")
+        finished = False
+        try:
+            while not finished:
+                item = await inbox.get()
+                finished = isinstance(item, ProtocolError) or item.done
+                if isinstance(item, ProtocolError):
+                    raise item
+                yield item
         finally:
-            if not finished:  # cancelled upstream, or the client went away
+            if not finished:
                 self.scheduler.cancel(job)
 
     def stats(self, key: str = "") -> dict[str, Any]:
@@ -243,7 +256,7 @@ class Ingress:
         self.api = HttpApi(TeamBackend(engines), None)  # the token is checked here
 
     def _authorized(self, header: str | None) -> bool:
-        return bearer_matches(header, self.digest)
+        return admit.bearer_authorised(header, self.digest)
 
     async def __call__(self, request: HTTPRequest) -> Response:
         if not self._authorized(request.headers.get("authorization")):
@@ -321,28 +334,28 @@ class TeamBackend:
     def tokens(self, draft: Draft) -> int:
         return len(completion_ids(draft.token_ids, self.info["ends"]))
 
-    async def submit(self, message: dict[str, Any]) -> AsyncIterator[Draft]:
-        message = {"op": "infill", "id": 1} | message
-        replies = self.engines.options(stream=True).stream.remote(routing_key(message), message)
+    async def submit(self, request: InfillRequest, names: Names) -> AsyncIterator[Draft]:
+        replies = self.engines.options(stream=True).serve.remote(prefix_key(request.prefix),
+                                                                 request, names)
         try:
             first = await replies.__anext__()
         except Exception as exc:  # noqa: BLE001 - no replica could take it
             replies.cancel()
-            raise protocol.ProtocolError("busy", f"no replica answered ({type(exc).__name__})"
-                                         "; try again") from None
-        if first["type"] == "error":
+            raise ProtocolError("busy", f"no replica answered ({type(exc).__name__}); try "
+                                "again") from None
+        if isinstance(first, ProtocolError):
             replies.cancel()
-            raise protocol.ProtocolError(first["code"], first["message"])
+            raise first
         return self._drafts(first, replies)
 
     @staticmethod
-    async def _drafts(reply: dict[str, Any], replies: Any) -> AsyncIterator[Draft]:
+    async def _drafts(reply: Draft | ProtocolError, replies: Any) -> AsyncIterator[Draft]:
         try:
             while True:
-                if reply["type"] == "error":
-                    raise ApiError(500, reply["message"], None, reply["code"], "server_error")
-                yield protocol.draft_from_wire(reply["draft"], reply.get("score"))
-                if reply["type"] == "result":
+                if isinstance(reply, ProtocolError):
+                    raise ApiError(500, str(reply), None, reply.code, "server_error")
+                yield reply
+                if reply.done:
                     return
                 try:
                     reply = await replies.__anext__()

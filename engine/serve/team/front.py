@@ -37,9 +37,9 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from engine.serve.admit import bearer_authorised
 from engine.serve.http.api import ApiError, tool_path
 from engine.serve.socket import protocol
-from engine.serve.socket.endpoint import bearer_matches
 
 MAX_HEADER_BYTES = 16 * 1024  # a request head: the request line and every header together
 HEADER_TIMEOUT = 10.0  # seconds to send the request head (and finish a TLS handshake)
@@ -221,7 +221,7 @@ class Front:
         return length
 
     def _authorized(self, header: str | None) -> bool:
-        return bearer_matches(header, self.digest)
+        return bearer_authorised(header, self.digest)
 
     async def _relay(self, head: bytes, body: bytes, reader: asyncio.StreamReader,
                      writer: asyncio.StreamWriter) -> None:

@@ -5,7 +5,8 @@ call these; nothing here imports Ray, so the choice is tested without a cluster.
 
 - `routing_key`: what names a request's document. A client sends the document's identity as
   "document" beside the request (protocol.to_wire: a digest of the editor's URI or the file's
-  path); an old client sends none, and the start of its prefix stands in for it.
+  path); where it names none (a tool's HTTP request, a command line's), the start of its
+  prefix stands in for it.
 - `rank`: the key's replicas in order of preference, by rendezvous hashing over the live
   replicas' ids: every router instance agrees on a key's home without talking to the others,
   and when a replica dies or is added only the keys whose home it was or becomes move.
@@ -18,7 +19,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from engine.serve.socket.protocol import MAX_DOCUMENT
+from engine.serve.admit import MAX_DOCUMENT
 
 ROUTE_CHARS = 512  # characters of a prefix's start that name its document for routing
 DEFAULT_IMBALANCE = 8  # requests: a full batch of the scheduler's default size
@@ -36,7 +37,11 @@ def routing_key(message: dict[str, Any]) -> str:
     texts = message.get("texts")  # a "holes" request's prefix is its first text
     if prefix is None and isinstance(texts, list) and texts:
         prefix = texts[0]
-    prefix = prefix if isinstance(prefix, str) else ""
+    return prefix_key(prefix if isinstance(prefix, str) else "")
+
+
+def prefix_key(prefix: str) -> str:
+    """The routing key of a request that names no document: the start of its prefix."""
     head = prefix[:ROUTE_CHARS]
     if len(prefix) < ROUTE_CHARS:
         head = head[: head.rfind("\n") + 1]
