@@ -31,8 +31,8 @@ class EngineInfo:
     family: str  # "masked", "ar" or "block" (engine.decode.families)
     device: str  # where the model runs: "cpu", "cuda:0", ...
     resident: bool  # a shared engine process serves it (EngineClient), not this process
-    # Whether `completion_ids` can tell stop tokens apart: in process always; a resident
-    # engine says which ids end a completion in its hello (one that predates that does not).
+    # Whether `completion_ids` can tell stop tokens apart: in process and resident always (a
+    # resident engine says which ids end a completion in its hello); a stand-in may not.
     counts_tokens: bool
 
 

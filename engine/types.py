@@ -169,8 +169,8 @@ class Draft:
     text: str  # the committed text up to the first gap or stop token
     done: bool = False
     finish_reason: str = ""  # set on the last Draft: "stop", "length" or "cancelled"
-    # The committed completion's Score; None where the family records none (AR, block) or an
-    # engine that predates it sent none: the completion is shown as if ungated.
+    # The committed completion's Score; None where the family records none (AR, block): the
+    # completion is shown as if ungated.
     score: Score | None = None
     # A HolesRequest's committed text per hole (each up to its first gap or stop token), in
     # order; () for the other requests. A HolesRequest's draft has in `text` the code from the

@@ -2,8 +2,8 @@
 
 The engine scores every completion it commits (engine.types.Score: the confidences of its
 generated tokens, a by-product of the passes run), in process and resident alike, so both
-gate the same. A draft without a score (an engine that predates it, a family that records
-none) is shown as it would be without the gate.
+gate the same. A draft without a score (a family that records none) is shown as it would be
+without the gate.
 
 Completions (`hides`, the `minConfidence` setting): the server turns the Score and what it
 knows when it decides (the hole kind, the suggestion after post-processing: `features`) into
@@ -84,8 +84,9 @@ def threshold(min_confidence: float, line_start: bool) -> float:
 
 
 def hides(confidence: float | None, min_confidence: float, line_start: bool = False) -> bool:
-    """Whether a completion of `confidence` (see `confidence`; None: unscored, as from an engine
-    that predates scores) is not shown: below the `threshold` (`line_start`: is_line_start)."""
+    """Whether a completion of `confidence` (see `confidence`; None: unscored, as a family
+    that records no score answers) is not shown: below the `threshold` (`line_start`:
+    is_line_start)."""
     if confidence is None or min_confidence <= 0:
         return False
     return confidence < threshold(min_confidence, line_start)

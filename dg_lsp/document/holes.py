@@ -37,15 +37,10 @@ def canvas_texts(text: str, spans: list[tuple[int, int, str]], canvas_length: in
 def filled(backend: Backend, request: HolesRequest, cancel: Callable[[], bool] | None,
            uri: str, what: str) -> Draft:
     """The last draft of `request`'s holes (`what` they are to the user: the holes, the
-    cursors); RewriteError when it was cancelled or the engine refused it. A running engine
-    from before several holes at once does not know the request: the user is told so rather
-    than given the engine's reason."""
+    cursors); RewriteError when it was cancelled or the engine refused it."""
     try:
         last = last_draft(backend.holes_stream(request, cancel, document=uri or None))
     except ValueError as exc:
-        if getattr(exc, "code", "") == "unknown-op":
-            raise RewriteError("the running engine predates filling several holes at once: "
-                               "restart dg-engine to use it") from exc
         raise RewriteError(f"the engine refused the {what}: {exc}") from exc
     if last is None or last.finish_reason == "cancelled":
         raise RewriteError("cancelled")

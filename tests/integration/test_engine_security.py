@@ -148,7 +148,8 @@ def test_the_client_sends_nothing_to_another_users_listener(sandbox):
                     conn.settimeout(2)
                     try:
                         # A tempting answer first (the client has hung up already).
-                        conn.sendall(protocol.encode({"type": "hello", "id": 1, "version": 1}))
+                        conn.sendall(protocol.encode({"type": "hello", "id": 1,
+                                                      "version": protocol.VERSION}))
                         while chunk := conn.recv(65536):
                             received += chunk
                     except OSError:

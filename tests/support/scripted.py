@@ -34,7 +34,7 @@ class Scripted:
 
     - a text: one finished draft, scored `score`;
     - (text, lowest): one finished draft whose every confidence is `lowest` (None: no score,
-      as an engine that predates scores sends);
+      as a family that records none answers);
     - a list of texts: the committed text after each step, up to the end of the unit the
       request names, as engines cut them (engine.text.units.until_unit_ends);
     - a list of Drafts: yielded as they are;

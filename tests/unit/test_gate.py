@@ -85,13 +85,13 @@ def test_score_of_no_generated_token_is_certain():
 OLD_FIELDS = {"step", "token_ids", "committed", "text", "done", "finish_reason"}
 
 
-def test_the_score_travels_beside_the_draft_and_an_old_engine_sends_none():
+def test_the_score_travels_beside_the_draft_and_a_family_without_one_sends_none():
     draft = Draft(2, [5, 6], 2, "x", True, "stop", Score(0.25, 0.5, 2, 2))
     message = json.loads(protocol.encode(protocol.draft_message("result", 7, draft))[4:])
-    assert set(message["draft"]) == OLD_FIELDS  # what a client that predates it reads
+    assert set(message["draft"]) == OLD_FIELDS  # the score beside the draft, not in it
     assert message["score"] == {"lowest": 0.25, "mean": 0.5, "tokens": 2, "passes": 2}
     assert protocol.draft_from_wire(message["draft"], message["score"]) == draft
-    old = protocol.draft_from_wire(message["draft"])  # an engine that predates the score
+    old = protocol.draft_from_wire(message["draft"])  # a family that records no score
     assert old.score is None
     assert protocol.draft_from_wire(message["draft"], {"lowest": "high"}).score is None
 
@@ -136,7 +136,7 @@ def test_the_gate_hides_what_the_calibrator_is_unsure_of_and_zero_shows_everythi
     assert complete(0.75, 0.51) is None
     assert complete(0.5, 0.0) == "x + 1"
     assert complete(0.0, 0.0) == "x + 1"
-    assert complete(None, 0.9) == "x + 1"  # an old engine's draft has no score: shown
+    assert complete(None, 0.9) == "x + 1"  # an unscored draft (AR, block): shown
     assert not gate.hides(None, 0.9)  # unscored
     assert not gate.hides(gate.confidence(Score(0.0, 0.0, 1, 1), "block", "x", False), 0.0)
 

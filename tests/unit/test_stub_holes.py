@@ -176,8 +176,10 @@ def test_too_many_holes_are_refused_before_the_engine_is_asked():
     assert backend.requests == []
 
 
-def test_an_engine_from_before_several_holes_is_named_in_the_refusal():
-    class Older(Scripted):
+def test_an_engine_that_refuses_the_holes_is_named_in_the_refusal():
+    """An engine of another protocol version is refused at its hello (test_protocol_version);
+    one that refuses the request itself is quoted."""
+    class Refusing(Scripted):
         def holes_stream(self, request, cancel=None, *, document=None):
             refused = EngineRefused("engine refused the request (unknown-op): unknown op 'holes'")
             refused.code = "unknown-op"
@@ -185,8 +187,9 @@ def test_an_engine_from_before_several_holes_is_named_in_the_refusal():
 
     d = doc(MEAN)
     (target,) = hole_targets(d, 0, 0)
-    with pytest.raises(RewriteError, match="the running engine predates filling several holes"):
-        fill_edit(CountingBackend(Older()), d, target, Settings())
+    with pytest.raises(RewriteError, match="the engine refused the holes: engine refused the "
+                       r"request \(unknown-op\): unknown op 'holes'"):
+        fill_edit(CountingBackend(Refusing()), d, target, Settings())
 
 
 def test_a_counting_wrapper_counts_the_holes_request():

@@ -38,6 +38,7 @@ from engine.serve.socket.endpoint import (
     UnsafeRuntimeDir,
     endpoint_for,
     open_private,
+    peer_credentials,
 )
 from engine.text.stops import completion_ids
 from engine.types import Draft, HolesRequest, InfillRequest, RewriteRequest
@@ -71,6 +72,7 @@ class EngineRefused(ValueError):
     version): sending it again cannot help."""
 
     code = ""
+    reply: dict[str, Any] = {}  # the engine's error reply, where it sent one
 
 
 class WireBackend:
@@ -100,11 +102,7 @@ class WireBackend:
         return self._stream(protocol.to_wire(request, document), cancel)
 
     def completion_ids(self, draft: Draft) -> list[int]:
-        ends = protocol.completion_ends(self.info)
-        if ends is None:
-            raise NotImplementedError("this engine's hello does not say which tokens end a "
-                                      "completion (engine_info.counts_tokens)")
-        return completion_ids(draft.token_ids, ends)
+        return completion_ids(draft.token_ids, protocol.completion_ends(self.info))
 
 
 class EngineClient(WireBackend):
@@ -159,9 +157,23 @@ class EngineClient(WireBackend):
         return client
 
     def hello(self) -> dict[str, Any]:
-        """The engine's hello: protocol version, model, device, family and pid."""
+        """The engine's hello: protocol version, model, device, family and pid; EngineRefused
+        saying what to do when the engine speaks another protocol version."""
         with self._connect() as sock:
-            self.info = self._call(sock, {"op": "hello", "version": protocol.VERSION})
+            try:
+                self.info = self._call(sock, {"op": "hello", "version": protocol.VERSION})
+            except EngineRefused as exc:
+                if exc.code != "version":
+                    raise
+                pid = peer_credentials(sock)[0]
+                # A version 1 engine's refusal does not carry its version; later ones do.
+                theirs = exc.reply.get("version", 1)
+                refused = EngineRefused(protocol.other_version(
+                    theirs, protocol.VERSION, f"the engine at {self.endpoint.socket} was "
+                    f"started from the other: stop it (kill {pid}) and the next request starts "
+                    "one from this install"))
+                refused.code = exc.code
+                raise refused from None
         return self.info
 
     @property
@@ -169,8 +181,7 @@ class EngineClient(WireBackend):
         return EngineInfo(model=str(self.info.get("model", self.model or "")),
                           family=str(self.info.get("family", "")),
                           device=str(self.info.get("device", self.device)),
-                          resident=True,
-                          counts_tokens=protocol.completion_ends(self.info) is not None)
+                          resident=True, counts_tokens=True)
 
     # -- requests -----------------------------------------------------------------------
 
@@ -300,6 +311,7 @@ def raise_error(reply: dict[str, Any]) -> None:
         error = EngineBusy(message)
     elif code in REFUSED:
         error = EngineRefused(f"engine refused the request ({code}): {message}")
+        error.reply = reply
     else:
         error = EngineUnavailable(f"engine error ({code}): {message}")
     error.code = code

@@ -180,10 +180,9 @@ class EngineServer:
     def _dispatch(self, message: dict[str, Any], jobs: dict[Any, Any], post) -> dict | None:
         op, request_id = message.get("op"), message.get("id")
         if op == "hello":
-            version = message.get("version", protocol.VERSION)
+            version = message.get("version", protocol.VERSION)  # none named: this one's
             if version != protocol.VERSION:
-                raise ProtocolError("version", f"engine speaks protocol {protocol.VERSION}, "
-                                    f"client {version!r:.40}")
+                return self._other_version(request_id, version)
             return {"type": "hello", "id": request_id, "version": protocol.VERSION,
                     "model": self.name, "device": str(self.engine.device),
                     "family": self.engine.config.family, "pid": os.getpid(),
@@ -229,6 +228,14 @@ class EngineServer:
                 raise
             return None
         raise ProtocolError("unknown-op", f"unknown op {op!r:.60}")
+
+    def _other_version(self, request_id: Any, version: Any) -> dict[str, Any]:
+        """The refusal of a client of another protocol version, with this engine's."""
+        remedy = ("restart the client (your editor's language server, or the command) from "
+                  f"this engine's install, or stop this engine (kill {os.getpid()}) and let "
+                  "the client start its own")
+        text = protocol.other_version(protocol.VERSION, version, remedy)
+        return _error(request_id, "version", text) | {"version": protocol.VERSION}
 
     async def idle_watch(self) -> None:
         while self.idle_exit > 0:

@@ -1,4 +1,4 @@
-"""The resident engine's wire protocol, version 1.
+"""The resident engine's wire protocol, version 2.
 
 Transport: a Unix socket (default) or TCP. Every message is a 4-byte big-endian length, then
 that many bytes of UTF-8 JSON holding one object. Messages over `MAX_MESSAGE` bytes are
@@ -13,7 +13,7 @@ when its id is the problem) and the connection goes on. Replies are strict JSON 
 Client → engine. Every request has "op" and an "id" (an integer or a short string, unique per
 connection):
 
-    {"op": "hello", "id": 1, "version": 1, "token": "..."}   # first message; token over TCP
+    {"op": "hello", "id": 1, "version": 2, "token": "..."}   # first message; token over TCP
     {"op": "infill", "id": 2, "prefix": str, "suffix": str, "max_tokens": int,
      "canvas_length": int, "suffix_fraction": float, "settings": {SamplerSettings fields},
      "priority": "interactive"|"batch", "stream": bool}
@@ -26,7 +26,7 @@ A "holes" message is one engine.types.HolesRequest: the prefix, the code kept be
 holes and the suffix (`texts`, one more than the holes), each hole's size, and each hole's unit
 end (one "until" object, below, or null per hole). Its drafts carry "holes" (each hole's
 committed text, in order); other drafts leave it out. The number of holes and their tokens in
-all are bounded (engine.bounds.holes_problem); an engine that predates it answers "unknown-op".
+all are bounded (engine.bounds.holes_problem).
 
 An infill or rewrite message is one engine.types.InfillRequest or RewriteRequest, field for
 field (`to_wire`, `from_wire`); "id", "stream" and "priority" are the connection's, and
@@ -40,7 +40,7 @@ names; a team's engine routes one document's requests to one replica by it
 
 Engine → client. Replies carry the request's "id" and a "type":
 
-    {"type": "hello", "id": 1, "version": 1, "model": str, "device": str, "family": str,
+    {"type": "hello", "id": 1, "version": 2, "model": str, "device": str, "family": str,
      "pid": int, "completion_ends": [int], "limits": {"maxCanvas": int,
      "requestTimeout": float}}
     {"type": "draft", "id": 2, "draft": {Draft fields}, "score": {Score fields}}  # each step
@@ -49,28 +49,25 @@ Engine → client. Replies carry the request's "id" and a "type":
     {"type": "error", "id": 2, "code": str, "message": str}
 
 "score" (optional: {"lowest": float, "mean": float, "tokens": int, "passes": int},
-engine.types.Score) is how sure the model was of the draft's completion; a client that
-predates it ignores it, and a reply without it (an engine that predates it, a family that
-records none) means "no score": the client shows the completion ungated.
+engine.types.Score) is how sure the model was of the draft's completion; a reply without it
+(a family that records none) means "no score": the client shows the completion ungated.
 
 "completion_ends" are the token ids a completion ends before (the model's stop ids and its
 mask id): with them a client counts a draft's completion tokens as the engine does
-(engine.text.stops.completion_ids). An engine that predates them sends none.
+(engine.text.stops.completion_ids).
 
 "suffix_fraction" (in [0, 1]; absent: engine.types.SUFFIX_FRACTION) is the suffix's share of
-the canvas's context tokens; the engine's token cut is the one place that applies it. An
-engine that predates it ignores it and splits as the default does.
+the canvas's context tokens; the engine's token cut is the one place that applies it.
 
 "until" (optional: {"kind": "line" | "brackets" | "block", "line_prefix": str,
 "base_indent": str}) names the unit the client shows (engine.text.units.UnitEnd): the engine ends
 the request once the committed text holds its end, with finish_reason "unit", and runs no
-pass the client would throw away. An engine that predates it ignores it.
+pass the client would throw away.
 
 "choices" (optional: a list of at most MAX_CHOICES strings, MAX_CHOICES_TEXT characters in
 all) restricts the hole to one of those texts or nothing (engine.types.InfillRequest,
-engine.text.choices): a next-edit suggestion's word, one of the new words of the edits it continues.
-An engine that predates it ignores it and the client gets an unrestricted answer, which it
-checks as any other.
+engine.text.choices): a next-edit suggestion's word, one of the new words of the edits it
+continues.
 
 A Draft's finish_reason is "stop", "length", "unit", "cancelled", or "deadline": the request
 ran past the engine's --request-timeout (queued or denoising) and ends with the text it has.
@@ -79,6 +76,12 @@ Error codes: "bad-request" (malformed or missing fields, or over the engine's li
 over the model's positions or the per-request memory budget), "unknown-op", "too-large",
 "busy" (the queue or the connection limit is full: try later), "unauthorized", "version",
 "failed" (the model raised).
+
+Both ends speak one version, VERSION: an engine refuses a hello that names another with code
+"version" and its own "version" beside the message (a hello that names none is taken as this
+one's); a client refuses an engine of another version. Either says, in one message, which
+versions met and what to do (`other_version`): the two are from different installs of dg-lsp.
+No side guesses what an older peer understands.
 """
 
 from __future__ import annotations
@@ -95,7 +98,7 @@ from engine.serve import admit
 from engine.serve.admit import ProtocolError
 from engine.types import Draft, HolesRequest, InfillRequest, RewriteRequest, SamplerSettings, Score
 
-VERSION = 1
+VERSION = 2  # 2: every door's requests admitted by engine.serve.admit; no older peer served
 MAX_MESSAGE = 8 * 1024 * 1024  # a 256-token canvas's text is a few KB; this is generous
 MAX_UNAUTHENTICATED = 4096  # a TCP peer's first frame: a hello with its token
 MAX_ID = 256  # characters of a string id
@@ -253,17 +256,21 @@ def from_wire(message: dict[str, Any]) -> InfillRequest | RewriteRequest | Holes
     return admit.parse(message, str(message.get("op")))
 
 
-def completion_ends(hello: dict[str, Any]) -> set[int] | None:
-    """The ids a completion ends before, from an engine's hello (None: not sent)."""
-    ends = hello.get("completion_ends")
-    if not isinstance(ends, list) or not all(isinstance(i, int) for i in ends):
-        return None
-    return set(ends)
+def completion_ends(hello: dict[str, Any]) -> set[int]:
+    """The ids a completion ends before, from an engine's hello."""
+    return set(hello["completion_ends"])
+
+
+def other_version(engine: Any, client: Any, remedy: str) -> str:
+    """The one message for an engine and a client of different protocol versions, and what
+    to do about it (`remedy`)."""
+    return (f"the engine speaks protocol {engine!r:.20}, the client {client!r:.20}: they are "
+            f"from different installs of dg-lsp; {remedy}")
 
 
 def draft_message(kind: str, request_id: Any, draft: Draft) -> dict[str, Any]:
-    """A "draft" or "result" reply: the Draft's fields, and its Score beside them (not
-    among them: a client that predates it builds a Draft of exactly the fields it knows)."""
+    """A "draft" or "result" reply: the Draft's fields, and its Score beside them (where the
+    family records one)."""
     message = {"type": kind, "id": request_id, "draft": draft_to_wire(draft)}
     if draft.score is not None:
         message["score"] = dataclasses.asdict(draft.score)
@@ -278,16 +285,10 @@ def draft_to_wire(draft: Draft) -> dict[str, Any]:
     return raw
 
 
-_DRAFT_FIELDS = {f.name for f in dataclasses.fields(Draft)} - {"score"}
-
-
 def draft_from_wire(raw: dict[str, Any], score: Any = None) -> Draft:
-    """The Draft of a reply's "draft" and "score" fields; a score that is missing (an engine
-    that predates it) or malformed is None: the completion is shown ungated. Fields this
-    client does not know (a newer engine's) are left out."""
-    known = {name: value for name, value in raw.items() if name in _DRAFT_FIELDS}
-    known["holes"] = tuple(known.get("holes", ()))
-    return Draft(**known, score=score_from_wire(score))
+    """The Draft of a reply's "draft" and "score" fields; a score that is missing (a family
+    that records none) or malformed is None: the completion is shown ungated."""
+    return Draft(**dict(raw, holes=tuple(raw.get("holes", ()))), score=score_from_wire(score))
 
 
 def score_from_wire(raw: Any) -> Score | None:

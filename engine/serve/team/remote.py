@@ -16,7 +16,7 @@ HTTP paths (engine.serve.team.app answers them):
                       (with the "document" it is about, which routes it); answer:
                       one JSON message per line ("draft" after every step, then "result"
                       or "error"), each "draft" and "result" with a "replica" (transport
-                      metadata, optional: an engine that predates it sends none)
+                      metadata)
 
 `RemoteEngine` implements engine.backend.Backend, as `EngineClient` does. Cancelling a stream
 closes its connection: the ingress sees the disconnect and the replica drops the request at
@@ -134,8 +134,8 @@ class RemoteEngine(WireBackend):
     @property
     def last_replica(self) -> str:
         """The replica that served this thread's last request ("" when its answer named none:
-        an engine that predates the "replica" field, or a request that failed before its first
-        answer). Per thread: batch mode streams from several threads through one client."""
+        a request that failed before its first answer). Per thread: batch mode streams from
+        several threads through one client."""
         return getattr(self._local, "replica", "")
 
     @classmethod
@@ -152,9 +152,9 @@ class RemoteEngine(WireBackend):
     def hello(self) -> dict[str, Any]:
         self.info = self._get("/v1/hello")
         if self.info.get("version") != protocol.VERSION:
-            raise EngineRefused(f"the engine at {self.url} speaks protocol "
-                                f"{self.info.get('version')!r:.20}, this client "
-                                f"{protocol.VERSION}")
+            raise EngineRefused(protocol.other_version(
+                self.info.get("version"), protocol.VERSION, f"use a client from the install "
+                f"that serves {self.url}, or have the team's engine upgraded to this one"))
         return self.info
 
     @property
@@ -162,8 +162,7 @@ class RemoteEngine(WireBackend):
         return EngineInfo(model=str(self.info.get("model", "")),
                           family=str(self.info.get("family", "")),
                           device=str(self.info.get("device", str(self.url))),
-                          resident=True,
-                          counts_tokens=protocol.completion_ends(self.info) is not None)
+                          resident=True, counts_tokens=True)
 
     def status(self) -> dict[str, Any]:
         """Every replica's model, device, queue lengths and tokens/s."""
