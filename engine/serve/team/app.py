@@ -162,9 +162,10 @@ class EngineReplica:
             request = admit.parse(message, str(message.get("op")))
             job = admit.admit(request, message.get("priority", "interactive"), self.limits,
                               self.engine.decoder)
-            async for draft in self._run(job):
-                yield {**protocol.draft_message("result" if draft.done else "draft",
-                                                request_id, draft), "replica": self.replica}
+            async with contextlib.aclosing(self._run(job)) as drafts:  # closed: job cancelled
+                async for draft in drafts:
+                    yield {**protocol.draft_message("result" if draft.done else "draft",
+                                                    request_id, draft), "replica": self.replica}
         except ProtocolError as exc:
             yield _error(request_id, exc.code, str(exc))
 
@@ -175,8 +176,9 @@ class EngineReplica:
         do; `key` is read by the router, not here."""
         try:
             job = admit.admit(request, "interactive", self.limits, self.engine.decoder, names)
-            async for draft in self._run(job):
-                yield draft
+            async with contextlib.aclosing(self._run(job)) as drafts:  # closed: job cancelled
+                async for draft in drafts:
+                    yield draft
         except ProtocolError as exc:
             yield exc
 
