@@ -31,7 +31,11 @@ Sections (all but batch by default, `--section` to pick):
   (dg_lsp/measure/bench_repository.py);
 - batch (only when asked: it deploys a team's engine on a local Ray cluster, twice): batch
   mode's files per minute and tokens per second through the resident engine and through a
-  team's engine of one and of two replicas, over `--limit` files (dg_lsp/measure/bench_batch.py).
+  team's engine of one and of two replicas, over `--limit` files (dg_lsp/measure/bench_batch.py);
+- real-shape (only when asked: it writes a published shape with random weights and builds
+  llama.cpp once, then runs minutes a cursor): a published checkpoint's shape through the
+  language server beside llama.cpp's `llama-server` serving its autoregressive twin, over
+  `--limit` cursors (default 8 for this section; dg_lsp/measure/bench_real_shape.py).
 
 Cases come from `--cases-from`, by default held-out third-party code no model here trained on
 (dg_lsp/measure/eval/heldout.py: a pinned PyPI package, fetched once).
@@ -53,8 +57,9 @@ from engine.models import BUNDLED_MODELS
 from engine.options import add_model_options
 
 SECTIONS = ("lsp", "gate", "samplers", "cache", "concurrency", "memory", "actions",
-            "repository", "batch")
-DEFAULT_SECTIONS = SECTIONS[:-1]  # batch starts Ray clusters: only when asked
+            "repository", "batch", "real-shape")
+# batch starts Ray clusters, real-shape runs a real shape on the CPU: only when asked
+DEFAULT_SECTIONS = SECTIONS[:-2]
 AR_BASELINE = BUNDLED_MODELS / "ar-baseline"
 SINGLE_LINE_TOKENS = 24  # the server's rest-of-line hole
 
@@ -66,8 +71,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--cases-from", type=Path, default=None,
                         help="folder of Python sources to cut cases from (default: the "
                         "held-out third-party package, see dg_lsp/measure/eval/heldout.py)")
-    parser.add_argument("--limit", type=bounded_argument(CASES_RANGE), default=80,
-                        help="cases per section (batch: files, three functions each)")
+    parser.add_argument("--limit", type=bounded_argument(CASES_RANGE), default=None,
+                        help="cases per section (default 80; real-shape: 8; batch: files, "
+                        "three functions each)")
     parser.add_argument("--functions", type=bounded_argument(FUNCTIONS_RANGE), default=2,
                         help="whole functions typed keystroke by keystroke (lsp section)")
     add_model_options(parser, dtype=False)
@@ -85,6 +91,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "busy processes, or N loops compiling a C file), idle and loaded side "
                         "by side")
     parser.add_argument("--json", action="store_true")
+    from dg_lsp.measure.bench_real_shape import add_arguments
+
+    add_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -97,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
     from engine.models.config import CheckpointError
 
     sections = args.section or list(DEFAULT_SECTIONS)
+    if args.limit is None:
+        args.limit = 8 if sections == ["real-shape"] else 80
     try:
         # Refused here, not by every server the sections start: those would answer each
         # request with nothing, and the tables would time a model that never ran.
@@ -179,6 +190,16 @@ def run(args: argparse.Namespace) -> int:
         _show(args, "batch mode: `dg-lsp batch --action docstrings --check`, the same files "
               f"(up to {args.limit}, {FUNCTIONS_PER_FILE} functions each, from {source})",
               report["batch"])
+    if "real-shape" in sections:
+        from dg_lsp.measure.bench_real_shape import real_shape_section, table_rows
+
+        cursors = cut_cursor_cases(folder, args.limit, seed=args.seed)
+        report["realShape"] = section = real_shape_section(cursors, args)
+        _show(args, f"{args.shape} with random weights, a {section['line_tokens']}-token line "
+              f"through the language server beside llama.cpp ({len(cursors)} cursors, "
+              f"{section['threads']['engine']} threads, load {section['machine']['load_average']}"
+              f"); dg warm p50 / llama.cpp {section['ratio_quant']} warm p50: "
+              f"{section['ratio_p50']}", table_rows(section))
     if args.json:
         print(json.dumps(report, indent=2))
     return 0

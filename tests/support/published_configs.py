@@ -76,6 +76,36 @@ PUBLISHED: dict[str, dict[str, Any]] = {
         "tie_word_embeddings": True,
         "vocab_size": 151936,
     },
+    # NOT FOUND as a file: no stored copy of Qwen/Qwen2.5-Coder-0.5B's config.json. Its
+    # published values (Open-dCoder-0.5B's autoregressive base, the AR twin that
+    # dg_lsp/measure/bench_real_shape.py times beside it); the special ids match a public
+    # probe of its tokenizer (<|endoftext|> 151643 as BOS, EOS and pad).
+    "qwen2.5-coder-0.5b": {
+        "architectures": ["Qwen2ForCausalLM"],
+        "attention_dropout": 0.0,
+        "bos_token_id": 151643,
+        "eos_token_id": 151643,
+        "hidden_act": "silu",
+        "hidden_size": 896,
+        "initializer_range": 0.02,
+        "intermediate_size": 4864,
+        "max_position_embeddings": 32768,
+        "max_window_layers": 24,
+        "model_type": "qwen2",
+        "num_attention_heads": 14,
+        "num_hidden_layers": 24,
+        "num_key_value_heads": 2,
+        "rms_norm_eps": 1e-06,
+        "rope_scaling": None,
+        "rope_theta": 1000000.0,
+        "sliding_window": 32768,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+        "transformers_version": "4.45.0.dev0",
+        "use_cache": True,
+        "use_sliding_window": False,
+        "vocab_size": 151936,
+    },
     # NOT FOUND as a file. Shape values: Qwen2.5-Coder-7B / Dream-7B (hidden 3584, 28 layers,
     # 28/4 heads, intermediate 18944, vocab 152064, rope 1e6; quoted as Dream-7B's config in
     # a public Rust test, stored copy id 69519966472). Special ids: bos 151665, eos/pad 151643
@@ -326,14 +356,15 @@ def _write_block(folder: Path, raw: dict[str, Any], generation: dict[str, Any], 
 
 def write_real_shape(folder: str | Path, name: str, layers: int, experts: int | None = None,
                      seed: int = 0, dtype: torch.dtype = torch.bfloat16,
-                     device: str = "cpu") -> Path:
-    """A checkpoint folder: PUBLISHED[name] cut to `layers` (and `experts`), random weights
-    stored in `dtype` (the published checkpoints are bfloat16) and drawn on `device` (masked
-    family), the tiny BPE tokenizer (its ids are a subset of every real vocabulary; the real
-    tokenizer is tested on its own)."""
+                     device: str = "cpu", overrides: dict[str, Any] | None = None) -> Path:
+    """A checkpoint folder: PUBLISHED[name] cut to `layers` (and `experts`), with `overrides`
+    on its config (a narrower copy of the shape), random weights stored in `dtype` (the
+    published checkpoints are bfloat16) and drawn on `device` (masked and AR families), the
+    tiny BPE tokenizer (its ids are a subset of every real vocabulary; the real tokenizer is
+    tested on its own)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    raw = truncated_config(name, layers, experts)
+    raw = {**truncated_config(name, layers, experts), **(overrides or {})}
     tiny_tokenizer().save(str(folder / "tokenizer.json"))
     if name in PUBLISHED_GENERATION:
         _write_block(folder, raw, PUBLISHED_GENERATION[name], seed, dtype)

@@ -1,0 +1,608 @@
+"""The real-shape part of `dg-lsp bench`: a real checkpoint's shape timed through the editor's
+path, beside llama.cpp serving its autoregressive twin.
+
+Speed does not depend on the weights' values, so the shapes are written with random weights
+(tests/support/published_configs.py: the published config, the real tokenizer of the Dream
+family, Qwen2.5's), once, under the bench's cache folder. Random weights have no meaningful
+confidence, so what a completion costs is fixed instead of left to chance:
+
+- the line is LINE_TOKENS tokens: the output rows of every token that would end it early (a
+  line break, a closing bracket, a stop or special token) are scaled down in the written
+  checkpoint, so the random argmax never picks one and no stop cuts the line short; that
+  changes no arithmetic, only which token wins;
+- the diffusion side commits K tokens per pass: the top-k sampler with k=K through the
+  server's settings (initializationOptions), every hole size LINE_TOKENS; the engine's own
+  counters (forward passes, positions committed) are read around every request, so the table
+  says how many passes each completion took.
+
+Three columns, the same held-out cursors (one cold request on a document just opened, then
+KEYSTROKES typed characters, a warm request after each; a keystroke the suggestion predicted
+is answered from the server's cache and counted apart):
+
+- dg: the masked (diffusion) shape through `dg-lsp serve` and its resident engine
+  (dg_lsp/measure/bench_lsp.py's client), at K = 1, 2 and 4 tokens per pass;
+- ar_ours: the project's autoregressive family at the twin's shape, through the same path;
+- ar_peer: llama.cpp's own `llama-server` (built once from the pinned llama-cpp-python sdist,
+  which vendors the whole llama.cpp tree: `build_llama_server`) serving the twin's very
+  weights as a GGUF at Q8_0 and F16, through `/infill` with `cache_prompt`, the same prefix and
+  suffix the engine's canvas holds, `n_predict` LINE_TOKENS with the end of text ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+LINE_TOKENS = 16
+TOKENS_PER_PASS = (1, 2, 4)
+KEYSTROKES = 3
+# Request classes: a fixed-length line written at a cursor (cold) or after a keystroke (warm);
+# the same where the server offers the file's own texts first (choice); a keystroke the
+# suggestion predicted (answered from the server's cache).
+REQUESTS = ("cold", "warm", "cold-choice", "warm-choice", "typed-through")
+LLAMA_CPP_PYTHON = "0.3.16"  # the sdist vendors llama.cpp at commit 4227c9b
+QUANTS = ("Q8_0", "F16")
+# Scaled output rows: a logit a thousandth of the others' never wins the argmax over a vocabulary.
+DAMPING = 1e-3
+
+# A shape: the masked checkpoint, its autoregressive twin, and overrides on both configs.
+TINY = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+        "num_key_value_heads": 2}
+SHAPES: dict[str, tuple[str, str, dict[str, Any], int | None]] = {
+    "open-dcoder-0.5b": ("open-dcoder-0.5b", "qwen2.5-coder-0.5b", {}, None),
+    # For the tests: the same vocabulary and tokenizer, two narrow layers.
+    "tiny": ("open-dcoder-0.5b", "qwen2.5-coder-0.5b", TINY, 2),
+}
+SHAPE_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+              "num_key_value_heads", "vocab_size", "tie_word_embeddings")
+
+
+def add_arguments(parser: Any) -> None:
+    """The section's options on `dg-lsp bench`."""
+    parser.add_argument("--shape", choices=list(SHAPES), default="open-dcoder-0.5b",
+                        help="real-shape section: the published shape to time")
+    from engine.bounds import ENGINE_THREADS_RANGE, bounded_argument
+    from engine.options import DTYPE_HELP, DTYPES
+
+    parser.add_argument("--dtype", default="auto", choices=DTYPES, metavar="DTYPE",
+                        help=f"real-shape section: the engines' dtype: {DTYPE_HELP}")
+    parser.add_argument("--tokens-per-pass", type=int, default=2, choices=(1, 2, 4, 8, 16),
+                        help="real-shape section: positions committed per pass (1, 2 and 4 "
+                        "are always reported)")
+    parser.add_argument("--threads", type=bounded_argument(ENGINE_THREADS_RANGE),
+                        default=os.cpu_count() or 1,
+                        help="real-shape section: CPU threads of every engine and of "
+                        "llama-server")
+    parser.add_argument("--llama-server", default="build", metavar="build|none|PATH",
+                        help="real-shape section: llama.cpp's server (build: the one built "
+                        "once under the cache folder, building it if missing)")
+
+
+def cache_folder() -> Path:
+    from engine.data.releases import cache_root
+
+    return cache_root() / "real-shape"
+
+
+# -- checkpoints ------------------------------------------------------------------------------
+
+
+def write_shape(shape: str, cache: Path | None = None) -> tuple[Path, Path]:
+    """(masked checkpoint, AR twin) of `shape`, written once with random weights."""
+    masked, twin, overrides, layers = SHAPES[shape]
+    folder = (cache or cache_folder()) / shape
+    pair = folder / "masked", folder / "ar"
+    for out, name in zip(pair, (masked, twin), strict=True):
+        if not (out / "done").exists():
+            _write_checkpoint(out, name, overrides, layers)
+    return pair
+
+
+def _write_checkpoint(folder: Path, name: str, overrides: dict[str, Any],
+                      layers: int | None) -> None:
+    from tests.support.published_configs import PUBLISHED, write_real_shape
+    from tests.support.real_tokenizer import write_dream_tokenizer
+
+    shutil.rmtree(folder, ignore_errors=True)
+    layers = layers or PUBLISHED[name]["num_hidden_layers"]
+    write_real_shape(folder, name, layers, overrides={**overrides, "max_window_layers": layers})
+    tokenizer = write_dream_tokenizer(folder)  # Qwen2.5's BPE, as the real checkpoints
+    _damp_rows(folder / "model.safetensors", stop_ids(tokenizer))
+    (folder / "done").write_text("")
+
+
+def stop_ids(tokenizer: Any) -> list[int]:
+    """Ids of the tokens that would end a single line early: special tokens, and those whose
+    text holds a line break or a closing bracket."""
+    specials = {t.content for t in tokenizer.get_added_tokens_decoder().values()}
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    out = []
+    for token, i in vocab.items():
+        text = tokenizer.decode([i], skip_special_tokens=False)
+        if token in specials or any(c in text for c in "\n\r)]}"):
+            out.append(i)
+    return sorted(out)
+
+
+def _damp_rows(file: Path, ids: list[int]) -> None:
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(file))
+    for name in ("lm_head.weight", "model.embed_tokens.weight"):
+        if name in tensors:
+            tensors[name][ids] *= DAMPING
+            if name == "lm_head.weight":
+                break  # untied: the head alone decides; the embedding stays as drawn
+    save_file(tensors, str(file), metadata={"format": "pt"})
+
+
+def write_gguf(ar_folder: Path, quant: str) -> Path:
+    """The AR twin's weights as a llama.cpp GGUF (architecture qwen2) at `quant`, written once
+    beside it: the same tensors, Qwen2.5's tokenizer with its fill-in-the-middle tokens."""
+    import gguf
+    import numpy as np
+    from safetensors import safe_open
+    from tokenizers import Tokenizer
+
+    out = ar_folder / f"model-{quant}.gguf"
+    if out.exists():
+        return out
+    cfg = json.loads((ar_folder / "config.json").read_text())
+    qtype = getattr(gguf.GGMLQuantizationType, quant)
+    partial = out.with_suffix(".partial")
+    writer = gguf.GGUFWriter(str(partial), "qwen2")
+    writer.add_name(f"random {ar_folder.parent.name} twin")
+    writer.add_context_length(cfg["max_position_embeddings"])
+    writer.add_embedding_length(cfg["hidden_size"])
+    writer.add_block_count(cfg["num_hidden_layers"])
+    writer.add_feed_forward_length(cfg["intermediate_size"])
+    writer.add_head_count(cfg["num_attention_heads"])
+    writer.add_head_count_kv(cfg["num_key_value_heads"])
+    writer.add_rope_freq_base(cfg["rope_theta"])
+    writer.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if quant == "Q8_0"
+                         else gguf.LlamaFileType.MOSTLY_F16)
+    _add_tokenizer(writer, Tokenizer.from_file(str(ar_folder / "tokenizer.json")),
+                   cfg["vocab_size"])
+    with safe_open(str(ar_folder / "model.safetensors"), framework="pt") as f:
+        for name in f.keys():
+            data = f.get_tensor(name).float().numpy()
+            if data.ndim == 1:
+                writer.add_tensor(_gguf_name(name), data.astype(np.float32))
+            elif quant == "F16":
+                writer.add_tensor(_gguf_name(name), data.astype(np.float16))
+            else:
+                writer.add_tensor(_gguf_name(name), gguf.quants.quantize(data, qtype),
+                                  raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    partial.rename(out)
+    return out
+
+
+def _add_tokenizer(writer: Any, tokenizer: Any, vocab_size: int) -> None:
+    import gguf
+
+    specials = {i: t.content for i, t in tokenizer.get_added_tokens_decoder().items()}
+    by_id = {i: t for t, i in tokenizer.get_vocab(with_added_tokens=True).items()}
+    tokens, types = [], []
+    for i in range(vocab_size):  # the embedding's rows past the tokenizer are padding
+        tokens.append(by_id.get(i, f"[PAD{i}]"))
+        types.append(gguf.TokenType.CONTROL if i in specials else
+                     gguf.TokenType.NORMAL if i in by_id else gguf.TokenType.UNUSED)
+    merges = json.loads(tokenizer.to_str())["model"]["merges"]
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen2")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
+    eos = tokenizer.token_to_id("<|endoftext|>")
+    writer.add_bos_token_id(eos)
+    writer.add_eos_token_id(eos)
+    writer.add_pad_token_id(eos)
+    writer.add_add_bos_token(False)
+    for key, text in (("pre", "<|fim_prefix|>"), ("suf", "<|fim_suffix|>"),
+                      ("mid", "<|fim_middle|>")):
+        writer.add_uint32(f"tokenizer.ggml.fim_{key}_token_id", tokenizer.token_to_id(text))
+
+
+def _gguf_name(name: str) -> str:
+    parts = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight":
+             "output_norm.weight", "lm_head.weight": "output.weight"}
+    if name in parts:
+        return parts[name]
+    _, _, layer, rest = name.split(".", 3)
+    rest = (rest.replace("input_layernorm", "attn_norm")
+            .replace("post_attention_layernorm", "ffn_norm")
+            .replace("self_attn.q_proj", "attn_q").replace("self_attn.k_proj", "attn_k")
+            .replace("self_attn.v_proj", "attn_v").replace("self_attn.o_proj", "attn_output")
+            .replace("mlp.gate_proj", "ffn_gate").replace("mlp.up_proj", "ffn_up")
+            .replace("mlp.down_proj", "ffn_down"))
+    return f"blk.{layer}.{rest}"
+
+
+# -- llama.cpp --------------------------------------------------------------------------------
+
+
+def llama_source(cache: Path | None = None) -> Path:
+    from engine.data.releases import cache_root
+
+    return ((cache or cache_root()) / "llama.cpp" / f"llama_cpp_python-{LLAMA_CPP_PYTHON}"
+            / "vendor" / "llama.cpp")
+
+
+def build_llama_server(cache: Path | None = None, jobs: int = 2) -> Path:
+    """llama.cpp's `llama-server`, CPU only, built once from the pinned llama-cpp-python sdist
+    (fetched with pip) into the cache folder. Raises OSError with the reason."""
+    source = llama_source(cache)
+    binary = source / "build" / "bin" / "llama-server"
+    if binary.exists():
+        return binary
+    folder = source.parents[2]
+    folder.mkdir(parents=True, exist_ok=True)
+    sdist = folder / f"llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz"
+    steps = [[sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+              f"llama-cpp-python=={LLAMA_CPP_PYTHON}", "-d", str(folder)]]
+    configure = ["cmake", "-S", str(source), "-B", str(source / "build"),
+                 "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DGGML_CUDA=OFF",
+                 "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+                 "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=ON",
+                 "-DLLAMA_BUILD_COMMIT=4227c9b", "-DLLAMA_BUILD_NUMBER=0"]
+    build = ["nice", "-n", "10", "cmake", "--build", str(source / "build"), "--target",
+             "llama-server", f"-j{jobs}"]
+    try:
+        if not sdist.exists():
+            _run(steps[0])
+        if not (source / "CMakeLists.txt").exists():
+            with tarfile.open(sdist) as tar:
+                tar.extractall(folder, filter="data")
+        _run(configure)
+        _run(build)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise OSError(f"llama-server could not be built: {exc}") from exc
+    if not binary.exists():
+        raise OSError(f"llama-server could not be built: no {binary}")
+    return binary
+
+
+def _run(command: list[str]) -> None:
+    if shutil.which(command[0]) is None and not Path(command[0]).exists():
+        raise OSError(f"{command[0]} is not installed")
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        raise OSError(f"{' '.join(command[:3])} failed: {' / '.join(tail)}")
+
+
+def llama_version(binary: Path) -> str:
+    done = subprocess.run([str(binary), "--version"], capture_output=True, text=True)
+    line = next((x for x in (done.stdout + done.stderr).splitlines()
+                 if x.startswith("version")), "version: unknown")
+    return f"{line.split(':', 1)[1].strip()}, llama-cpp-python {LLAMA_CPP_PYTHON} sdist"
+
+
+class LlamaServer:
+    """`llama-server` on a free local port, serving one GGUF."""
+
+    def __init__(self, binary: Path, model: Path, threads: int) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(
+            [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port),
+             "-t", str(threads), "-tb", str(threads), "-c", "2048", "-np", "1"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.log.seek(0)
+                tail = self.log.read().decode(errors="replace").strip().splitlines()[-3:]
+                raise OSError(f"llama-server exited: {' / '.join(tail)}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health") as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.2)
+        self.stop()
+        raise OSError("llama-server did not become ready in 300 s")
+
+    def infill(self, prefix: str, suffix: str) -> tuple[dict[str, Any], float]:
+        """One /infill as llama.vim asks it: the prompt cached across requests, greedy,
+        exactly LINE_TOKENS tokens. The answer and its seconds."""
+        body = json.dumps({"input_prefix": prefix, "input_suffix": suffix, "input_extra": [],
+                           "n_predict": LINE_TOKENS, "ignore_eos": True, "cache_prompt": True,
+                           "temperature": 0.0, "top_k": 1, "samplers": ["top_k"],
+                           "stream": False}).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/infill", data=body,
+                                         headers={"Content-Type": "application/json"})
+        start = time.perf_counter()
+        with urllib.request.urlopen(request) as r:
+            answer = json.loads(r.read())
+        return answer, time.perf_counter() - start
+
+    def peak_rss_mb(self) -> float | None:
+        from dg_lsp.measure.bench_lsp import peak_rss_mb
+
+        return peak_rss_mb(self.proc.pid)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+# -- the section ------------------------------------------------------------------------------
+
+
+def real_shape_section(cursors: list, args: Any) -> dict[str, Any]:
+    """The whole section: the shape, the machine, and the three columns."""
+    masked, twin = write_shape(args.shape)
+    raw = json.loads((masked / "config.json").read_text())
+    tokens_per_pass = sorted({*TOKENS_PER_PASS, args.tokens_per_pass})
+    report: dict[str, Any] = {
+        "shape_name": args.shape, "shape": {k: raw[k] for k in SHAPE_KEYS},
+        "dtype": args.dtype, "line_tokens": LINE_TOKENS, "cursors": len(cursors),
+        "keystrokes_per_cursor": KEYSTROKES, "machine": machine(),
+        "threads": {"engine": args.threads, "llama_server": args.threads}}
+    previous = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # the engines the servers start
+    try:
+        report["dg"] = [{"tokens_per_pass": k, **_through_server(masked, cursors, args, k)}
+                        for k in tokens_per_pass]
+        report["ar_ours"] = {"family": "ar", **_through_server(twin, cursors, args, None)}
+    finally:
+        if previous is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = previous
+    report["ar_peer"] = _peer(twin, cursors, args)
+    quant = "Q8_0" if args.dtype in ("auto", "int8") else "F16"
+    dg = next(r for r in report["dg"] if r["tokens_per_pass"] == args.tokens_per_pass)
+    peer = next((r for r in report["ar_peer"] if r.get("quant") == quant), None)
+    report["ratio_p50"] = (round(dg["warm"]["p50_ms"] / peer["warm"]["p50_ms"], 2)
+                           if peer and dg["warm"]["p50_ms"] and peer["warm"]["p50_ms"]
+                           else None)
+    report["ratio_quant"] = quant
+    report["machine"]["load_average_after"] = list(os.getloadavg())
+    return report
+
+
+def machine() -> dict[str, Any]:
+    model = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": model, "cores": os.cpu_count(), "load_average": list(os.getloadavg())}
+
+
+def settings_for(dtype: str, k: int | None) -> dict[str, Any]:
+    """The server's settings (initializationOptions): every hole LINE_TOKENS tokens, nothing
+    hidden by the confidence gate, and for the masked family the top-k sampler committing `k`
+    positions per step."""
+    settings: dict[str, Any] = {
+        "dtype": dtype, "minConfidence": 0, "extraContext": False, "repositoryContext": False,
+        "holeSize": {key: LINE_TOKENS for key in ("restOfLine", "brackets", "comment", "block")}}
+    if k is not None:
+        settings["sampler"] = {"name": "topk", "k": k}
+    return settings
+
+
+def _through_server(model: Path, cursors: list, args: Any, k: int | None) -> dict[str, Any]:
+    import asyncio
+
+    return asyncio.run(_replay(model, cursors, args.dtype, k))
+
+
+async def _replay(model: Path, cursors: list, dtype: str, k: int | None) -> dict[str, Any]:
+    from dg_lsp.measure.bench_lsp import Session
+
+    times: dict[str, list[float]] = {name: [] for name in REQUESTS}
+    counts: dict[str, list[tuple[int, int]]] = {name: [] for name in REQUESTS}
+    with tempfile.TemporaryDirectory() as runtime:
+        session = Session(str(model), "cpu", [], runtime, settings_for(dtype, k))
+        await session.start()
+        try:
+            engine = _engine_client(runtime)
+            for case in cursors:
+                text, offset = case.document()
+                uri = session.open(text)
+                before = engine.stats()
+                shown, seconds = await session.ask(uri, text, offset)
+                times[_kind("cold", text, offset)].append(seconds)
+                counts[_kind("cold", text, offset)].append(_delta(before, engine.stats()))
+                for char in case.middle[:KEYSTROKES]:
+                    predicted = shown[:1] == char
+                    session.type_char(uri, text, offset, char)
+                    text, offset = text[:offset] + char + text[offset:], offset + 1
+                    before = engine.stats()
+                    shown, seconds = await session.ask(uri, text, offset)
+                    kind = "typed-through" if predicted else _kind("warm", text, offset)
+                    times[kind].append(seconds)
+                    counts[kind].append(_delta(before, engine.stats()))
+                session.close(uri)
+            threads = engine.stats().get("cpuThreads")
+            peak = session.peak_rss_mb()
+        finally:
+            await session.stop()
+    out: dict[str, Any] = {name: {**_percentiles(times[name]), **_passes(counts[name])}
+                           for name in times}
+    return {**out, "engine_threads": threads, "peak_rss_mb": peak}
+
+
+def _kind(request: str, text: str, offset: int) -> str:
+    """`request` ("cold", "warm"), or "<request>-choice" where other lines of the file hold a
+    text at the cursor's place: there the server first asks the model to choose one of those
+    (a pass or two, dg_lsp/completion/pipeline.py), not to write the line."""
+    from dg_lsp.context import repeated_rests
+
+    return f"{request}-choice" if repeated_rests(text, offset) else request
+
+
+def _engine_client(runtime: str) -> Any:
+    from engine.serve.client import EngineClient
+    from engine.serve.endpoint import Endpoint
+
+    socks = list((Path(runtime) / "dg-engine").glob("*.sock"))
+    if len(socks) != 1:
+        raise RuntimeError(f"expected one resident engine in {runtime}, found {len(socks)}")
+    return EngineClient(Endpoint(socks[0]))
+
+
+def _delta(before: dict[str, Any], after: dict[str, Any]) -> tuple[int, int]:
+    """(forward passes, positions committed) between two readings of the engine's stats."""
+    return (after["forwardPasses"] - before["forwardPasses"],
+            after["positionsCommitted"] - before["positionsCommitted"])
+
+
+def _passes(counts: list[tuple[int, int]] | None) -> dict[str, Any]:
+    if not counts:
+        return {}
+    passes = [p for p, _ in counts]
+    committed = [c for _, c in counts]
+    return {"passes": statistics.median(passes), "passes_min": min(passes),
+            "passes_max": max(passes), "committed": statistics.median(committed),
+            "committed_min": min(committed),
+            "tokens_per_pass": round(sum(committed) / max(1, sum(passes)), 2)}
+
+
+def _percentiles(seconds: list[float]) -> dict[str, Any]:
+    from engine.data.stats import percentile
+
+    if not seconds:
+        return {"count": 0, "p50_ms": None, "p95_ms": None}
+    return {"count": len(seconds), "p50_ms": round(1000 * statistics.median(seconds), 1),
+            "p95_ms": round(1000 * percentile(seconds, 95), 1)}
+
+
+# -- the peer ---------------------------------------------------------------------------------
+
+
+def _peer(twin: Path, cursors: list, args: Any) -> list[dict[str, Any]]:
+    """llama.cpp at each of QUANTS, or one row that says why it is missing."""
+    try:
+        import gguf  # noqa: F401
+    except ImportError:
+        return [{"engine": "llama.cpp", "missing": "the gguf package is not installed (pip "
+                 "install 'dg-lsp[bench]')"}]
+    try:
+        binary = (None if args.llama_server == "none" else
+                  build_llama_server() if args.llama_server == "build" else
+                  Path(args.llama_server))
+        if binary is None:
+            return [{"engine": "llama.cpp", "missing": "--llama-server none"}]
+        if not binary.exists():
+            raise OSError(f"no {binary}")
+        version = llama_version(binary)
+    except OSError as exc:
+        return [{"engine": "llama.cpp", "missing": str(exc)}]
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(twin / "tokenizer.json"))
+    rows = []
+    for quant in QUANTS:
+        model = write_gguf(twin, quant)
+        try:
+            server = LlamaServer(binary, model, args.threads)
+        except OSError as exc:
+            rows.append({"engine": "llama.cpp", "quant": quant, "missing": str(exc)})
+            continue
+        try:
+            rows.append({"engine": "llama.cpp", "version": version, "quant": quant,
+                         **_replay_peer(server, tokenizer, cursors),
+                         "peak_rss_mb": server.peak_rss_mb()})
+        finally:
+            server.stop()
+    return rows
+
+
+def _replay_peer(server: LlamaServer, tokenizer: Any, cursors: list) -> dict[str, Any]:
+    """The same cursors and keystrokes as the engine: its canvas's context (the engine's cut:
+    the canvas less the hole, the suffix's share of it), fixed per cursor as an editor plugin
+    keeps its window, so a keystroke reuses the cached prompt."""
+    from dg_lsp.settings import Settings
+
+    settings = Settings()
+    context = settings.canvas_length - LINE_TOKENS
+    after = int(context * settings.suffix_fraction)
+    times: dict[str, list[float]] = {name: [] for name in REQUESTS[:4]}
+    predicted: list[int] = []
+    for case in cursors:
+        text, offset = case.document()
+        prefix = _tail(tokenizer, text[:offset], context - after)
+        suffix = _head(tokenizer, text[offset:], after)
+        answer, seconds = server.infill(prefix, suffix)
+        times[_kind("cold", text, offset)].append(seconds)
+        predicted.append(answer.get("tokens_predicted", 0))
+        for char in case.middle[:KEYSTROKES]:
+            # Each keystroke is timed as the engine's are (all count: llama.cpp has no cache
+            # of its own suggestion).
+            text, offset = text[:offset] + char + text[offset:], offset + 1
+            prefix += char
+            answer, seconds = server.infill(prefix, suffix)
+            times[_kind("warm", text, offset)].append(seconds)
+            predicted.append(answer.get("tokens_predicted", 0))
+    return {**{name: _percentiles(times[name]) for name in times},
+            "tokens_predicted_min": min(predicted, default=0),
+            "tokens_predicted_max": max(predicted, default=0)}
+
+
+def _tail(tokenizer: Any, text: str, tokens: int) -> str:
+    enc = tokenizer.encode(text, add_special_tokens=False)
+    if len(enc.ids) <= tokens:
+        return text
+    return text[enc.offsets[len(enc.ids) - tokens][0]:]
+
+
+def _head(tokenizer: Any, text: str, tokens: int) -> str:
+    enc = tokenizer.encode(text, add_special_tokens=False)
+    if len(enc.ids) <= tokens:
+        return text
+    return text[:enc.offsets[tokens][0]]
+
+
+# -- the table --------------------------------------------------------------------------------
+
+
+def table_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per column and request class, for `dg-lsp bench`'s table."""
+    rows = []
+    columns = [(f"dg k={r['tokens_per_pass']} ({report['dtype']})", r) for r in report["dg"]]
+    columns.append((f"ar ours ({report['dtype']})", report["ar_ours"]))
+    columns += [(f"llama.cpp {r.get('quant', '')}".strip(), r) for r in report["ar_peer"]]
+    for name, r in columns:
+        if "missing" in r:
+            rows.append({"column": name, "requests": "-", "count": 0, "p50Ms": None,
+                         "p95Ms": None, "passes": None, "tokensPerPass": None,
+                         "note": f"missing: {r['missing']}"})
+            continue
+        for request in ("cold", "warm"):
+            m = r[request]
+            rows.append({"column": name, "requests": request, "count": m["count"],
+                         "p50Ms": m["p50_ms"], "p95Ms": m["p95_ms"],
+                         "passes": m.get("passes"), "tokensPerPass": m.get("tokens_per_pass"),
+                         "note": ""})
+    return rows
