@@ -185,6 +185,19 @@ def quantize_int8(model: nn.Module) -> nn.Module:
         return quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig})
 
 
+def _quantize_int8(module: nn.Module) -> nn.Module:
+    """`module` with its `nn.Linear` layers quantized as `quantize_int8` does, in place (no
+    copy of the float weights): `load_int8`, one layer at a time."""
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if isinstance(module, nn.Linear):  # quantize_dynamic swaps children, not the root
+            return quantize_dynamic(nn.Sequential(module), {nn.Linear:
+                                    per_channel_dynamic_qconfig}, inplace=True)[0]
+        return quantize_dynamic(module, {nn.Linear: per_channel_dynamic_qconfig}, inplace=True)
+
+
 # ---------------------------------------------------------------------------------------------
 # Reading a checkpoint (everything but the weights)
 
@@ -438,23 +451,9 @@ def load_model(ckpt: Checkpoint, device: str = "auto", dtype: str = "auto",
     They come unpacked (`fuse_projections` concatenates them): `pack_int4` the model after.
     """
     cfg = ckpt.config
-    if cfg.family not in ("masked", "ar"):
-        raise CheckpointError(f"{ckpt.path}: family '{cfg.family}' is not loaded by load_model")
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
-    files = weight_files(ckpt.path)
-    # Before building anything: a config with far more layers than the weights hold would
-    # spend minutes constructing modules only to fail on the first missing tensor.
-    stored = _layers_in(files, cfg.layout)
-    if cfg.num_layers > stored:
-        key = "n_layers" if cfg.layout == "llada" else "num_hidden_layers"
-        raise CheckpointError(f"{ckpt.path / 'config.json'}: {key}={cfg.num_layers} but the "
-                              f"weights hold {stored} layers")
-    with torch.device("meta"):
-        model = Transformer(cfg)
-    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
-    plan = _plan(files, expected, cfg, ckpt.path)
-
+    model, plan = _meta_model(ckpt)
     targets = int4_targets(model, int4_group)[0] if int4_group else {}
     quantized: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     state: dict[str, torch.Tensor] = {}
@@ -471,6 +470,64 @@ def load_model(ckpt: Checkpoint, device: str = "auto", dtype: str = "auto",
     if cfg.tie_word_embeddings:
         # assign=True replaced both parameters; share one tensor again.
         model.lm_head.weight = model.model.embed_tokens.weight
+    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+        if t.is_meta:
+            raise CheckpointError(f"{ckpt.path}: '{name}' was not initialized by the checkpoint")
+    return model.eval()
+
+
+def _meta_model(ckpt: Checkpoint) -> tuple[Transformer, dict[str, tuple[str, Path]]]:
+    """`ckpt`'s transformer on the meta device, and where each of its tensors is stored
+    (`_plan`: every name and shape checked before the first tensor is read)."""
+    cfg = ckpt.config
+    if cfg.family not in ("masked", "ar"):
+        raise CheckpointError(f"{ckpt.path}: family '{cfg.family}' is not loaded by load_model")
+    files = weight_files(ckpt.path)
+    # Before building anything: a config with far more layers than the weights hold would
+    # spend minutes constructing modules only to fail on the first missing tensor.
+    stored = _layers_in(files, cfg.layout)
+    if cfg.num_layers > stored:
+        key = "n_layers" if cfg.layout == "llada" else "num_hidden_layers"
+        raise CheckpointError(f"{ckpt.path / 'config.json'}: {key}={cfg.num_layers} but the "
+                              f"weights hold {stored} layers")
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    return model, _plan(files, expected, cfg, ckpt.path)
+
+
+def load_int8(ckpt: Checkpoint) -> nn.Module:
+    """What `quantize_int8(load_model(ckpt, "cpu", "float32").fuse_projections())` gives, the
+    same modules and the same int8 weights, built a layer at a time on the CPU: each layer is
+    read in float32, fused and quantized before the next is read. The process then never
+    holds more float32 weights than the embedding, the norms and one layer, where loading the
+    whole model first held all of them (and quantize_dynamic's deep copy, a second time)."""
+    model, plan = _meta_model(ckpt)
+    cpu, f32 = torch.device("cpu"), torch.float32
+    layers: dict[int, dict[str, torch.Tensor]] = {}
+    rest: dict[str, torch.Tensor] = {}
+    for ours, (ckpt_name, file) in plan.items():
+        if ours.startswith("model.layers."):
+            _, _, index, name = ours.split(".", 3)
+            layers.setdefault(int(index), {})[name] = (ckpt_name, file)
+        else:
+            rest[ours] = _read_tensor(file, ckpt_name, cpu, f32)
+    for index, block in enumerate(model.model.layers):
+        block.load_state_dict({name: _read_tensor(file, ckpt_name, cpu, f32)
+                               for name, (ckpt_name, file) in layers[index].items()},
+                              strict=True, assign=True)
+        block.self_attn.fuse()
+        block.mlp.fuse()
+        model.model.layers[index] = _quantize_int8(block)
+    # Module by module: the quantized layers' state has other names than the checkpoint's.
+    for module in {name.rpartition(".")[0] for name in rest}:
+        model.get_submodule(module).load_state_dict(
+            {name.removeprefix(module + "."): t for name, t in rest.items()
+             if name.rpartition(".")[0] == module}, strict=True, assign=True)
+    if model.cfg.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight  # one tensor, as load_model
+    # The head last, as quantize_dynamic reaches it: the embedding stays float32.
+    model.lm_head = _quantize_int8(model.lm_head)
     for name, t in list(model.named_parameters()) + list(model.named_buffers()):
         if t.is_meta:
             raise CheckpointError(f"{ckpt.path}: '{name}' was not initialized by the checkpoint")

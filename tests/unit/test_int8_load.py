@@ -1,0 +1,39 @@
+"""`load_int8` (a layer at a time) gives the model the int8 default gives after loading whole."""
+
+from __future__ import annotations
+
+import torch
+
+from engine.models import BUNDLED_MODELS
+from engine.models.checkpoint import load_int8, load_model, quantize_int8, read_checkpoint
+from tests.support.tiny_checkpoints import write_dream_checkpoint, write_qwen2_ar_checkpoint
+
+
+def _whole(ckpt):
+    return quantize_int8(load_model(ckpt, "cpu", "float32").fuse_projections())
+
+
+def _same_logits(ckpt, ids: torch.Tensor) -> None:
+    with torch.inference_mode():
+        expected, _ = _whole(ckpt)(ids)
+        got, _ = load_int8(ckpt)(ids)
+    assert torch.equal(expected, got)
+
+
+def test_bundled_models_bit_identical():
+    for name in ("default", "ar-baseline"):
+        ckpt = read_checkpoint(BUNDLED_MODELS / name)
+        ids = torch.randint(0, ckpt.config.vocab_size, (2, 48), generator=torch.Generator()
+                            .manual_seed(0))
+        _same_logits(ckpt, ids)
+
+
+def test_tied_untied_and_sharded(tmp_path):
+    for i, (writer, tie) in enumerate([(write_dream_checkpoint, True),
+                                       (write_dream_checkpoint, False),
+                                       (write_qwen2_ar_checkpoint, True)]):
+        folder = writer(tmp_path / str(i), tie=tie, shards=2, dtype=torch.bfloat16)
+        ckpt = read_checkpoint(folder)
+        _same_logits(ckpt, torch.randint(0, ckpt.config.vocab_size, (1, 20)))
+        model = load_int8(ckpt)
+        assert not any(isinstance(m, torch.nn.Linear) for m in model.modules())
