@@ -421,7 +421,7 @@ async def _replay(model: Path, cursors: list, dtype: str, k: int | None) -> dict
     from dg_lsp.measure.bench_lsp import Session
 
     times: dict[str, list[float]] = {name: [] for name in REQUESTS}
-    counts: dict[str, list[tuple[int, int]]] = {name: [] for name in REQUESTS}
+    counts: dict[str, list[tuple[int, int, float]]] = {name: [] for name in REQUESTS}
     with tempfile.TemporaryDirectory() as runtime:
         session = Session(str(model), "cpu", [], runtime, settings_for(dtype, k))
         await session.start()
@@ -472,21 +472,26 @@ def _engine_client(runtime: str) -> Any:
     return EngineClient(Endpoint(socks[0]))
 
 
-def _delta(before: dict[str, Any], after: dict[str, Any]) -> tuple[int, int]:
-    """(forward passes, positions committed) between two readings of the engine's stats."""
+def _delta(before: dict[str, Any], after: dict[str, Any]) -> tuple[int, int, float]:
+    """(forward passes, positions committed, seconds the engine's scheduler was busy) between
+    two readings of the engine's stats."""
     return (after["forwardPasses"] - before["forwardPasses"],
-            after["positionsCommitted"] - before["positionsCommitted"])
+            after["positionsCommitted"] - before["positionsCommitted"],
+            after["busySeconds"] - before["busySeconds"])
 
 
-def _passes(counts: list[tuple[int, int]] | None) -> dict[str, Any]:
+def _passes(counts: list[tuple[int, int, float]]) -> dict[str, Any]:
+    """Per request class: the passes and positions each request took, and the engine's busy
+    time (the rest of a request's latency is the language server, the socket and the queue)."""
     if not counts:
         return {}
-    passes = [p for p, _ in counts]
-    committed = [c for _, c in counts]
+    passes = [p for p, _, _ in counts]
+    committed = [c for _, c, _ in counts]
     return {"passes": statistics.median(passes), "passes_min": min(passes),
             "passes_max": max(passes), "committed": statistics.median(committed),
             "committed_min": min(committed),
-            "tokens_per_pass": round(sum(committed) / max(1, sum(passes)), 2)}
+            "tokens_per_pass": round(sum(committed) / max(1, sum(passes)), 2),
+            "engine_busy_p50_ms": round(1000 * statistics.median(b for _, _, b in counts), 1)}
 
 
 def _percentiles(seconds: list[float]) -> dict[str, Any]:
