@@ -3,13 +3,14 @@ path, beside llama.cpp serving its autoregressive twin.
 
 Speed does not depend on the weights' values, so the shapes are written with random weights
 (tests/support/published_configs.py: the published config, the real tokenizer of the Dream
-family, Qwen2.5's), once, under the bench's cache folder. Random weights have no meaningful
+family, Qwen2.5's), once, under the bench's cache folder. The writers are the tests' own, so
+the section runs from a source checkout. Random weights have no meaningful
 confidence, so what a completion costs is fixed instead of left to chance:
 
 - the line is LINE_TOKENS tokens: the output rows of every token that would end it early (a
   line break, a closing bracket, a stop or special token) are scaled down in the written
-  checkpoint, so the random argmax never picks one and no stop cuts the line short; that
-  changes no arithmetic, only which token wins;
+  checkpoint (with tied embeddings, their input rows too), so the random argmax never picks
+  one and no stop cuts the line short; that changes no arithmetic, only which token wins;
 - the diffusion side commits K tokens per pass: the top-k sampler with k=K through the
   server's settings (initializationOptions), every hole size LINE_TOKENS; the engine's own
   counters (forward passes, positions committed) are read around every request, so the table
