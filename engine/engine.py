@@ -90,7 +90,7 @@ class Engine:
         """Load a checkpoint folder or a hub id from the local cache (None: the bundled model).
 
         `dtype`: "auto" (bfloat16 on a GPU; on the CPU float32, with the linear layers of a
-        masked-family model quantized to int8, see `quantize_int8`), "int8" (CPU only), "int4"
+        masked-family model quantized to int8, see engine.models.int8), "int8" (CPU only), "int4"
         (weight-only with per-group scales, every family, CPU and CUDA, quantized while
         loading: see engine.models.int4), or a float dtype ("float32" is the exact CPU path).
         `compile`: see `families.compile_model`; with "auto" on the CPU the model then stays

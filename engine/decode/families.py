@@ -175,9 +175,10 @@ class _TransformerDecoder(Decoder):
     @classmethod
     def load_model(cls, ckpt: Any, device: str, dtype: str, compile: bool
                    ) -> tuple[nn.Module, bool]:
-        from engine.models.checkpoint import load_model, quantize_int8, quantized_on, resolve_device
+        from engine.models.checkpoint import load_model, quantized_on, resolve_device
         from engine.models.config import CheckpointError
         from engine.models.int4 import DEFAULT_GROUP_SIZE, pack_int4
+        from engine.models.int8 import load_int8
         from engine.models.quantized import load_quantized, quantization_of
 
         scheme = None if compile else quantized_on(dtype, resolve_device(device), cls.family)
@@ -192,12 +193,9 @@ class _TransformerDecoder(Decoder):
                      load_model(ckpt, device, "auto", DEFAULT_GROUP_SIZE))
             # Activations stay float: an int4 model batches as a float one does.
             return pack_int4(model.fuse_projections()), False
-        # int8 computes in float32 (CPU only).
-        model = load_model(ckpt, device, "float32" if scheme == "int8" else dtype)
-        model = model.fuse_projections()
-        if scheme == "int8":
-            quantized = quantize_int8(model)
-            return quantized, quantized is not model
+        if scheme == "int8":  # CPU only; built a layer at a time (engine.models.int8)
+            return load_int8(ckpt)
+        model = load_model(ckpt, device, dtype).fuse_projections()
         return (compile_model(model) if compile else model), False
 
     def forward_logits(self, input_ids: Tensor) -> Tensor:

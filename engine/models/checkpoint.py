@@ -20,7 +20,6 @@ import logging
 import math
 import os
 import re
-import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -28,7 +27,6 @@ from typing import Any
 
 import torch
 from safetensors import safe_open
-from torch import nn
 
 from engine.models import BUNDLED_MODELS
 from engine.models.config import CheckpointError, ModelConfig, config_from_hf, token_id
@@ -166,36 +164,6 @@ def quantized_on(dtype: str | torch.dtype, device: torch.device | str, family: s
         default = torch.device(device).type == "cpu" and family == "masked"
         return "int8" if default else None
     return dtype if dtype in QUANTIZED_DTYPES else None
-
-
-def quantize_int8(model: nn.Module) -> nn.Module:
-    """The model with every `nn.Linear` dynamically quantized: int8 weights (a scale per
-    output channel), activations quantized per call: on the CPU a pass mostly streams
-    weights, so it is faster at the same held-out edit similarity (docs/performance.md).
-
-    torch marks these quantized tensors deprecated; where a torch no longer has them the
-    model stays in float32 (slower, otherwise the same)."""
-    try:
-        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-    except ImportError:
-        log.warning("int8 dynamic quantization is not in this torch: running in float32")
-        return model
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the deprecation notice, on every load
-        return quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig})
-
-
-def _quantize_int8(module: nn.Module) -> nn.Module:
-    """`module` with its `nn.Linear` layers quantized as `quantize_int8` does, in place (no
-    copy of the float weights): `load_int8`, one layer at a time."""
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if isinstance(module, nn.Linear):  # quantize_dynamic swaps children, not the root
-            return quantize_dynamic(nn.Sequential(module), {nn.Linear:
-                                    per_channel_dynamic_qconfig}, inplace=True)[0]
-        return quantize_dynamic(module, {nn.Linear: per_channel_dynamic_qconfig}, inplace=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -453,7 +421,7 @@ def load_model(ckpt: Checkpoint, device: str = "auto", dtype: str = "auto",
     cfg = ckpt.config
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
-    model, plan = _meta_model(ckpt)
+    model, plan = meta_model(ckpt)
     targets = int4_targets(model, int4_group)[0] if int4_group else {}
     quantized: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     state: dict[str, torch.Tensor] = {}
@@ -462,7 +430,7 @@ def load_model(ckpt: Checkpoint, device: str = "auto", dtype: str = "auto",
         if int4_group and module in targets and kind == "weight":
             quantized[module] = _read_int4(file, ckpt_name, dev, int4_group)
         else:
-            state[ours] = _read_tensor(file, ckpt_name, dev, dt)
+            state[ours] = read_tensor(file, ckpt_name, dev, dt)
     install_int4(model, quantized, state, int4_group or 0, dt)
     if cfg.tie_word_embeddings:
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
@@ -476,7 +444,7 @@ def load_model(ckpt: Checkpoint, device: str = "auto", dtype: str = "auto",
     return model.eval()
 
 
-def _meta_model(ckpt: Checkpoint) -> tuple[Transformer, dict[str, tuple[str, Path]]]:
+def meta_model(ckpt: Checkpoint) -> tuple[Transformer, dict[str, tuple[str, Path]]]:
     """`ckpt`'s transformer on the meta device, and where each of its tensors is stored
     (`_plan`: every name and shape checked before the first tensor is read)."""
     cfg = ckpt.config
@@ -494,44 +462,6 @@ def _meta_model(ckpt: Checkpoint) -> tuple[Transformer, dict[str, tuple[str, Pat
         model = Transformer(cfg)
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     return model, _plan(files, expected, cfg, ckpt.path)
-
-
-def load_int8(ckpt: Checkpoint) -> nn.Module:
-    """What `quantize_int8(load_model(ckpt, "cpu", "float32").fuse_projections())` gives, the
-    same modules and the same int8 weights, built a layer at a time on the CPU: each layer is
-    read in float32, fused and quantized before the next is read. The process then never
-    holds more float32 weights than the embedding, the norms and one layer, where loading the
-    whole model first held all of them (and quantize_dynamic's deep copy, a second time)."""
-    model, plan = _meta_model(ckpt)
-    cpu, f32 = torch.device("cpu"), torch.float32
-    layers: dict[int, dict[str, torch.Tensor]] = {}
-    rest: dict[str, torch.Tensor] = {}
-    for ours, (ckpt_name, file) in plan.items():
-        if ours.startswith("model.layers."):
-            _, _, index, name = ours.split(".", 3)
-            layers.setdefault(int(index), {})[name] = (ckpt_name, file)
-        else:
-            rest[ours] = _read_tensor(file, ckpt_name, cpu, f32)
-    for index, block in enumerate(model.model.layers):
-        block.load_state_dict({name: _read_tensor(file, ckpt_name, cpu, f32)
-                               for name, (ckpt_name, file) in layers[index].items()},
-                              strict=True, assign=True)
-        block.self_attn.fuse()
-        block.mlp.fuse()
-        model.model.layers[index] = _quantize_int8(block)
-    # Module by module: the quantized layers' state has other names than the checkpoint's.
-    for module in {name.rpartition(".")[0] for name in rest}:
-        model.get_submodule(module).load_state_dict(
-            {name.removeprefix(module + "."): t for name, t in rest.items()
-             if name.rpartition(".")[0] == module}, strict=True, assign=True)
-    if model.cfg.tie_word_embeddings:
-        model.lm_head.weight = model.model.embed_tokens.weight  # one tensor, as load_model
-    # The head last, as quantize_dynamic reaches it: the embedding stays float32.
-    model.lm_head = _quantize_int8(model.lm_head)
-    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
-        if t.is_meta:
-            raise CheckpointError(f"{ckpt.path}: '{name}' was not initialized by the checkpoint")
-    return model.eval()
 
 
 def _plan(
@@ -585,7 +515,7 @@ CONVERT_CHUNK_BYTES = 64 << 20
 QUANTIZE_READ_BYTES = 1 << 20
 
 
-def _read_tensor(file: Path, name: str, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+def read_tensor(file: Path, name: str, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     try:
         with safe_open(str(file), framework="pt", device=str(device)) as f:
             stored = f.get_slice(name)

@@ -84,7 +84,7 @@ def _int8_linear(runs: int) -> Callable[[], float]:
     import torch
     from torch import nn
 
-    from engine.models.checkpoint import quantize_int8
+    from engine.models.int8 import quantize_int8
 
     layer = quantize_int8(nn.Sequential(nn.Linear(384, 896)))
     x = torch.randn(1, 30, 384)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from engine.models import BUNDLED_MODELS
-from engine.models.checkpoint import load_int8, load_model, quantize_int8, read_checkpoint
+from engine.models.checkpoint import load_model, read_checkpoint
+from engine.models.int8 import load_int8, quantize_int8
 from tests.support.tiny_checkpoints import write_dream_checkpoint, write_qwen2_ar_checkpoint
 
 
@@ -16,7 +17,7 @@ def _whole(ckpt):
 def _same_logits(ckpt, ids: torch.Tensor) -> None:
     with torch.inference_mode():
         expected, _ = _whole(ckpt)(ids)
-        got, _ = load_int8(ckpt)(ids)
+        got, _ = load_int8(ckpt)[0](ids)
     assert torch.equal(expected, got)
 
 
@@ -35,5 +36,6 @@ def test_tied_untied_and_sharded(tmp_path):
         folder = writer(tmp_path / str(i), tie=tie, shards=2, dtype=torch.bfloat16)
         ckpt = read_checkpoint(folder)
         _same_logits(ckpt, torch.randint(0, ckpt.config.vocab_size, (1, 20)))
-        model = load_int8(ckpt)
+        model, quantized = load_int8(ckpt)
+        assert quantized
         assert not any(isinstance(m, torch.nn.Linear) for m in model.modules())
