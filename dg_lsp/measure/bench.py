@@ -112,6 +112,11 @@ def run(args: argparse.Namespace) -> int:
         # Refused here, not by every server the sections start: those would answer each
         # request with nothing, and the tables would time a model that never ran.
         read_checkpoint(resolve(args.model))
+        if "real-shape" in sections:
+            from dg_lsp.measure.bench_real_shape import missing_writers
+
+            if (why := missing_writers()) is not None:
+                raise OSError(why)
         load = parse_load(args.load) if args.load else None
         folder = args.cases_from or heldout_sources()
         cases = cut_cases(folder, args.limit, seed=args.seed, kinds=("single-line",))
