@@ -106,17 +106,13 @@ def run(args: argparse.Namespace) -> int:
     from engine.models.config import CheckpointError
 
     sections = args.section or list(DEFAULT_SECTIONS)
-    if args.limit is None:
-        args.limit = 8 if sections == ["real-shape"] else 80
+    args.limit = args.limit or (8 if sections == ["real-shape"] else 80)  # a real shape: slow
     try:
         # Refused here, not by every server the sections start: those would answer each
         # request with nothing, and the tables would time a model that never ran.
         read_checkpoint(resolve(args.model))
-        if "real-shape" in sections:
-            from dg_lsp.measure.bench_real_shape import missing_writers
-
-            if (why := missing_writers()) is not None:
-                raise OSError(why)
+        if "real-shape" in sections and (why := _real_shape_problem()) is not None:
+            raise OSError(why)
         load = parse_load(args.load) if args.load else None
         folder = args.cases_from or heldout_sources()
         cases = cut_cases(folder, args.limit, seed=args.seed, kinds=("single-line",))
@@ -196,21 +192,32 @@ def run(args: argparse.Namespace) -> int:
               f"(up to {args.limit}, {FUNCTIONS_PER_FILE} functions each, from {source})",
               report["batch"])
     if "real-shape" in sections:
-        from dg_lsp.measure.bench_real_shape import real_shape_section, table_rows
-
-        cursors = cut_cursor_cases(folder, args.limit, seed=args.seed)
-        report["realShape"] = section = real_shape_section(cursors, args)
-        _show(args, f"{args.shape} with random weights, a {section['line_tokens']}-token line "
-              f"through the language server beside llama.cpp ({len(cursors)} cursors, "
-              f"{section['threads']['engine']} threads, load {section['machine']['load_average']}"
-              f"); dg warm p50 / llama.cpp {section['ratio_quant']} warm p50: "
-              f"{section['ratio_p50']}", table_rows(section))
+        report["realShape"] = _real_shape(args, cut_cursor_cases(folder, args.limit,
+                                                                 seed=args.seed))
     if args.json:
         print(json.dumps(report, indent=2))
     return 0
 
 
 # -- sections ---------------------------------------------------------------------------------
+
+
+def _real_shape_problem() -> str | None:
+    from dg_lsp.measure.bench_real_shape import missing_writers
+
+    return missing_writers()
+
+
+def _real_shape(args: argparse.Namespace, cursors: list) -> dict[str, Any]:
+    from dg_lsp.measure.bench_real_shape import real_shape_section, table_rows
+
+    section = real_shape_section(cursors, args)
+    _show(args, f"{args.shape} with random weights, a {section['line_tokens']}-token line "
+          f"through the language server beside llama.cpp ({len(cursors)} cursors, "
+          f"{section['threads']['engine']} threads, load {section['machine']['load_average']}"
+          f"); dg warm p50 / llama.cpp {section['ratio_quant']} warm p50: "
+          f"{section['ratio_p50']}", table_rows(section))
+    return section
 
 
 def sampler_section(engine: Any, cases: list, args: argparse.Namespace) -> list[dict]:

@@ -264,8 +264,8 @@ def _kind(request: str, text: str, offset: int) -> str:
 
 
 def _engine_client(runtime: str) -> Any:
-    from engine.serve.client import EngineClient
-    from engine.serve.endpoint import Endpoint
+    from engine.serve.socket.client import EngineClient
+    from engine.serve.socket.endpoint import Endpoint
 
     socks = list((Path(runtime) / "dg-engine").glob("*.sock"))
     if len(socks) != 1:

@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from dg_lsp.measure.bench_real_shape import LINE_TOKENS, llama_source
+from dg_lsp.measure.bench_real_shape import LINE_TOKENS
+from dg_lsp.measure.llama_peer import llama_source
 from tests.support.real_tokenizer import qwen2_tokenizer_file
 
 ROOT = Path(__file__).resolve().parents[2]
