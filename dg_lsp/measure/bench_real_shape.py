@@ -97,12 +97,17 @@ def cache_folder() -> Path:
 
 def missing_writers() -> str | None:
     """Why the section cannot write its checkpoints here, or None. They are written with the
-    test suite's writers of published shapes (tests/support/), which a wheel does not hold."""
-    import importlib.util
+    test suite's writers of published shapes (tests/support/), which a source checkout holds
+    beside the package and a wheel does not: in a checkout its root joins the import path
+    (`dg-lsp` started from anywhere does not have it there)."""
+    import sys
 
-    if importlib.util.find_spec("tests.support.published_configs") is None:
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "tests" / "support" / "published_configs.py").is_file():
         return ("the real-shape section writes its checkpoints with the test suite's writers: "
                 "run it from a source checkout (pip install -e '.[dev,bench]')")
+    if str(root) not in sys.path:
+        sys.path.append(str(root))
     return None
 
 
