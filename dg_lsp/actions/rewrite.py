@@ -260,8 +260,7 @@ def _unasked_change(doc: ParsedText, target: Target, text: str, instruction: str
     unknown = accept.unknown_names(doc, edited, target.start, text, known)
     if unknown:
         return names.refusal(unknown)
-    start = len(doc.text[: target.start].encode("utf-8"))
-    old_end = start + len(doc.text[target.start : target.end].encode("utf-8"))
+    start, old_end = doc.byte(target.start), doc.byte(target.end)
     new_end = start + len(text.encode("utf-8"))
     return signature.refusal(doc.language, (doc.tree, start, old_end),
                              (edited.tree, start, new_end), instruction)

@@ -51,7 +51,7 @@ def unknown_names(doc: ParsedText, edited: ParsedText, start: int, text: str,
     `known` (default: the document's text) never mentions (dg_lsp.syntax.names)."""
     if doc.language is None:
         return []
-    first = len(doc.text[:start].encode("utf-8"))
+    first = doc.byte(start)
     return names.unknown_names(doc.language, edited.tree, first,
                                first + len(text.encode("utf-8")),
                                doc.text if known is None else known)

@@ -126,8 +126,8 @@ def build_llama_server(cache: Path | None = None, jobs: int = 2) -> Path:
     folder = source.parents[2]
     folder.mkdir(parents=True, exist_ok=True)
     sdist = folder / f"llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz"
-    steps = [[sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-              f"llama-cpp-python=={LLAMA_CPP_PYTHON}", "-d", str(folder)]]
+    download = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                f"llama-cpp-python=={LLAMA_CPP_PYTHON}", "-d", str(folder)]
     configure = ["cmake", "-S", str(source), "-B", str(source / "build"),
                  "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DGGML_CUDA=OFF",
                  "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF",
@@ -137,7 +137,7 @@ def build_llama_server(cache: Path | None = None, jobs: int = 2) -> Path:
              "llama-server", f"-j{jobs}"]
     try:
         if not sdist.exists():
-            _run(steps[0])
+            _run(download)
         if not (source / "CMakeLists.txt").exists():
             with tarfile.open(sdist) as tar:
                 tar.extractall(folder, filter="data")
@@ -221,5 +221,3 @@ class LlamaServer:
             self.proc.wait()
         self.log.close()
 
-
-# -- the section ------------------------------------------------------------------------------
