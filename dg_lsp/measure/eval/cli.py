@@ -18,6 +18,7 @@ from dg_lsp.engines import NoEngine, check_engine_arguments, open_for_command
 from dg_lsp.measure.eval import multi_hole, next_edit
 from dg_lsp.measure.eval.baselines import BASELINES
 from dg_lsp.measure.eval.heldout import (
+    HELDOUT_PACKAGES,
     SECOND_PACKAGE,
     SECOND_VERSION,
     THIRD_PACKAGE,
@@ -54,6 +55,7 @@ DEFAULT_CUT_CASES = 100
 NEXT_EDIT = "next-edit"
 MULTI_HOLE = "multi-hole"
 CROSS_FILE = "cross-file"
+RETRIEVAL = "retrieval"
 # --refresh-window -1 is SamplerSettings' None: the whole canvas.
 REFRESH_WINDOW_RANGE = Bounds(-1, bounds_of(SamplerSettings)["refresh_window"].high,
                               integer=True)
@@ -65,7 +67,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="measure infill quality and speed of models and baselines",
         description=__doc__,
     )
-    p.add_argument("--suite", choices=[*SUITES, "cases", NEXT_EDIT, MULTI_HOLE, CROSS_FILE],
+    p.add_argument("--suite", choices=[*SUITES, "cases", NEXT_EDIT, MULTI_HOLE, CROSS_FILE,
+                                        RETRIEVAL],
                    default="humaneval-single",
                    help=f"'{NEXT_EDIT}': next-edit suggestions on held-out packages, through "
                    f"dg-lsp serve (--limit: cases per class); '{MULTI_HOLE}': 2-3 statements "
@@ -74,7 +77,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    f"'{CROSS_FILE}': mid-line "
                    "completions with repositoryContext off and on, on the resident engine "
                    "with the default settings, on multi-file held-out packages or --cases-from "
-                   "(--limit: cursors per class)")
+                   "(--limit: cursors per class); "
+                   f"'{RETRIEVAL}': exactly right of all cursors, mid-line and at a line's "
+                   "start, beside the share whose right text the file and the package hold "
+                   "(the candidates' ceiling), on the three held-out packages through the "
+                   "resident engine, default settings (--limit: cursors per class, --split)")
     p.add_argument("--cases-from", type=Path, metavar="DIR",
                    help="folder of source files to cut cases from (suite 'cases')")
     p.add_argument("--kinds", default=",".join(KINDS),
@@ -125,6 +132,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="seconds one HumanEval program may run")
     p.add_argument("--samples", type=Path, metavar="FILE",
                    help="also write every case's completion and scores as JSON lines")
+    p.add_argument("--split", choices=("report", "tune"), default="report",
+                   help=f"'{RETRIEVAL}': which half of the cursors (the judge's rules are "
+                   "chosen on 'tune'; the tables are of 'report', the default)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     add_engine_arguments(p, ("inproc", "resident"), "inproc")
     p.set_defaults(func=run)
@@ -145,6 +155,8 @@ def run(args: argparse.Namespace) -> int:
         return run_multi_hole(args)
     if args.suite == CROSS_FILE:
         return run_cross_file(args)
+    if args.suite == RETRIEVAL:
+        return run_retrieval(args)
     if args.engine == "resident":
         print(f"dg-lsp eval: --engine resident is for --suite {MULTI_HOLE} and {CROSS_FILE}; "
               "the infill suites run in this process or on a team's engine", file=sys.stderr)
@@ -339,6 +351,45 @@ def run_cross_file(args: argparse.Namespace) -> int:
     else:
         print(f"suite {CROSS_FILE}: seed {args.seed}")
         print(cross_file.format_table(rows))
+    return 0
+
+
+def run_retrieval(args: argparse.Namespace) -> int:
+    """The retrieval suite (dg_lsp.measure.eval.retrieval) on the default path."""
+    from dg_lsp.measure.eval import retrieval
+
+    try:
+        folders = [args.cases_from] if args.cases_from is not None else [
+            heldout_sources(package=name, version=version)
+            for name, version in HELDOUT_PACKAGES]
+        engine = args.engine if args.engine != "inproc" else "resident"
+        backend = open_for_command(Settings(engine=engine, engine_token_file=args.token_file))
+    except (OSError, NoEngine) as exc:
+        print(f"dg-lsp eval: {exc}", file=sys.stderr)
+        return 2
+    samples = open(args.samples, "w", encoding="utf-8") if args.samples else None
+
+    def write(result: retrieval.Result) -> None:
+        if samples is not None:
+            samples.write(json.dumps({**vars(result.cursor), "document": "",
+                                      "shown": result.shown, "right": result.right,
+                                      "reachable": result.reachable,
+                                      "ms": round(result.ms, 1)}) + "\n")
+
+    try:
+        results = retrieval.run(folders, backend, args.limit or 40, args.seed, args.split,
+                                on_result=write)
+    finally:
+        if samples is not None:
+            samples.close()
+    rows = retrieval.table(results)
+    if args.json:
+        json.dump({"suite": RETRIEVAL, "seed": args.seed, "split": args.split,
+                   "results": rows}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(f"suite {RETRIEVAL}: seed {args.seed}, split {args.split}")
+        print(retrieval.format_table(rows))
     return 0
 
 
