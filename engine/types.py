@@ -98,6 +98,12 @@ class InfillRequest:
     # (engine.text.choices). A next edit's word is one the edits show; a small model asked to copy a
     # rare word writes a frequent one instead (`logger` for `iterator`), or a piece of it.
     choices: tuple[str, ...] | None = None
+    # With `choices`: the choices are scored, not imposed. The first pass scores every choice
+    # where it would stand (the first Draft's choice_logprobs), for the client to choose among
+    # them (dg_lsp.completion.judge), and the hole is written freely from that same pass on:
+    # a client that takes a choice closes the stream; one that takes none has lost no pass.
+    # A family that cannot score in one pass writes the hole with none.
+    judge: bool = False
 
 
 @dataclass(frozen=True)
@@ -177,6 +183,10 @@ class Draft:
     # first hole to the last with these in place, in `token_ids` every hole's completion tokens
     # (engine.decode.holes).
     holes: tuple[str, ...] = ()
+    # A judged request's first Draft (InfillRequest.judge): per choice, in order, the
+    # log-probability the first pass gave each of its tokens at its position in the hole, then
+    # that of the hole ending after it (any end token); () for a choice longer than the hole.
+    choice_logprobs: tuple[tuple[float, ...], ...] = ()
 
 
 def last_draft(drafts: Iterator[Draft], stop: Callable[[], bool] | None = None

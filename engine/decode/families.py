@@ -106,10 +106,15 @@ class Decoder:
             return self._rewrite(seq, request, timings)
         t0 = time.perf_counter()
         canvas = self.canvas(request, request.max_tokens)
-        if request.choices is not None:
+        if request.choices is not None and request.judge:
+            seq.judged = Choices(tuple(tuple(ids) for ids in self.tokenize_choices(
+                request.choices, canvas.heal_text)), frozenset(self.choice_ends()))
+        elif request.choices is not None:
             choices = self.choices(request.choices, canvas.heal_text, canvas.hole_len)
             grow = {i for i in (self.config.expand_token_id,) if i is not None}
             canvas = dataclasses.replace(canvas, allowed=choices.tokens | grow, choices=choices)
+        elif request.judge:
+            raise ValueError("a judged request needs choices")
         timings["tokenize"] = time.perf_counter() - t0
         return self.fill(seq, canvas, request.max_tokens, request.settings, stop_early, timings)
 
@@ -117,12 +122,20 @@ class Decoder:
         """A hole restricted to one of `texts` or nothing, each ended by the tokens that end a
         hole (stop, pad). The hole's text starts with the healed text (engine.text.canvas). A text
         of more than `room` tokens is left out: begun, it could not be finished."""
-        ends = self.stop_ids() | self.config.stop_token_ids
-        ends |= {i for i in (self.config.pad_token_id, self.config.eos_token_id) if i is not None}
-        sequences = [self.tokenizer.encode(heal_text + to_lf(text)) for text in texts]
+        sequences = self.tokenize_choices(texts, heal_text)
         if heal_text:
             sequences.append(self.tokenizer.encode(heal_text))
-        return Choices.of((s for s in sequences if len(s) <= room), ends)
+        return Choices.of((s for s in sequences if len(s) <= room), self.choice_ends())
+
+    def tokenize_choices(self, texts: abc.Sequence[str], heal_text: str) -> list[list[int]]:
+        """Each text's tokens as the hole would hold it (after the healed text)."""
+        return [self.tokenizer.encode(heal_text + to_lf(text)) for text in texts]
+
+    def choice_ends(self) -> set[int]:
+        """The tokens that end a hole of choices: the stop tokens, pad and EOS."""
+        ends = self.stop_ids() | self.config.stop_token_ids
+        return ends | {i for i in (self.config.pad_token_id, self.config.eos_token_id)
+                       if i is not None}
 
     def fill(self, seq: Sequence, canvas: Canvas, max_tokens: int, settings: SamplerSettings,
              stop_early: bool, timings: dict[str, float]) -> None:

@@ -125,6 +125,9 @@ class Sequence:
     # or a refresh): then the passes after it may reuse its logits.
     wrote_cache: bool = False
     span: tuple[int, int] | None = None  # this step's masked range; a commit clears it
+    # A judged request's choices, in order, as the hole's tokens (InfillRequest.judge): its
+    # first pass scores them, then it is written as any other.
+    judged: Choices | None = None
 
     # The other families: one Draft per forward pass, and the last one it yielded.
     drafts: Iterator[Draft] | None = None

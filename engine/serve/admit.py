@@ -262,8 +262,12 @@ def _infill(message: Mapping[str, Any], op: str, names: Names, sampler: SamplerS
                               canvas_length, suffix_fraction)
     max_tokens = read("max_tokens", int, 32)
     until = unit(message.get("until"), names)
+    choices = _choices(read("choices", (list, type(None))), names)
+    judge = read("judge", bool, False)
+    if judge and choices is None:
+        raise _refuse(names, "judge", ": a judged request needs choices")
     return InfillRequest(prefix, suffix, max_tokens, sampler, canvas_length, suffix_fraction,
-                         until, _choices(read("choices", (list, type(None))), names))
+                         until, choices, judge)
 
 
 def _choices(choices: list[Any] | None, names: Names) -> tuple[str, ...] | None:

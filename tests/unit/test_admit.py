@@ -21,6 +21,7 @@ from engine.serve.http.api import HttpApi, LocalBackend
 from engine.serve.limits import Limits
 from engine.serve.socket import protocol
 from engine.serve.socket.daemon import EngineServer
+from engine.types import Draft, InfillRequest
 
 MAX_CANVAS = 1024
 PREFIX = "def f(x):\n    return "
@@ -128,3 +129,27 @@ def test_one_token_check_for_a_message_and_a_header():
     assert admit.bearer_authorised(b"bearer  s3cret", digest)
     assert not admit.bearer_authorised("Basic s3cret", digest)
     assert not admit.bearer_authorised(None, digest)
+
+
+def test_a_judged_request_travels_and_one_without_choices_is_refused():
+    request = InfillRequest(PREFIX, "\n", 8, choices=("x", "y + 1"), judge=True)
+    message = json.loads(json.dumps(protocol.to_wire(request)))
+    assert message["judge"] is True and protocol.from_wire(message) == request
+    assert "judge" not in protocol.to_wire(InfillRequest(PREFIX, "\n", 8))
+    with pytest.raises(admit.ProtocolError) as refused:
+        admit.parse({"prefix": PREFIX, "judge": True}, "infill")
+    assert (refused.value.field, str(refused.value)) == (
+        "judge", "judge: a judged request needs choices")
+    with pytest.raises(admit.ProtocolError):
+        admit.parse({"prefix": PREFIX, "choices": ["x"], "judge": "yes"}, "infill")
+
+
+def test_a_drafts_choice_scores_travel_and_only_where_it_has_some():
+    scored = Draft(step=1, token_ids=[5], committed=0, text="",
+                   choice_logprobs=((-0.5, -1.25), ()))
+    wire = json.loads(json.dumps(protocol.draft_to_wire(scored)))
+    assert wire["choice_logprobs"] == [[-0.5, -1.25], []]
+    assert protocol.draft_from_wire(wire) == scored
+    plain = Draft(step=2, token_ids=[5], committed=1, text="x")
+    assert "choice_logprobs" not in protocol.draft_to_wire(plain)
+    assert protocol.draft_from_wire(protocol.draft_to_wire(plain)) == plain

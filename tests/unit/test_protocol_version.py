@@ -35,7 +35,7 @@ def hello_reply(version: object = None, **fields: object) -> dict:
 
 
 def test_the_protocol_is_bumped_once():
-    assert protocol.VERSION == 2
+    assert protocol.VERSION == 3
 
 
 @pytest.mark.parametrize("version", [1, "2", 99])
@@ -44,7 +44,7 @@ def test_the_engine_tells_a_client_of_another_version_what_to_do(version):
     assert reply["type"] == "error" and reply["code"] == "version" and reply["id"] == 1
     assert reply["version"] == protocol.VERSION  # so a client can say which versions met
     assert reply["message"] == (
-        f"the engine speaks protocol 2, the client {version!r}: they are from different "
+        f"the engine speaks protocol 3, the client {version!r}: they are from different "
         "installs of dg-lsp; restart the client (your editor's language server, or the "
         f"command) from this engine's install, or stop this engine (kill {os.getpid()}) and "
         "let the client start its own")
@@ -81,7 +81,7 @@ def test_a_client_tells_the_user_what_to_do_with_an_older_engine():
         client.hello()
     assert refused.value.code == "version"
     assert str(refused.value) == (
-        "the engine speaks protocol 1, the client 2: they are from different installs of "
+        "the engine speaks protocol 1, the client 3: they are from different installs of "
         "dg-lsp; the engine at /run/user/1000/dg-engine/bundled-cpu.sock was started from "
         f"the other: stop it (kill {os.getpid()}) and the next request starts one from this "
         "install")
@@ -93,6 +93,6 @@ def test_a_team_client_tells_the_user_what_to_do_with_another_version(monkeypatc
     with pytest.raises(EngineRefused) as refused:
         remote.hello()
     assert str(refused.value) == (
-        "the engine speaks protocol 1, the client 2: they are from different installs of "
+        "the engine speaks protocol 1, the client 3: they are from different installs of "
         "dg-lsp; use a client from the install that serves http://127.0.0.1:9, or have the "
         "team's engine upgraded to this one")

@@ -67,10 +67,13 @@ pass the client would throw away.
 "choices" (optional: a list of at most MAX_CHOICES strings, MAX_CHOICES_TEXT characters in
 all) restricts the hole to one of those texts or nothing (engine.types.InfillRequest,
 engine.text.choices): a next-edit suggestion's word, one of the new words of the edits it
-continues.
+continues. With "judge": true as well, nothing is decoded: one pass scores every choice and
+the one draft (finish_reason "judged") carries "choice_logprobs", per choice the
+log-probability of each of its tokens and then of the hole's end (engine.types.Draft).
 
-A Draft's finish_reason is "stop", "length", "unit", "cancelled", or "deadline": the request
-ran past the engine's --request-timeout (queued or denoising) and ends with the text it has.
+A Draft's finish_reason is "stop", "length", "unit", "judged", "cancelled", or "deadline":
+the request ran past the engine's --request-timeout (queued or denoising) and ends with the
+text it has.
 
 Error codes: "bad-request" (malformed or missing fields, or over the engine's limits: canvas
 over the model's positions or the per-request memory budget), "unknown-op", "too-large",
@@ -98,7 +101,9 @@ from engine.serve import admit
 from engine.serve.admit import ProtocolError
 from engine.types import Draft, HolesRequest, InfillRequest, RewriteRequest, SamplerSettings, Score
 
-VERSION = 2  # 2: every door's requests admitted by engine.serve.admit; no older peer served
+# 2: every door's requests admitted by engine.serve.admit; no older peer served.
+# 3: judged requests ("judge", "choice_logprobs").
+VERSION = 3
 MAX_MESSAGE = 8 * 1024 * 1024  # a 256-token canvas's text is a few KB; this is generous
 MAX_UNAUTHENTICATED = 4096  # a TCP peer's first frame: a hello with its token
 MAX_ID = 256  # characters of a string id
@@ -247,6 +252,8 @@ def _request_to_wire(request: InfillRequest | RewriteRequest | HolesRequest) -> 
         message["until"] = dataclasses.asdict(request.until)
     if request.choices is not None:
         message["choices"] = list(request.choices)
+    if request.judge:
+        message["judge"] = True
     return message
 
 
@@ -282,13 +289,17 @@ def draft_to_wire(draft: Draft) -> dict[str, Any]:
     del raw["score"]
     if not draft.holes:  # only a "holes" request's drafts carry them
         del raw["holes"]
+    if not draft.choice_logprobs:  # only a judged request's draft carries them
+        del raw["choice_logprobs"]
     return raw
 
 
 def draft_from_wire(raw: dict[str, Any], score: Any = None) -> Draft:
     """The Draft of a reply's "draft" and "score" fields; a score that is missing (a family
     that records none) or malformed is None: the completion is shown ungated."""
-    return Draft(**dict(raw, holes=tuple(raw.get("holes", ()))), score=score_from_wire(score))
+    return Draft(**dict(raw, holes=tuple(raw.get("holes", ())),
+                        choice_logprobs=tuple(tuple(c) for c in raw.get("choice_logprobs", ()))),
+                 score=score_from_wire(score))
 
 
 def score_from_wire(raw: Any) -> Score | None:
