@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import tree_sitter as ts
 
+from dg_lsp.repository.candidates import FILE, LINE, Candidate, candidates
 from dg_lsp.repository.retrieve import RepositoryContext
 from dg_lsp.syntax.languages import LanguageSpec
 from dg_lsp.syntax.query import captures
-from engine.edits.spans import MAX_ALIKE_CHARS, MAX_ANALOGIES
 from engine.text.canvas import other_file_snippet
 from engine.text.units import CLOSERS
 from engine.types import SUFFIX_FRACTION
@@ -38,9 +38,6 @@ PARSE_SPAN_FACTOR = 4
 SNIPPET_LINES = 60  # other-file windows, as Copilot's neighbouring tabs use
 MAX_SNIPPETS = 4
 MAX_OTHER_DOCUMENT_CHARS = 500_000
-# Context.repeats reads the lines this far before and after the cursor: a long module's
-# other functions, at about a millisecond for the widest window.
-REPEATS_SPAN = 50_000
 # At most this share of the prefix's budget goes to the repository's snippets (definitions,
 # windows: dg_lsp.repository.retrieve), so the code before the cursor keeps the most of it.
 REPOSITORY_SHARE = 0.4
@@ -74,21 +71,25 @@ class Context:
     previous_line: str  # the last non-blank line before the cursor line
     language: LanguageSpec | None
     document: str  # the whole text: the names it knows (imports sit at the top, far away)
-    # What the file's other lines hold where this hole is: the rest of each line that begins
-    # as the cursor's line does before the cursor and ends as it does after it (`it = ` +
-    # `iter(iterable)`), nearest first. The model may choose one of them
-    # (dg_lsp.completion.pipeline).
-    # Rest-of-line and brackets holes only. With the repository (RepositoryContext.rests),
-    # where the file's own lines hold none, what other files' lines hold there.
-    repeats: tuple[str, ...] = ()
-    own_repeats: int = 0  # how many of `repeats` are the file's own (the first)
-    # Whether the confidence gate counts the other files' texts of `repeats` as repeated.
+    # What the file and the repository already hold where this hole is
+    # (dg_lsp.repository.candidates), best first; the model judges them
+    # (dg_lsp.completion.judge). Rest-of-line and brackets holes only.
+    candidates: tuple[Candidate, ...] = ()
+    # Whether the confidence gate counts other files' alike lines as repeated.
     repository_gate: bool = True
 
     @property
+    def repeats(self) -> tuple[str, ...]:
+        """The texts of the alike lines among the candidates (`it = ` + `iter(iterable)`
+        where another line reads so), the file's first."""
+        return tuple(c.text for c in self.candidates if LINE in c.sources)
+
+    @property
     def gate_repeats(self) -> tuple[str, ...]:
-        """The texts the confidence gate reads as the file's (its `repeated` input)."""
-        return self.repeats if self.repository_gate else self.repeats[:self.own_repeats]
+        """The texts the confidence gate reads as the file's (its `repeated` input): the
+        alike lines' (another file's too, unless `repository_gate` is off)."""
+        return tuple(c.text for c in self.candidates if LINE in c.sources
+                     and (self.repository_gate or c.where == FILE))
 
 
 @dataclass
@@ -148,18 +149,12 @@ def build_context(
     previous_line = next((ln for ln in reversed(head_lines[:-1]) if ln.strip()), "")
     kind, closer, base_indent = _hole_kind(tree, language, head, line_prefix, line_suffix,
                                            previous_line)
-    repeats: tuple[str, ...] = ()
-    if kind in (REST_OF_LINE, BRACKETS):
-        repeats = repeated_rests(text, offset)
-    own_repeats = len(repeats)
+    held = candidates(text, offset, repository) if kind in (REST_OF_LINE, BRACKETS) else ()
     found = ""
-    if repository is not None:
-        if kind in (REST_OF_LINE, BRACKETS):
-            repeats = repository.rests(line_prefix.lstrip(), line_suffix, repeats,
-                                       MAX_ANALOGIES)
-        if language is not None:
-            found = repository.snippets_for(head, line_prefix, language,
-                                            int(prefix_budget * REPOSITORY_SHARE), bool(repeats))
+    if repository is not None and language is not None:
+        found = repository.snippets_for(head, line_prefix, language,
+                                        int(prefix_budget * REPOSITORY_SHARE),
+                                        any(LINE in c.sources for c in held))
     if language is not None and recent_edits:
         room = int(prefix_budget * REPOSITORY_SHARE) - len(found)
         found = edited_snippets(head, recent_edits, language, room) + found
@@ -188,8 +183,7 @@ def build_context(
         previous_line=previous_line,
         language=language,
         document=text,
-        repeats=repeats,
-        own_repeats=own_repeats,
+        candidates=held,
         repository_gate=repository is None or repository.gate,
     )
 
@@ -210,37 +204,6 @@ def edited_snippets(head: str, edits: Iterable[OtherDocument], language: Languag
             chosen.append(snippet)
             budget -= len(snippet)
     return "".join(reversed(chosen))
-
-
-def repeated_rests(text: str, offset: int) -> tuple[str, ...]:
-    """What other lines hold at the place of the hole at `offset` of `text`: the text between
-    the same beginning (the cursor line up to the cursor, not blank; indented alike or not)
-    and the same end (the rest of the cursor line), in the lines within REPEATS_SPAN
-    characters of the cursor, nearest first, as many as a next edit's choices
-    (MAX_ANALOGIES), none longer than the lines those compare (MAX_ALIKE_CHARS)."""
-    start = text.rfind("\n", 0, offset) + 1
-    end = text.find("\n", offset)
-    end = len(text) if end < 0 else end
-    before, after = text[start:offset].lstrip(), text[offset:end]
-    if not before:
-        return ()  # at a line's start every line of the block would match
-    window_start, window_end = max(0, offset - REPEATS_SPAN), min(len(text), offset + REPEATS_SPAN)
-    lines = text[window_start:window_end].split("\n")
-    # Whole lines only: a line cut by the window's edge would begin anywhere.
-    first = 0 if window_start == 0 else 1
-    last = len(lines) if window_end == len(text) else len(lines) - 1
-    cursor_row = text.count("\n", window_start, offset)
-    found: dict[str, None] = {}
-    for row in sorted(range(first, last), key=lambda r: abs(r - cursor_row)):
-        line = lines[row].lstrip()
-        if (row != cursor_row and len(line) > len(before) + len(after)
-                and line.startswith(before) and line.endswith(after)):
-            rest = line[len(before):len(line) - len(after)]
-            if len(rest) <= MAX_ALIKE_CHARS and rest.strip():
-                found.setdefault(rest)
-                if len(found) == MAX_ANALOGIES:
-                    break
-    return tuple(found)
 
 
 def windows(before: str, after: str, budget_chars: int, suffix_fraction: float

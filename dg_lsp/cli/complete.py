@@ -14,11 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from lsprotocol import types
 
-from dg_lsp.completion.pipeline import Completion, CompletionRequest, Hidden, Pipeline
+from dg_lsp.completion.judge import judge
+from dg_lsp.completion.pipeline import Completion, CompletionRequest, Hidden, Picked, Pipeline
 from dg_lsp.context import Context
 from dg_lsp.document import gate
 from dg_lsp.engines import NoEngine, check_engine_arguments, open_for_command
@@ -34,6 +36,7 @@ from dg_lsp.settings import (
     settings_from_arguments,
 )
 from dg_lsp.syntax.languages import language_for
+from engine.backend import Backend, WrappedBackend
 from engine.bounds import MIN_CONFIDENCE_RANGE
 from engine.types import Draft, last_draft
 
@@ -105,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
     request = CompletionRequest(text, offset, language_for(None, str(path)),
                                 path.resolve().as_uri(), repository=repository)
     try:
-        pipeline = Pipeline(open_for_command(settings), settings)
+        backend = ScoresKept(open_for_command(settings))
+        pipeline = Pipeline(backend, settings)
         ctx, drafts = pipeline.start(request)
         last = last_draft(drafts)
     except (NoEngine, EngineUnavailable) as exc:
@@ -113,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     decided = pipeline.decide(request, ctx, last)
     if args.explain:
-        print(explanation(ctx, last, decided, settings.min_confidence), file=sys.stderr)
+        print(explanation(ctx, last, decided, settings.min_confidence, backend.scores),
+              file=sys.stderr)
     completion = decided if isinstance(decided, Completion) else None
     if args.json:
         print(json.dumps(_as_json(text, completion), ensure_ascii=False))
@@ -126,20 +131,33 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+class ScoresKept(WrappedBackend):
+    """The engine, keeping the scores of the candidates its first pass gives (--explain)."""
+
+    def __init__(self, backend: Backend) -> None:
+        super().__init__(backend)
+        self.scores: tuple[tuple[float, ...], ...] = ()
+
+    def _wrap(self, drafts: Iterator[Draft]) -> Iterator[Draft]:
+        for draft in drafts:
+            self.scores = draft.choice_logprobs or self.scores
+            yield draft
+
+
 def explanation(ctx: Context, last: Draft | None, decided: Completion | Hidden,
-                min_confidence: float) -> str:
+                min_confidence: float, scores: tuple[tuple[float, ...], ...] = ()) -> str:
     """How a suggestion was decided, part by part, for a person reading a terminal."""
     others = ctx.prefix[: len(ctx.prefix) - len(ctx.prefix_window)]
     lines = [
         f"context: {len(ctx.prefix_window)} characters before the cursor, "
         f"{len(ctx.suffix)} after it, {len(others)} from other files",
         f"hole: {ctx.kind}",
-        "offered first: " + (", ".join(repr(text) for text in ctx.repeats)
-                             + _from_others(ctx) if ctx.repeats
-                             else "none (no other line of the file fits here)"),
+        *_candidates(ctx, scores),
     ]
     if last is None:
         lines.append("the engine wrote nothing")
+    elif isinstance(last, Picked):
+        lines.append(f"judge picked: {last.text!r} (after {last.step} pass)")
     else:
         lines.append(f"model wrote: {last.text!r} ({last.step} passes, {last.finish_reason})")
         if last.score is not None:
@@ -149,6 +167,8 @@ def explanation(ctx: Context, last: Draft | None, decided: Completion | Hidden,
     bar = f"{gate.threshold(min_confidence, line_start):.3g}" + (
         f" (a line start's: {gate.LINE_START_SHARE:g} of {min_confidence:g})"
         if line_start and min_confidence > 0 else "")
+    if isinstance(last, Picked):
+        bar = f"{judge().gate_threshold(line_start, min_confidence):.3g} (the judge's)"
     if isinstance(decided, Hidden):
         lines.append(f"gate: hidden, {decided.reason}"
                      + (f" < {bar}" if decided.confidence is not None else ""))
@@ -159,9 +179,21 @@ def explanation(ctx: Context, last: Draft | None, decided: Completion | Hidden,
     return "\n".join(lines)
 
 
-def _from_others(ctx: Context) -> str:
-    others = len(ctx.repeats) - ctx.own_repeats
-    return f" ({others} from other files of the repository)" if others else ""
+def _candidates(ctx: Context, scores: tuple[tuple[float, ...], ...]) -> list[str]:
+    """The candidates, each with where it was found and the judge's probability."""
+    if not ctx.candidates:
+        return ["candidates: none (nothing the file or the repository holds fits here)"]
+    chances = judge().probabilities(ctx.candidates, scores,
+                                    gate.is_line_start(ctx.line_prefix, ctx.kind))
+    lines = [f"candidates: {len(ctx.candidates)}, judged "
+             + ("on the model's first pass and" if scores else "on")
+             + " the evidence (p: the judge's probability that it is exactly right)"]
+    for candidate, chance in zip(ctx.candidates, chances, strict=True):
+        found = "+".join(candidate.sources) + (
+            f" ({candidate.match} matched)" if candidate.match else "")
+        lines.append(f"  p={chance:.2f} {candidate.text!r}: {found}, {candidate.where}, "
+                     f"{candidate.count} place{'s' if candidate.count > 1 else ''}")
+    return lines
 
 
 def _as_json(text: str, completion: Completion | None) -> dict:

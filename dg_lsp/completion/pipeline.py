@@ -25,6 +25,7 @@ from contextlib import closing
 from dataclasses import dataclass, field, replace
 
 from dg_lsp.completion.cache import CompletionCache
+from dg_lsp.completion.judge import judge
 from dg_lsp.completion.postprocess import Suggestion, postprocess, unit_end
 from dg_lsp.context import Context, OtherDocument, build_context, char_budget
 from dg_lsp.document import gate
@@ -57,6 +58,13 @@ class Completion:
     steps: int = 0  # denoising forward passes (0 when served from the cache)
     confidence: float | None = None  # the gate's probability it is close to right; None: unscored
     below_gate: bool = False  # shown only because it was asked for: the gate would hide it
+
+
+@dataclass
+class Picked(Draft):
+    """A candidate the judge picked (dg_lsp.completion.judge), as the hole's last draft."""
+
+    probability: float = 0.0  # the judge's: that it is exactly right
 
 
 @dataclass(frozen=True)
@@ -114,31 +122,31 @@ class Pipeline:
 
     def _drafts(self, ask: InfillRequest, ctx: Context, cancel: Callable[[], bool] | None,
                 document: str | None) -> Iterator[Draft]:
-        """The engine's drafts of the hole. Where other lines of the file hold a text at the
-        cursor's place (Context.repeats), the model first chooses one of them or none
-        (InfillRequest.choices: a pass or two); only when it chooses none, or post-processing
-        refuses its choice, does it write the hole freely. Written freely, the bundled model
-        writes the file's own `it = iter(iterable)` as `it = next(it, set)`; offered the
-        file's texts, it takes the right one more often than it writes it, in fewer passes
-        (docs/usage.md)."""
-        passes = 0
-        if ctx.repeats:
-            # closing(): a request closed mid-way (cancelled) closes the engine's stream at once.
-            with closing(self.backend.infill_stream(replace(ask, choices=ctx.repeats), cancel,
-                                                    document=document)) as drafts:
-                last = None
-                for last in drafts:
-                    if not last.done:
-                        yield last
-            if last is None:
-                return
-            if last.finish_reason == "cancelled" or self.suggestion(last.text, ctx) is not None:
-                yield last
-                return
-            passes = last.step
+        """The engine's drafts of the hole. Where the file or the repository holds texts at
+        the cursor's place (Context.candidates), the engine scores them all with its first
+        pass (InfillRequest.judge) and the judge (dg_lsp.completion.judge) picks one, or
+        none: then the model goes on writing the hole from that pass."""
+        if ctx.candidates:
+            ask = replace(ask, choices=tuple(c.text for c in ctx.candidates), judge=True)
         with closing(self.backend.infill_stream(ask, cancel, document=document)) as drafts:
             for draft in drafts:
-                yield replace(draft, step=passes + draft.step) if passes else draft
+                judged = draft.choice_logprobs or (ctx.candidates and draft.step == 1)
+                if judged and draft.finish_reason != "cancelled":
+                    picked = self._pick(ctx, draft.choice_logprobs)
+                    if picked is not None:
+                        # closing() tells the engine to stop after the pass in flight.
+                        yield picked
+                        return
+                yield draft
+
+    def _pick(self, ctx: Context, scores: tuple[tuple[float, ...], ...]) -> Picked | None:
+        """The judge's pick among the candidates as the hole's last draft, or None."""
+        picked = judge().pick(ctx.candidates, scores,
+                              gate.is_line_start(ctx.line_prefix, ctx.kind))
+        if picked is None or self.suggestion(picked[0].text, ctx) is None:
+            return None
+        return Picked(step=1, token_ids=[], committed=0, text=picked[0].text, done=True,
+                      finish_reason="judged", probability=picked[1])
 
     def decide(self, request: CompletionRequest, ctx: Context, last: Draft | None,
                asked: bool = False) -> Completion | Hidden:
@@ -148,11 +156,16 @@ class Pipeline:
         suggestion = self.suggestion(last.text, ctx)
         if suggestion is None:
             return Hidden("nothing usable")
-        repeated = suggestion.text in ctx.gate_repeats
-        confidence = None if last.score is None else gate.confidence(
-            last.score, ctx.kind, suggestion.text, repeated)
-        below_gate = gate.hides(confidence, self.settings.min_confidence,
-                                gate.is_line_start(ctx.line_prefix, ctx.kind))
+        if isinstance(last, Picked):
+            confidence = last.probability
+        else:
+            repeated = suggestion.text in ctx.gate_repeats
+            confidence = None if last.score is None else gate.confidence(
+                last.score, ctx.kind, suggestion.text, repeated)
+        line_start = gate.is_line_start(ctx.line_prefix, ctx.kind)
+        below_gate = (judge().hides(confidence, line_start, self.settings.min_confidence)
+                      if isinstance(last, Picked) else
+                      gate.hides(confidence, self.settings.min_confidence, line_start))
         if below_gate and not asked:
             return Hidden(unsure(confidence), confidence)
         self.cache.put(request.uri, request.text, request.offset, suggestion)

@@ -106,14 +106,17 @@ class Calibrator:
                             in zip(x, self.mean, self.std, self.weight, strict=True))
         return 1 / (1 + math.exp(-z)) if z > -700 else 0.0
 
-    def to_json(self, **meta: Any) -> dict[str, Any]:
-        return {"features": list(FEATURES), "mean": list(self.mean), "std": list(self.std),
+    def to_json(self, features: tuple[str, ...] = FEATURES, **meta: Any) -> dict[str, Any]:
+        return {"features": list(features), "mean": list(self.mean), "std": list(self.std),
                 "weight": list(self.weight), "bias": self.bias, **meta}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Calibrator:
-        if data.get("features") != list(FEATURES):
-            raise ValueError(f"calibrator features {data.get('features')} are not {FEATURES}")
+    def from_json(cls, data: dict[str, Any], features: tuple[str, ...] = FEATURES
+                  ) -> Calibrator:
+        """The calibrator `data` holds, over `features` (the gate's, or the judge's:
+        dg_lsp.completion.judge)."""
+        if data.get("features") != list(features):
+            raise ValueError(f"calibrator features {data.get('features')} are not {features}")
         return cls(tuple(map(float, data["mean"])), tuple(map(float, data["std"])),
                    tuple(map(float, data["weight"])), float(data["bias"]))
 

@@ -260,12 +260,12 @@ async def _replay(model: Path, cursors: list, dtype: str, k: int | None) -> dict
 
 
 def _kind(request: str, text: str, offset: int) -> str:
-    """`request` ("cold", "warm"), or "<request>-choice" where other lines of the file hold a
-    text at the cursor's place: there the server first asks the model to choose one of those
-    (a pass or two, dg_lsp/completion/pipeline.py), not to write the line."""
-    from dg_lsp.context import repeated_rests
+    """`request` ("cold", "warm"), or "<request>-choice" where the file holds texts at the
+    cursor's place: there the model's first pass judges them and one may be shown after it
+    (dg_lsp/completion/judge.py), not a written line."""
+    from dg_lsp.repository.candidates import candidates
 
-    return f"{request}-choice" if repeated_rests(text, offset) else request
+    return f"{request}-choice" if candidates(text, offset) else request
 
 
 def _engine_client(runtime: str) -> Any:

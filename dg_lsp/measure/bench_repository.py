@@ -17,6 +17,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+from dg_lsp.repository.candidates import candidates
 from dg_lsp.repository.index import RepositoryIndex
 from dg_lsp.repository.retrieve import RepositoryContext
 from engine.data.stats import percentile
@@ -93,10 +94,10 @@ def retrieval_rows(root: Path, requests: int = REQUESTS, seed: int = 0
             before, head = line[:cut].lstrip(), line[:cut]
             repository = RepositoryContext(index, path)
             started = time.perf_counter()
-            rests = repository.rests(before, "", (), 8)
-            snippets = repository.snippets_for(head, head, language, 144, bool(rests))
+            held = candidates(before, len(before), repository)
+            snippets = repository.snippets_for(head, head, language, 144, bool(held))
             times[label].append((time.perf_counter() - started) * 1000)
-            offered += bool(rests or snippets)
+            offered += bool(held or snippets)
     rows = []
     for label, measured in times.items():
         measured.sort()

@@ -35,7 +35,7 @@ MIN_MATCH_TOKENS = 2
 # How far back a token match reads: MAX_MATCH_TOKENS tokens of ordinary code fit.
 MATCH_CHARS = 160
 REPEATS_SPAN = 50_000  # the file's lines read around the cursor
-MAX_CANDIDATES = 12
+MAX_CANDIDATES = 24
 # Another file's occurrences looked at: the file's own are worth more, and 64 files are read.
 REPOSITORY_OCCURRENCES = 16
 
@@ -48,11 +48,11 @@ _TOKEN = re.compile(r"\w+|[^\w\s]")
 @dataclass(frozen=True)
 class Candidate:
     text: str  # what would follow the cursor, to the end of its line
-    source: str  # LINE, PREVIOUS or TOKENS: the matcher that found it first
+    sources: tuple[str, ...]  # the matchers that found it: LINE, PREVIOUS, TOKENS
     where: str  # FILE or REPOSITORY
     match: int  # TOKENS: the tokens matched before the cursor; the others: 0
     count: int  # how many places hold it (all matchers)
-    distance: int  # lines from the cursor in the file; the file's rank in the repository
+    distance: int  # characters from the cursor in the file; the file's rank in the repository
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,8 @@ def candidates(text: str, offset: int, repository: RepositoryContext | None = No
     _add(found, file_candidates(text, offset, cursor))
     if repository is not None and repository.choices:
         for near, path in enumerate(repository.index.nearest(repository.path)):
+            if len(found) >= 2 * limit:
+                break  # a common beginning (`self.`): the nearest files have said enough
             entry = repository.index.get(path)
             if entry is not None:
                 _add(found, matches(entry.text, cursor, REPOSITORY, near, None,
@@ -114,7 +116,7 @@ def rank(candidate: Candidate) -> tuple:
 
 def file_candidates(text: str, offset: int, cursor: Cursor) -> list[Candidate]:
     """The file's candidates, from its lines within REPEATS_SPAN of the cursor; distances in
-    lines from the cursor's."""
+    characters from the cursor."""
     low, high = max(0, offset - REPEATS_SPAN), min(len(text), offset + REPEATS_SPAN)
     low = 0 if low == 0 else text.find("\n", low) + 1  # whole lines only
     high = len(text) if high == len(text) else text.rfind("\n", 0, high)
@@ -122,18 +124,17 @@ def file_candidates(text: str, offset: int, cursor: Cursor) -> list[Candidate]:
     line_start = text.rfind("\n", 0, offset) + 1
     line_end = text.find("\n", offset)
     line_end = len(text) if line_end < 0 else line_end
-    cursor_row = text.count("\n", low, offset)
-    # The cursor's line, blanked: no matcher reads it, and the other lines keep their rows.
+    # The cursor's line, blanked: no matcher reads it, and the other lines keep their places.
     skip = (line_start - low, line_end - low)
     window = window[:skip[0]] + " " * (skip[1] - skip[0]) + window[skip[1]:]
-    return [_with_distance(c, abs(c.distance - cursor_row))
+    return [_with_distance(c, abs(c.distance - (offset - low)))
             for c in matches(window, cursor, FILE, 0, skip, RETRIEVAL_OCCURRENCES)]
 
 
 def matches(text: str, cursor: Cursor, where: str, distance: int,
             skip: tuple[int, int] | None, occurrences: int) -> list[Candidate]:
     """Every matcher's candidates in `text` (where FILE: `distance` is replaced by each
-    line's row in `text`; `skip` is the cursor's own line)."""
+    place's offset in `text`; `skip` is the cursor's own line)."""
     found: dict[tuple[int, str], Candidate] = {}  # a place two matchers find counts once
     for source, match, at, rest in (*_line_matches(text, cursor, occurrences),
                                     *_token_matches(text, cursor, occurrences)):
@@ -142,11 +143,11 @@ def matches(text: str, cursor: Cursor, where: str, distance: int,
         rest = _rest(rest, cursor)
         if rest is None:
             continue
-        row = text.count("\n", 0, at)
-        old = found.get((row, rest))
-        if old is None or match > old.match:
-            found[(row, rest)] = Candidate(rest, source, where, match, 1,
-                                           row if where == FILE else distance)
+        line = text.rfind("\n", 0, at)
+        old = found.get((line, rest))
+        sources = (source,) if old is None else _union(old.sources, (source,))
+        found[(line, rest)] = Candidate(rest, sources, where, max(match, old.match if old else 0),
+                                        1, at if where == FILE else distance)
     return list(found.values())
 
 
@@ -218,6 +219,7 @@ def _token_matches(text: str, cursor: Cursor, occurrences: int) -> Iterable[Hit]
                 continue  # the match is not at its line's end
             following_end = text.find("\n", line_end + 1)
             rest = text[line_end + 1:len(text) if following_end < 0 else following_end].lstrip()
+            end = line_end + 1  # the place is the following line, as PREVIOUS finds it
         else:
             rest = text[end:line_end]
             if not rest.startswith(cursor.trailing):
@@ -268,8 +270,12 @@ def _is_word(char: str) -> bool:
 
 
 def _with_distance(candidate: Candidate, distance: int) -> Candidate:
-    return Candidate(candidate.text, candidate.source, candidate.where, candidate.match,
+    return Candidate(candidate.text, candidate.sources, candidate.where, candidate.match,
                      candidate.count, distance)
+
+
+def _union(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(s for s in (LINE, PREVIOUS, TOKENS) if s in a or s in b)
 
 
 def _add(found: dict[str, Candidate], new: Iterable[Candidate]) -> None:
@@ -281,6 +287,7 @@ def _add(found: dict[str, Candidate], new: Iterable[Candidate]) -> None:
             continue
         best = min(old, candidate, key=rank)
         found[candidate.text] = Candidate(
-            best.text, best.source, best.where, max(old.match, candidate.match),
+            best.text, _union(old.sources, candidate.sources), best.where,
+            max(old.match, candidate.match),
             old.count + candidate.count, min(old.distance, candidate.distance)
             if old.where == candidate.where else best.distance)

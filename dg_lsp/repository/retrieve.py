@@ -1,10 +1,8 @@
 """What a completion reads of the workspace index (`RepositoryContext`), each part only where
 it can pay, so that a cursor that does not need it costs nothing:
 
-- `rests`: what other files' lines hold where the cursor's line is (they begin as the cursor's
-  line does before the cursor, and end as it does after it), nearest files first: the model's
-  choices where the file's own lines hold none (dg_lsp.context.Context.repeats). Only where
-  the cursor's line has begun (a blank beginning matches every line).
+- its files' texts at the cursor's place, among the completion's candidates
+  (dg_lsp.repository.candidates reads them; `choices` says whether it may);
 - `snippets`: ahead of the prefix, as comments: the definitions (signature and first line of
   documentation) of the names the cursor's line uses that another file defines, and, where
   neither the file nor the repository offers a choice and no definition was found, the window
@@ -20,8 +18,6 @@ from pathlib import Path
 
 from dg_lsp.repository.index import RepositoryIndex, repository_root
 from dg_lsp.syntax.languages import LanguageSpec
-from engine.bounds import RETRIEVAL_OCCURRENCES
-from engine.edits.spans import MAX_ALIKE_CHARS
 from engine.text.canvas import other_file_snippet
 
 WINDOW_LINES = 6  # a repository window: the canvas's prefix holds a few short lines of it
@@ -29,12 +25,6 @@ WINDOW_LINES = 6  # a repository window: the canvas's prefix holds a few short l
 WINDOW_FILES = 8
 NEAR_CURSOR_LINES = 6  # the lines before the cursor whose names a window is compared with
 MIN_NAME_CHARS = 3  # shorter names (i, x, db) are defined everywhere
-
-# Which texts of other files' alike lines are offered as the model's choices: all of them,
-# nearest files first; only where the file's own lines offer none; only those at least two
-# files hold; both; all, the most held first.
-ALL, NO_OWN, AGREED, NO_OWN_AGREED, RANKED = "all", "no-own", "agreed", "no-own-agreed", "ranked"
-OFFERS = (ALL, NO_OWN, AGREED, NO_OWN_AGREED, RANKED)
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # A definition of a name in the current file, in any of the languages (the file's own text
@@ -49,42 +39,11 @@ class RepositoryContext:
 
     index: RepositoryIndex
     path: str  # the current file's path in the index; never read from the index itself
-    choices: bool = True
+    choices: bool = True  # other files' texts among the candidates
     snippets: bool = True
-    # Which of other files' texts are offered as choices (OFFERS): only where the file's own
-    # lines offer none. Added to the file's own, another file's text is sometimes chosen over
-    # the right one of the file (scripts/experiments/repository_rules.py, docs/usage.md).
-    offer: str = NO_OWN
     # Whether the confidence gate reads a chosen text of another file as one of the file's
     # own (its `repeated` input), or as a text the model wrote.
     gate: bool = True
-
-    def rests(self, before: str, after: str, known: tuple[str, ...], limit: int
-              ) -> tuple[str, ...]:
-        """The rests other files' lines hold between `before` (the cursor line up to the
-        cursor, without its indentation) and `after` (the rest of the cursor line), after
-        `known` (the file's own), at most `limit` in all, as `offer` says (OFFERS)."""
-        if not self.choices or not before.strip() or len(known) >= limit:
-            return known
-        if self.offer == NO_OWN and known:
-            return known
-        held: dict[str, int] = {}  # text -> how many files hold it, nearest files first
-        for path in self.index.nearest(self.path):
-            entry = self.index.get(path)
-            if entry is None:
-                continue
-            for rest in alike_rests(entry.text, before, after):
-                if rest not in known:
-                    held[rest] = held.get(rest, 0) + 1
-            if self.offer in (ALL, NO_OWN) and len(held) + len(known) >= limit:
-                break
-        if self.offer in (AGREED, NO_OWN_AGREED):
-            held = {rest: n for rest, n in held.items() if n >= 2}
-        if self.offer == NO_OWN_AGREED and known:
-            held = {}
-        if self.offer == RANKED:
-            held = dict(sorted(held.items(), key=lambda item: -item[1]))
-        return (*known, *list(held)[:limit - len(known)])
 
     def snippets_for(self, head: str, line_prefix: str, language: LanguageSpec,
                      budget: int, have_choices: bool) -> str:
@@ -148,29 +107,6 @@ class RepositoryContext:
             return ""
         snippet = other_file_snippet(best[1], best[2], language.line_comment)
         return snippet if len(snippet) <= budget else ""
-
-
-def alike_rests(text: str, before: str, after: str) -> list[str]:
-    """The distinct rests of `text`'s lines that begin with `before` (after their
-    indentation) and end with `after`, at most RETRIEVAL_OCCURRENCES occurrences of `before`
-    looked at: found with str.find, a file costs what its occurrences of `before` do."""
-    found: dict[str, None] = {}
-    start = 0
-    for _ in range(RETRIEVAL_OCCURRENCES):
-        at = text.find(before, start)
-        if at < 0:
-            break
-        start = at + 1
-        line_start = text.rfind("\n", 0, at) + 1
-        if text[line_start:at].strip(" \t"):
-            continue  # `before` in the middle of a line
-        end = text.find("\n", at)
-        line = text[at:len(text) if end < 0 else end]
-        if len(line) > len(before) + len(after) and line.endswith(after):
-            rest = line[len(before):len(line) - len(after)]
-            if rest.strip() and len(rest) <= MAX_ALIKE_CHARS:
-                found[rest] = None
-    return list(found)
 
 
 @functools.lru_cache(maxsize=512)

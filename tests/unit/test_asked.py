@@ -68,7 +68,7 @@ def test_the_explanation_names_each_part_of_the_decision():
     assert explanation(ctx, last, pipeline.decide(request, ctx, last), 0.3).split("\n") == [
         "context: 21 characters before the cursor, 1 after it, 0 from other files",
         "hole: rest_of_line",
-        "offered first: none (no other line of the file fits here)",
+        "candidates: none (nothing the file or the repository holds fits here)",
         "model wrote: 'x + 1' (3 passes, stop)",
         "score: least confident token 0.50, mean 0.50 over 3 tokens",
         "gate: hidden, unsure (0.27) < 0.3",

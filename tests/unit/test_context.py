@@ -8,12 +8,12 @@ from dg_lsp.context import (
     BLOCK,
     BRACKETS,
     COMMENT,
-    REPEATS_SPAN,
     REST_OF_LINE,
     OtherDocument,
     build_context,
     detect_indent_unit,
 )
+from dg_lsp.repository.candidates import MAX_CANDIDATES, REPEATS_SPAN
 from dg_lsp.syntax.languages import language_for
 
 
@@ -83,10 +83,11 @@ def test_texts_come_from_the_lines_within_reach_of_the_cursor():
     assert ctx.repeats == ("near",)
 
 
-def test_at_most_eight_texts_and_none_longer_than_a_compared_line():
-    lines = [f"v = f({i})" for i in range(12)] + ["v = " + "y" * 201]
+def test_at_most_max_candidates_texts_and_none_longer_than_a_compared_line():
+    lines = [f"v = f({i})" for i in range(30)] + ["v = " + "y" * 201]
     ctx = ctx_at("python", "\n".join(lines) + "\nv = |\n")
-    assert ctx.repeats == tuple(f"f({i})" for i in (11, 10, 9, 8, 7, 6, 5, 4))
+    # nearest first
+    assert ctx.repeats == tuple(f"f({i})" for i in range(29, 29 - MAX_CANDIDATES, -1))
 
 
 def test_small_file_is_whole_context():

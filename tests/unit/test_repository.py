@@ -1,5 +1,5 @@
 """The workspace index (dg_lsp.repository): which files it reads, what it keeps of each, and
-what a completion gets of it (choices from other files' alike lines, definitions ahead of the
+what a completion gets of it (candidates from other files' alike lines, definitions ahead of the
 prefix), with `repositoryContext` false giving today's context exactly."""
 
 from __future__ import annotations
@@ -12,16 +12,9 @@ import pytest
 from dg_lsp.completion.pipeline import CompletionRequest, Pipeline
 from dg_lsp.context import build_context
 from dg_lsp.measure.bench_repository import build_row, generate, retrieval_rows
+from dg_lsp.repository.candidates import FILE, REPOSITORY, candidates
 from dg_lsp.repository.index import RepositoryIndex
-from dg_lsp.repository.retrieve import (
-    AGREED,
-    ALL,
-    NO_OWN,
-    NO_OWN_AGREED,
-    RANKED,
-    RepositoryContext,
-    context_for_file,
-)
+from dg_lsp.repository.retrieve import RepositoryContext, context_for_file
 from dg_lsp.repository.symbols import file_symbols
 from dg_lsp.repository.walk import repository_files
 from dg_lsp.settings import Settings, parse_settings
@@ -127,7 +120,7 @@ def test_the_index_follows_edits_saves_and_removals(tmp_path):
     assert not index.set_text("notes.txt", "words")  # a language the project does not read
 
 
-def test_other_files_alike_lines_are_the_choices_where_the_file_has_none(tmp_path):
+def test_other_files_alike_lines_are_candidates_after_the_files_own(tmp_path):
     index = package(tmp_path)
     text = "def f():\n    DEFAULT = load_config(|)\n"
     offset = text.index("|")
@@ -135,13 +128,15 @@ def test_other_files_alike_lines_are_the_choices_where_the_file_has_none(tmp_pat
     repository = RepositoryContext(index, "pkg/main.py")
     ctx = build_context(text, offset, PYTHON, 480, repository=repository)
     assert build_context(text, offset, PYTHON, 480).repeats == ()
-    assert (ctx.repeats, ctx.own_repeats) == (("'app.toml', strict=True",), 0)
-    # the file's own texts, where it has some, and no other file's
+    assert [(c.text, c.where) for c in ctx.candidates] == [
+        ("'app.toml', strict=True", REPOSITORY)]
+    # the file's own texts first, then other files'
     text = "def f():\n    DEFAULT = load_config('a.toml')\n    DEFAULT = load_config(|)\n"
     offset = text.index("|")
     text = text.replace("|", "")
     ctx = build_context(text, offset, PYTHON, 480, repository=repository)
-    assert (ctx.repeats, ctx.own_repeats) == (("'a.toml'",), 1)
+    assert [(c.text, c.where) for c in ctx.candidates] == [
+        ("'a.toml'", FILE), ("'app.toml', strict=True", REPOSITORY)]
 
 
 def test_the_definition_of_a_name_the_line_uses_comes_ahead_of_the_prefix(tmp_path):
@@ -194,24 +189,15 @@ def test_no_choices_at_a_line_start_or_in_a_comment(tmp_path, text):
     assert ctx.repeats == ()
 
 
-def test_which_texts_of_other_files_each_rule_offers(tmp_path):
+def test_other_files_texts_rank_by_how_many_places_hold_them_then_nearness(tmp_path):
     write(tmp_path, {"a.py": "x = load('a')\n", "b.py": "x = load('b')\nx = load('a')\n",
-                     "c.py": "x = load('b')\n"})
+                     "c.py": "x = load('b')\nx = load('c')\n"})
     index = RepositoryIndex(tmp_path)
     index.build()
-
-    def offered(offer: str, known: tuple[str, ...] = ()) -> tuple[str, ...]:
-        return RepositoryContext(index, "main.py", offer=offer).rests("x = ", "", known, 8)
-
-    assert offered(ALL) == ("load('a')", "load('b')")  # nearest files first
-    assert offered(RANKED) == ("load('a')", "load('b')")  # two files each
-    assert offered(AGREED, ("f()",)) == ("f()", "load('a')", "load('b')")
-    assert offered(NO_OWN, ("f()",)) == ("f()",)
-    (tmp_path / "c.py").write_text("x = 1\n")
-    index.refresh("c.py")
-    assert offered(AGREED) == ("load('a')",) == offered(NO_OWN_AGREED)
-    assert offered(RANKED) == ("load('a')", "load('b')", "1")
-
+    held = candidates("x = ", 4, RepositoryContext(index, "main.py"))
+    assert [(c.text, c.count, c.where) for c in held] == [
+        ("load('a')", 2, REPOSITORY), ("load('b')", 2, REPOSITORY), ("load('c')", 1, REPOSITORY)]
+    assert candidates("x = ", 4, RepositoryContext(index, "main.py", choices=False)) == ()
 
 def test_the_benchs_generated_repository_is_indexed_and_read(tmp_path):
     generate(tmp_path, files=20, folders=2)

@@ -14,6 +14,7 @@ import pytest
 from dg_lsp.cli import main
 from dg_lsp.context import build_context
 from dg_lsp.files import SourceError, read_source
+from dg_lsp.repository.candidates import candidates
 from dg_lsp.repository.index import RepositoryIndex
 from dg_lsp.repository.retrieve import RepositoryContext, context_for_file
 from dg_lsp.syntax.languages import language_for
@@ -80,7 +81,7 @@ def test_an_open_document_behind_a_link_outside_is_not_indexed(tmp_path):
     assert index.relative(repo / "pkg" / "helpers.py") is None
     assert index.relative(repo / "pkg" / "inner.py") == "pkg/real.py"
     context = RepositoryContext(index, "pkg/main.py")
-    assert context.rests("API_KEY = ", "", (), 4) == ()
+    assert candidates("API_KEY = ", len("API_KEY = "), context) == ()
 
 
 @pytest.mark.parametrize("kind", ["fifo", "device", "folder"])

@@ -26,8 +26,9 @@ from typing import Any
 from dg_lsp.completion.pipeline import Completion, CompletionRequest, Pipeline
 from dg_lsp.context import build_context
 from dg_lsp.measure.eval.scoring import edit_similarity, exact_match
+from dg_lsp.repository.candidates import FILE, LINE, REPOSITORY
 from dg_lsp.repository.index import RepositoryIndex
-from dg_lsp.repository.retrieve import ALL, RepositoryContext
+from dg_lsp.repository.retrieve import RepositoryContext
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import language_for
 from engine.backend import Backend
@@ -58,8 +59,9 @@ def cursors(folder: Path, index: RepositoryIndex, per_class: int, seed: int) -> 
         path = case.id.split("/", 1)[1].rsplit(":", 2)[0]
         document, offset = case.file_before + case.file_after, len(case.file_before)
         ctx = build_context(document, offset, language, 480,
-                            repository=RepositoryContext(index, path, snippets=False, offer=ALL))
-        own, others = ctx.repeats[:ctx.own_repeats], ctx.repeats[ctx.own_repeats:]
+                            repository=RepositoryContext(index, path, snippets=False))
+        own = {c.text for c in ctx.candidates if c.where == FILE and LINE in c.sources}
+        others = {c.text for c in ctx.candidates if c.where == REPOSITORY and LINE in c.sources}
         named = any(_defined_elsewhere(index, path, name, document)
                     for name in _NAME.findall(case.middle))
         cross = (case.middle in others and case.middle not in own) or named
@@ -124,7 +126,7 @@ def shown_text(pipeline: Pipeline, index: RepositoryIndex, folder: Path, cursor:
         repository=RepositoryContext(index, cursor.path, **(fields or {})))
     pipeline.cache.clear()
     ctx, drafts = pipeline.start(request)
-    key = (ctx.prefix, ctx.suffix, ctx.kind, ctx.repeats)
+    key = (ctx.prefix, ctx.suffix, ctx.kind, ctx.candidates)
     if key not in asked:
         asked[key] = last_draft(drafts)
     drafts.close()

@@ -89,16 +89,23 @@ def run(folders: list[Path], backend: Backend, per_class: int, seed: int,
         split: str = REPORT, settings: Settings | None = None,
         on_result: Callable[[Result], None] | None = None) -> list[Result]:
     """Every cursor of `folders` through the default path (`settings`: the defaults)."""
-    results = []
+    return [result for folder in folders
+            for result in run_cursors(folder, cursors(folder, per_class, seed, split), backend,
+                                      settings, on_result)]
+
+
+def run_cursors(folder: Path, picked: list[Cursor], backend: Backend,
+                settings: Settings | None = None,
+                on_result: Callable[[Result], None] | None = None) -> list[Result]:
+    """`picked` cursors of the package at `folder` through the default path."""
     pipeline = Pipeline(backend, settings or Settings())
-    for folder in folders:
-        index = RepositoryIndex(folder)
-        index.build()
-        for cursor in cursors(folder, per_class, seed, split):
-            result = complete(pipeline, index, folder, cursor)
-            results.append(result)
-            if on_result is not None:
-                on_result(result)
+    index = RepositoryIndex(folder)
+    index.build()
+    results = []
+    for cursor in picked:
+        results.append(complete(pipeline, index, folder, cursor))
+        if on_result is not None:
+            on_result(results[-1])
     return results
 
 

@@ -1,0 +1,113 @@
+"""The model as the judge of the candidates the file and the repository hold at the cursor
+(dg_lsp.repository.candidates).
+
+The engine scores every candidate in one pass (InfillRequest.judge: the log-probability of
+each of its tokens where it would stand in the hole, then of the hole ending after it). A
+logistic fit (`Calibrator`, judge.json, written by dg_lsp.measure.judge_fit on the tune half of
+the held-out cursors, dg_lsp.measure.eval.retrieval) turns those scores and the retrieval's
+evidence (where the candidate was found, by which matcher, how long its token match, how many
+places hold it, how near) into the probability that the candidate is exactly what the user
+goes on to type. The most probable candidate is shown when that probability reaches the
+threshold of its cursor (a line's start has its own: what the previous lines predict is right
+less often than what a begun line's beginning does); else the model writes the hole itself.
+The probability is the completion's confidence: the gate reads it as it reads the
+calibrator's for a written one.
+
+A family that cannot score in one pass (the autoregressive baseline, the block family)
+returns no scores: its candidates are judged on the evidence alone (the model's inputs set to
+their means).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from dg_lsp.document.gate import Calibrator
+from dg_lsp.repository.candidates import FILE, LINE, MAX_MATCH_TOKENS, PREVIOUS, TOKENS, Candidate
+from dg_lsp.settings import DEFAULT_MIN_CONFIDENCE
+
+JUDGE_FILE = Path(__file__).with_name("judge.json")
+# The model's, and how each compares with the best of the cursor's candidates: picking is
+# choosing among them.
+MODEL_FEATURES = ("mean_logprob", "first_logprob", "lowest_logprob", "end_logprob",
+                  "log_tokens", "mean_margin", "first_margin")
+FEATURES = (*MODEL_FEATURES, "file", "line", "previous", "tokens", "match", "log_count",
+            "log_distance", "first", "log_candidates", "line_start")
+
+
+@dataclass(frozen=True)
+class Judge:
+    calibrator: Calibrator
+    threshold: float  # a mid-line cursor's candidate is shown at this probability
+    line_start_threshold: float  # a line start's
+
+    def probabilities(self, candidates: Sequence[Candidate],
+                      logprobs: Sequence[Sequence[float]], line_start: bool) -> list[float]:
+        """Each candidate's probability of being right, given the engine's `logprobs` (as
+        many as the candidates, or none: the family scores none)."""
+        means = list(self.calibrator.mean[:len(MODEL_FEATURES)])
+        scored = all_model_inputs(logprobs if logprobs else [()] * len(candidates))
+        return [self.calibrator.probability(
+                    (model or means) + evidence_inputs(c, i, len(candidates), line_start))
+                for i, (c, model) in enumerate(zip(candidates, scored, strict=True))]
+
+    def pick(self, candidates: Sequence[Candidate], logprobs: Sequence[Sequence[float]],
+             line_start: bool) -> tuple[Candidate, float] | None:
+        """The candidate to show and its probability, or None: the model writes the hole."""
+        if not candidates:
+            return None
+        chances = self.probabilities(candidates, logprobs, line_start)
+        best = max(range(len(candidates)), key=lambda i: chances[i])
+        threshold = self.line_start_threshold if line_start else self.threshold
+        return (candidates[best], chances[best]) if chances[best] >= threshold else None
+
+
+    def hides(self, probability: float, line_start: bool, min_confidence: float) -> bool:
+        """Whether the gate hides a pick of `probability` at the user's `minConfidence`."""
+        return probability < self.gate_threshold(line_start, min_confidence)
+
+    def gate_threshold(self, line_start: bool, min_confidence: float) -> float:
+        """The probability below which the gate hides a pick: the judge's threshold at the
+        default `minConfidence`, raised or lowered in proportion to it."""
+        threshold = self.line_start_threshold if line_start else self.threshold
+        return threshold * min_confidence / DEFAULT_MIN_CONFIDENCE
+
+
+def all_model_inputs(logprobs: Sequence[Sequence[float]]) -> list[list[float]]:
+    """The model's inputs (MODEL_FEATURES) of each of a cursor's candidates, from the engine's
+    scores of each (its tokens' log-probabilities, then the end's); [] for one it could not
+    score (longer than the hole, or a family that scores none): the caller puts the
+    inputs' means there."""
+    own = [_own_inputs(scores) if scores else [] for scores in logprobs]
+    if not any(own):
+        return own
+    best_mean = max(x[0] for x in own if x)
+    best_first = max(x[1] for x in own if x)
+    return [x + [x[0] - best_mean, x[1] - best_first] if x else [] for x in own]
+
+
+def _own_inputs(logprobs: Sequence[float]) -> list[float]:
+    tokens, end = logprobs[:-1], logprobs[-1]
+    return [sum(tokens) / len(tokens), tokens[0], min(tokens), end, math.log(len(tokens))]
+
+
+def evidence_inputs(candidate: Candidate, rank: int, count: int, line_start: bool
+                    ) -> list[float]:
+    """The retrieval's evidence for a candidate, the `rank`th of `count`."""
+    return [float(candidate.where == FILE), float(LINE in candidate.sources),
+            float(PREVIOUS in candidate.sources), float(TOKENS in candidate.sources),
+            candidate.match / MAX_MATCH_TOKENS, math.log(candidate.count),
+            math.log1p(candidate.distance), float(rank == 0), math.log(count),
+            float(line_start)]
+
+
+@cache
+def judge(path: Path = JUDGE_FILE) -> Judge:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return Judge(Calibrator.from_json(data, FEATURES), float(data["threshold"]),
+                 float(data["line_start_threshold"]))
