@@ -187,6 +187,9 @@ class Draft:
     # log-probability the first pass gave each of its tokens at its position in the hole, then
     # that of the hole ending after it (any end token); () for a choice longer than the hole.
     choice_logprobs: tuple[tuple[float, ...], ...] = ()
+    # Beside them, the highest log-probability the first pass gave any token at each hole
+    # position: how far below the model's own first pick each choice's tokens are.
+    top_logprobs: tuple[float, ...] = ()
 
 
 def last_draft(drafts: Iterator[Draft], stop: Callable[[], bool] | None = None

@@ -26,6 +26,7 @@ from dg_lsp.document import gate
 from dg_lsp.engines import NoEngine, check_engine_arguments, open_for_command
 from dg_lsp.files import SourceError, read_source
 from dg_lsp.positions import UTF32, line_end, line_of, line_start, offset_at, position_at
+from dg_lsp.repository.candidates import line_tokens
 from dg_lsp.repository.retrieve import context_for_file
 from dg_lsp.settings import (
     DEFAULT_MIN_CONFIDENCE,
@@ -117,8 +118,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     decided = pipeline.decide(request, ctx, last)
     if args.explain:
-        print(explanation(ctx, last, decided, settings.min_confidence, backend.scores),
-              file=sys.stderr)
+        print(explanation(ctx, last, decided, settings.min_confidence, backend.scores,
+                          backend.top), file=sys.stderr)
     completion = decided if isinstance(decided, Completion) else None
     if args.json:
         print(json.dumps(_as_json(text, completion), ensure_ascii=False))
@@ -137,27 +138,38 @@ class ScoresKept(WrappedBackend):
     def __init__(self, backend: Backend) -> None:
         super().__init__(backend)
         self.scores: tuple[tuple[float, ...], ...] = ()
+        self.top: tuple[float, ...] = ()
 
     def _wrap(self, drafts: Iterator[Draft]) -> Iterator[Draft]:
         for draft in drafts:
-            self.scores = draft.choice_logprobs or self.scores
+            if draft.choice_logprobs:
+                self.scores, self.top = draft.choice_logprobs, draft.top_logprobs
             yield draft
 
 
 def explanation(ctx: Context, last: Draft | None, decided: Completion | Hidden,
-                min_confidence: float, scores: tuple[tuple[float, ...], ...] = ()) -> str:
+                min_confidence: float, scores: tuple[tuple[float, ...], ...] = (),
+                top: tuple[float, ...] = ()) -> str:
     """How a suggestion was decided, part by part, for a person reading a terminal."""
     others = ctx.prefix[: len(ctx.prefix) - len(ctx.prefix_window)]
     lines = [
         f"context: {len(ctx.prefix_window)} characters before the cursor, "
         f"{len(ctx.suffix)} after it, {len(others)} from other files",
         f"hole: {ctx.kind}",
-        *_candidates(ctx, scores),
+        *_candidates(ctx, scores, top),
     ]
+    if isinstance(last, Picked) and last.written is not None:
+        if isinstance(decided, Completion) and decided.text != last.text:
+            lines.append(f"judge's pick: {last.text!r}, not sure (p={last.probability:.2f}): "
+                         "the model's own writing, which the gate shows, goes first")
+            last = last.written
+        else:
+            lines.append("the model's own writing is hidden: the judge's pick is shown")
     if last is None:
         lines.append("the engine wrote nothing")
     elif isinstance(last, Picked):
-        lines.append(f"judge picked: {last.text!r} (after {last.step} pass)")
+        lines.append(f"judge picked: {last.text!r} (p={last.probability:.2f}, "
+                     f"after {last.step} passes)")
     else:
         lines.append(f"model wrote: {last.text!r} ({last.step} passes, {last.finish_reason})")
         if last.score is not None:
@@ -179,12 +191,14 @@ def explanation(ctx: Context, last: Draft | None, decided: Completion | Hidden,
     return "\n".join(lines)
 
 
-def _candidates(ctx: Context, scores: tuple[tuple[float, ...], ...]) -> list[str]:
+def _candidates(ctx: Context, scores: tuple[tuple[float, ...], ...], top: tuple[float, ...]
+                ) -> list[str]:
     """The candidates, each with where it was found and the judge's probability."""
     if not ctx.candidates:
         return ["candidates: none (nothing the file or the repository holds fits here)"]
     chances = judge().probabilities(ctx.candidates, scores,
-                                    gate.is_line_start(ctx.line_prefix, ctx.kind))
+                                    gate.is_line_start(ctx.line_prefix, ctx.kind), top,
+                                    line_tokens(ctx.line_prefix))
     lines = [f"candidates: {len(ctx.candidates)}, judged "
              + ("on the model's first pass and" if scores else "on")
              + " the evidence (p: the judge's probability that it is exactly right)"]

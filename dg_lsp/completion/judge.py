@@ -10,6 +10,9 @@ places hold it, how near) into the probability that the candidate is exactly wha
 goes on to type. The most probable candidate is shown when that probability reaches the
 threshold of its cursor (a line's start has its own: what the previous lines predict is right
 less often than what a begun line's beginning does); else the model writes the hole itself.
+A pick below the `sure` threshold waits for that writing and yields to it where the gate
+shows it (`return self.items.` in `def pop`: the file's `self.items.append(item)` is a token
+match, the model writes `pop()`).
 The probability is the completion's confidence: the gate reads it as it reads the
 calibrator's for a written one.
 
@@ -34,10 +37,11 @@ from dg_lsp.settings import DEFAULT_MIN_CONFIDENCE
 JUDGE_FILE = Path(__file__).with_name("judge.json")
 # The model's, and how each compares with the best of the cursor's candidates: picking is
 # choosing among them.
+# and how far below the model's own first pick at each position its tokens are.
 MODEL_FEATURES = ("mean_logprob", "first_logprob", "lowest_logprob", "end_logprob",
-                  "log_tokens", "mean_margin", "first_margin")
-FEATURES = (*MODEL_FEATURES, "file", "line", "previous", "tokens", "match", "log_count",
-            "log_distance", "first", "log_candidates", "line_start")
+                  "log_tokens", "mean_margin", "first_margin", "mean_gap", "first_gap")
+FEATURES = (*MODEL_FEATURES, "file", "line", "previous", "tokens", "match", "covers_line",
+            "log_count", "log_distance", "first", "log_candidates", "line_start")
 
 
 @dataclass(frozen=True)
@@ -45,23 +49,35 @@ class Judge:
     calibrator: Calibrator
     threshold: float  # a mid-line cursor's candidate is shown at this probability
     line_start_threshold: float  # a line start's
+    # Below these, a pick yields to what the model writes itself where the gate shows that.
+    sure_threshold: float = 0.0
+    line_start_sure_threshold: float = 0.0
+
+    def sure(self, probability: float, line_start: bool) -> bool:
+        """Whether a pick is shown at once, not only where the model's own writing is not."""
+        return probability >= (self.line_start_sure_threshold if line_start
+                               else self.sure_threshold)
 
     def probabilities(self, candidates: Sequence[Candidate],
-                      logprobs: Sequence[Sequence[float]], line_start: bool) -> list[float]:
+                      logprobs: Sequence[Sequence[float]], line_start: bool,
+                      top: Sequence[float] = (), tokens: int = 0) -> list[float]:
         """Each candidate's probability of being right, given the engine's `logprobs` (as
-        many as the candidates, or none: the family scores none)."""
+        many as the candidates, or none: the family scores none), `top` (its highest at
+        each hole position) and the `tokens` of the cursor's line before it (`line_tokens`)."""
         means = list(self.calibrator.mean[:len(MODEL_FEATURES)])
-        scored = all_model_inputs(logprobs if logprobs else [()] * len(candidates))
+        scored = all_model_inputs(logprobs if logprobs else [()] * len(candidates), top)
         return [self.calibrator.probability(
-                    (model or means) + evidence_inputs(c, i, len(candidates), line_start))
+                    (model or means) + evidence_inputs(c, i, len(candidates), line_start,
+                                                       tokens))
                 for i, (c, model) in enumerate(zip(candidates, scored, strict=True))]
 
     def pick(self, candidates: Sequence[Candidate], logprobs: Sequence[Sequence[float]],
-             line_start: bool) -> tuple[Candidate, float] | None:
+             line_start: bool, top: Sequence[float] = (), tokens: int = 0
+             ) -> tuple[Candidate, float] | None:
         """The candidate to show and its probability, or None: the model writes the hole."""
         if not candidates:
             return None
-        chances = self.probabilities(candidates, logprobs, line_start)
+        chances = self.probabilities(candidates, logprobs, line_start, top, tokens)
         best = max(range(len(candidates)), key=lambda i: chances[i])
         threshold = self.line_start_threshold if line_start else self.threshold
         return (candidates[best], chances[best]) if chances[best] >= threshold else None
@@ -78,9 +94,11 @@ class Judge:
         return threshold * min_confidence / DEFAULT_MIN_CONFIDENCE
 
 
-def all_model_inputs(logprobs: Sequence[Sequence[float]]) -> list[list[float]]:
+def all_model_inputs(logprobs: Sequence[Sequence[float]], top: Sequence[float] = ()
+                     ) -> list[list[float]]:
     """The model's inputs (MODEL_FEATURES) of each of a cursor's candidates, from the engine's
-    scores of each (its tokens' log-probabilities, then the end's); [] for one it could not
+    scores of each (its tokens' log-probabilities, then the end's) and `top` (the highest at
+    each position; () from an engine that sends none: no gap); [] for one it could not
     score (longer than the hole, or a family that scores none): the caller puts the
     inputs' means there."""
     own = [_own_inputs(scores) if scores else [] for scores in logprobs]
@@ -88,7 +106,8 @@ def all_model_inputs(logprobs: Sequence[Sequence[float]]) -> list[list[float]]:
         return own
     best_mean = max(x[0] for x in own if x)
     best_first = max(x[1] for x in own if x)
-    return [x + [x[0] - best_mean, x[1] - best_first] if x else [] for x in own]
+    return [x + [x[0] - best_mean, x[1] - best_first, *_gaps(scores, top)] if x else []
+            for x, scores in zip(own, logprobs, strict=True)]
 
 
 def _own_inputs(logprobs: Sequence[float]) -> list[float]:
@@ -96,12 +115,26 @@ def _own_inputs(logprobs: Sequence[float]) -> list[float]:
     return [sum(tokens) / len(tokens), tokens[0], min(tokens), end, math.log(len(tokens))]
 
 
-def evidence_inputs(candidate: Candidate, rank: int, count: int, line_start: bool
-                    ) -> list[float]:
-    """The retrieval's evidence for a candidate, the `rank`th of `count`."""
+def _gaps(logprobs: Sequence[float], top: Sequence[float]) -> list[float]:
+    """The mean and the first of how far each token is below the model's pick there."""
+    tokens = logprobs[:-1]
+    if len(top) < len(tokens):
+        return [0.0, 0.0]
+    gaps = [t - best for t, best in zip(tokens, top, strict=False)]
+    return [sum(gaps) / len(gaps), gaps[0]]
+
+
+def evidence_inputs(candidate: Candidate, rank: int, count: int, line_start: bool,
+                    tokens: int = 0) -> list[float]:
+    """The retrieval's evidence for a candidate, the `rank`th of `count`, at a cursor whose
+    line holds `tokens` before it: whether its match covers the line's beginning (a token
+    match of `self.items.` continues `return self.items.` less surely than a line that
+    began `return self.items.` does)."""
+    covers = (LINE in candidate.sources or PREVIOUS in candidate.sources
+              or candidate.match >= tokens)
     return [float(candidate.where == FILE), float(LINE in candidate.sources),
             float(PREVIOUS in candidate.sources), float(TOKENS in candidate.sources),
-            candidate.match / MAX_MATCH_TOKENS, math.log(candidate.count),
+            candidate.match / MAX_MATCH_TOKENS, float(covers), math.log(candidate.count),
             math.log1p(candidate.distance), float(rank == 0), math.log(count),
             float(line_start)]
 
@@ -110,4 +143,5 @@ def evidence_inputs(candidate: Candidate, rank: int, count: int, line_start: boo
 def judge(path: Path = JUDGE_FILE) -> Judge:
     data = json.loads(path.read_text(encoding="utf-8"))
     return Judge(Calibrator.from_json(data, FEATURES), float(data["threshold"]),
-                 float(data["line_start_threshold"]))
+                 float(data["line_start_threshold"]), float(data["sure_threshold"]),
+                 float(data["line_start_sure_threshold"]))

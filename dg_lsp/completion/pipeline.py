@@ -29,6 +29,7 @@ from dg_lsp.completion.judge import judge
 from dg_lsp.completion.postprocess import Suggestion, postprocess, unit_end
 from dg_lsp.context import Context, OtherDocument, build_context, char_budget
 from dg_lsp.document import gate
+from dg_lsp.repository.candidates import line_tokens
 from dg_lsp.repository.retrieve import RepositoryContext
 from dg_lsp.settings import Settings
 from dg_lsp.syntax.languages import LanguageSpec
@@ -65,6 +66,9 @@ class Picked(Draft):
     """A candidate the judge picked (dg_lsp.completion.judge), as the hole's last draft."""
 
     probability: float = 0.0  # the judge's: that it is exactly right
+    # A pick the judge is not sure of: the model's own writing, shown instead where the gate
+    # shows it (Judge.sure).
+    written: Draft | None = None
 
 
 @dataclass(frozen=True)
@@ -128,21 +132,29 @@ class Pipeline:
         none: then the model goes on writing the hole from that pass."""
         if ctx.candidates:
             ask = replace(ask, choices=tuple(c.text for c in ctx.candidates), judge=True)
+        unsure: Picked | None = None  # a pick that yields to the model's own writing
         with closing(self.backend.infill_stream(ask, cancel, document=document)) as drafts:
             for draft in drafts:
                 judged = draft.choice_logprobs or (ctx.candidates and draft.step == 1)
                 if judged and draft.finish_reason != "cancelled":
-                    picked = self._pick(ctx, draft.choice_logprobs)
-                    if picked is not None:
+                    picked = self._pick(ctx, draft.choice_logprobs, draft.top_logprobs)
+                    if picked is not None and judge().sure(
+                            picked.probability, gate.is_line_start(ctx.line_prefix, ctx.kind)):
                         # closing() tells the engine to stop after the pass in flight.
                         yield picked
                         return
+                    unsure = picked
+                if unsure is not None and draft.done and draft.finish_reason != "cancelled":
+                    yield replace(unsure, step=draft.step, written=draft)
+                    return
                 yield draft
 
-    def _pick(self, ctx: Context, scores: tuple[tuple[float, ...], ...]) -> Picked | None:
+    def _pick(self, ctx: Context, scores: tuple[tuple[float, ...], ...],
+              top: tuple[float, ...]) -> Picked | None:
         """The judge's pick among the candidates as the hole's last draft, or None."""
         picked = judge().pick(ctx.candidates, scores,
-                              gate.is_line_start(ctx.line_prefix, ctx.kind))
+                              gate.is_line_start(ctx.line_prefix, ctx.kind), top,
+                              line_tokens(ctx.line_prefix))
         if picked is None or self.suggestion(picked[0].text, ctx) is None:
             return None
         return Picked(step=1, token_ids=[], committed=0, text=picked[0].text, done=True,
@@ -153,6 +165,10 @@ class Pipeline:
         """The completion to show for the engine's `last` draft, or why there is none."""
         if last is None or last.finish_reason == "cancelled":
             return Hidden("cancelled")
+        if isinstance(last, Picked) and last.written is not None:
+            own = self.decide(request, ctx, last.written)
+            if isinstance(own, Completion):
+                return own
         suggestion = self.suggestion(last.text, ctx)
         if suggestion is None:
             return Hidden("nothing usable")

@@ -17,7 +17,9 @@ predicting that a candidate is right, then the thresholds: for mid-line cursors 
 starts apart, from the out-of-fold probabilities of each cursor's most probable candidate,
 the lowest at which what is shown (the pick where it reaches the threshold, what the model
 writes itself, gated as the default path gates it, elsewhere) is right at least a third of the
-time; where none is, the one at which the most cursors end right.
+time; where none is, the one at which the most cursors end right. Then the `sure` threshold:
+the highest from which a pick shown at once (below it, it yields to the model's own writing
+where the gate shows that) leaves the most cursors right.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ def collect(out: Path, per_class: int, seed: int) -> int:
     from dg_lsp.measure.eval import retrieval
     from dg_lsp.measure.eval.heldout import HELDOUT_PACKAGES, heldout_sources
     from dg_lsp.measure.eval.scoring import exact_match
+    from dg_lsp.repository.candidates import line_tokens
     from dg_lsp.repository.index import RepositoryIndex
     from dg_lsp.repository.retrieve import RepositoryContext
     from dg_lsp.settings import Settings
@@ -85,6 +88,7 @@ def collect(out: Path, per_class: int, seed: int) -> int:
                                     choices=tuple(c.text for c in ctx.candidates), judge=True)
                 drafts = list(pipeline.backend.infill_stream(ask))
                 scores = drafts[0].choice_logprobs or ((),) * len(ctx.candidates)
+                top = drafts[0].top_logprobs
                 # What the model writes when the judge picks none, as the default path shows it.
                 written_freely = pipeline.decide(request, ctx, drafts[-1])
                 free = written_freely.text if isinstance(written_freely, Completion) else None
@@ -93,6 +97,8 @@ def collect(out: Path, per_class: int, seed: int) -> int:
                     "line_start": gate.is_line_start(ctx.line_prefix, ctx.kind),
                     "free_shown": free is not None,
                     "free_right": free is not None and exact_match(free, cursor.truth),
+                    "top_logprobs": list(top),
+                    "line_tokens": line_tokens(ctx.line_prefix),
                     "candidates": [{**dataclasses.asdict(c), "logprobs": list(s),
                                     "right": exact_match(c.text, cursor.truth)}
                                    for c, s in zip(ctx.candidates, scores, strict=True)]})
@@ -108,12 +114,14 @@ def design(rows: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, list[str
     xs, ys, ids, cursor_of = [], [], [], []
     for number, row in enumerate(rows):
         raws = row["candidates"]
-        scored = all_model_inputs([raw["logprobs"] for raw in raws])
+        scored = all_model_inputs([raw["logprobs"] for raw in raws],
+                                  row.get("top_logprobs", ()))
         for rank, (raw, model) in enumerate(zip(raws, scored, strict=True)):
             candidate = Candidate(**{k: raw[k] for k in Candidate.__dataclass_fields__}
                                   | {"sources": tuple(raw["sources"])})
             xs.append((model or [np.nan] * len(MODEL_FEATURES))
-                      + evidence_inputs(candidate, rank, len(raws), row["line_start"]))
+                      + evidence_inputs(candidate, rank, len(raws), row["line_start"],
+                                        row.get("line_tokens", 0)))
             ys.append(float(raw["right"]))
             ids.append(row["id"])
             cursor_of.append(number)
@@ -156,6 +164,27 @@ def choose_threshold(best: dict[int, tuple[float, bool]], rows: list[dict[str, A
     return (precise if precise is not None else chosen), table
 
 
+def choose_sure(best: dict[int, tuple[float, bool]], rows: list[dict[str, Any]], low: float
+                ) -> tuple[float, list[str]]:
+    """The threshold from which a pick is shown at once: below it (and from `low`) it yields
+    to what the model writes where the gate shows that. The highest at which the most cursors
+    end right, and the table it was chosen from."""
+    table, chosen, most = [], 1.0, -1
+    for sure in (*(t for t in THRESHOLDS if t >= low), 1.0):
+        right = 0
+        for cursor, (p, pick_right) in best.items():
+            row = rows[cursor]
+            if p >= sure or (p >= low and not row["free_shown"]):
+                right += pick_right
+            else:
+                right += row["free_right"]
+        if sure in (low, 1.0) or round(sure * 100) % 10 == 0:
+            table.append(f"  sure from {sure:.2f}: {right} right")
+        if right >= most:
+            chosen, most = sure, right
+    return chosen, table
+
+
 def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
     x, y, ids, cursor_of = design(rows)
     losses = {lam: log_loss(out_of_fold(x, y, ids, lam), y) for lam in PENALTIES}
@@ -166,18 +195,21 @@ def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
     model = Calibrator(tuple(map(float, mean)), tuple(map(float, std)),
                        tuple(map(float, w[1:])), float(w[0]))
     best = picks(held, y, cursor_of)
-    thresholds = {}
+    thresholds, sure = {}, {}
     for line_start in (False, True):
         group = {c: best[c] for c in best if rows[c]["line_start"] == line_start}
         thresholds[line_start], table = choose_threshold(group, rows)
+        sure[line_start], sure_table = choose_sure(group, rows, thresholds[line_start])
         print(f"{'line starts' if line_start else 'mid-line'}: {len(group)} cursors with "
-              f"candidates (out-of-fold probabilities); threshold {thresholds[line_start]}")
-        print("\n".join(table))
+              f"candidates (out-of-fold probabilities); threshold {thresholds[line_start]}, "
+              f"sure from {sure[line_start]}")
+        print("\n".join(table + sure_table))
     print(f"{len(y)} candidates of {len(rows)} cursors, {int(y.sum())} right; penalty {penalty}")
     for name, weight in zip(FEATURES, model.weight, strict=True):
         print(f"  {name:16s} {weight:+.3f}")
     return model.to_json(
         FEATURES, threshold=thresholds[False], line_start_threshold=thresholds[True],
+        sure_threshold=sure[False], line_start_sure_threshold=sure[True],
         penalty=penalty, candidates=len(y), cursors=len(rows),
         cv_log_loss={str(k): round(v, 4) for k, v in losses.items()},
         trained_on="the tune half of the held-out packages' cursors "

@@ -71,6 +71,12 @@ class Cursor:
         return not self.before.strip()
 
 
+def line_tokens(line_prefix: str) -> int:
+    """How many tokens the cursor's line holds before the cursor: a token match at least as
+    long covers the line's beginning, as an alike line does."""
+    return len(_TOKEN.findall(line_prefix))
+
+
 def cursor_at(text: str, offset: int) -> Cursor:
     start = text.rfind("\n", 0, offset) + 1
     end = text.find("\n", offset)

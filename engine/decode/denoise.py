@@ -360,7 +360,7 @@ def advance(model: Transformer, seq: Sequence, logits: Tensor) -> Draft:
     single-line hole, or the first masked position, which it reads from the cache as the
     mask it was. That pass would return these same logits for its rows, so its step
     commits from them at once instead ("Steps without a pass" above)."""
-    scored = judged(seq, logits) if seq.judged is not None else ()
+    scored, top = judged(seq, logits) if seq.judged is not None else ((), ())
     t1 = time.perf_counter()
     reusable, seq.wrote_cache = seq.wrote_cache, False
     first = masked_range(seq)[0]
@@ -375,13 +375,15 @@ def advance(model: Transformer, seq: Sequence, logits: Tensor) -> Draft:
     seq.rules.timings["sample"] += time.perf_counter() - t1
     finished = done(seq)
     new = draft(seq, finished, ("stop" if seq.stopped else "length") if finished else "")
-    return replace(new, choice_logprobs=scored) if scored else new
+    return replace(new, choice_logprobs=scored, top_logprobs=top) if scored else new
 
 
-def judged(seq: Sequence, logits: Tensor) -> tuple[tuple[float, ...], ...]:
+def judged(seq: Sequence, logits: Tensor
+           ) -> tuple[tuple[tuple[float, ...], ...], tuple[float, ...]]:
     """A judged request's choices scored by its first pass (InfillRequest.judge), where every
     hole position is masked (`logits` holds a row for each): per choice, the log-probability
-    of each of its tokens at its position, then that of an end token right after it."""
+    of each of its tokens at its position, then that of an end token right after it; and the
+    highest log-probability at each position."""
     assert seq.judged is not None
     choices, seq.judged = seq.judged, None
     logp = torch.log_softmax(logits.float(), dim=-1)
@@ -394,7 +396,7 @@ def judged(seq: Sequence, logits: Tensor) -> tuple[tuple[float, ...], ...]:
         at = torch.arange(len(tokens), device=logp.device)
         picked = logp[at, torch.tensor(tokens, dtype=torch.long, device=logp.device)]
         scored.append((*picked.tolist(), float(end[len(tokens)])))
-    return tuple(scored)
+    return tuple(scored), tuple(logp.max(dim=-1).values.tolist())
 
 
 def sees_nothing_new(seq: Sequence, changed: Tensor, shifted: bool) -> bool:

@@ -146,10 +146,11 @@ def test_a_judged_request_travels_and_one_without_choices_is_refused():
 
 def test_a_drafts_choice_scores_travel_and_only_where_it_has_some():
     scored = Draft(step=1, token_ids=[5], committed=0, text="",
-                   choice_logprobs=((-0.5, -1.25), ()))
+                   choice_logprobs=((-0.5, -1.25), ()), top_logprobs=(-0.25, -0.5))
     wire = json.loads(json.dumps(protocol.draft_to_wire(scored)))
     assert wire["choice_logprobs"] == [[-0.5, -1.25], []]
+    assert wire["top_logprobs"] == [-0.25, -0.5]
     assert protocol.draft_from_wire(wire) == scored
     plain = Draft(step=2, token_ids=[5], committed=1, text="x")
-    assert "choice_logprobs" not in protocol.draft_to_wire(plain)
+    assert not {"choice_logprobs", "top_logprobs"} & set(protocol.draft_to_wire(plain))
     assert protocol.draft_from_wire(protocol.draft_to_wire(plain)) == plain

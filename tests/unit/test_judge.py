@@ -111,12 +111,16 @@ def test_a_pick_the_user_asks_fewer_of_is_hidden_in_proportion():
     assert not judge_.hides(0.0, False, 0.0)  # the gate off
 
 
-def test_the_model_inputs_compare_each_candidate_with_the_best():
-    inputs = all_model_inputs([(-1.0, -3.0, -0.5), (), (-0.5, -0.5, -0.1)])
+def test_the_model_inputs_compare_each_candidate_with_the_best_and_the_models_pick():
+    top = (-0.25, -0.5, -0.1)
+    inputs = all_model_inputs([(-1.0, -3.0, -0.5), (), (-0.5, -0.5, -0.1)], top)
     assert len(inputs[0]) == len(MODEL_FEATURES) and inputs[1] == []
-    # mean, first, lowest, end, log(tokens), mean - best mean, first - best first
+    # mean, first, lowest, end, log(tokens), mean - best mean, first - best first,
+    # mean and first of (token - the model's pick there)
     assert inputs[0][:4] == [-2.0, -1.0, -3.0, -0.5]
-    assert inputs[0][5:] == [-1.5, -0.5] and inputs[2][5:] == [0.0, 0.0]
+    assert inputs[0][5:] == [-1.5, -0.5, -1.625, -0.75] and inputs[2][5:] == [0.0, 0.0, -0.125,
+                                                                              -0.25]
+    assert all_model_inputs([(-1.0, -0.5)])[0][7:] == [0.0, 0.0]  # no top: no gap
 
 
 def test_the_shipped_judge_prefers_what_the_model_is_sure_of_and_the_longer_match():
@@ -140,10 +144,11 @@ def test_a_judged_request_scores_each_choice_and_writes_as_an_unjudged_one(bundl
                            judge=True)
     plain_drafts = list(bundled_engine.infill_stream(plain))
     judged_drafts = list(bundled_engine.infill_stream(judged))
-    first = judged_drafts[0].choice_logprobs
+    first, top = judged_drafts[0].choice_logprobs, judged_drafts[0].top_logprobs
     tokens = bundled_engine.decoder.tokenize_choices(["iter(iterable)"], "")[0]
     assert len(first) == 2 and len(first[0]) == len(tokens) + 1 and first[1] == ()
-    assert all(v <= 0 for v in first[0])
+    assert len(top) == 16 and all(v <= best <= 0 for v, best
+                                  in zip(first[0][:-1], top[:len(tokens)], strict=True))
     assert [(d.token_ids, d.text) for d in judged_drafts] == [
         (d.token_ids, d.text) for d in plain_drafts]
     assert all(d.choice_logprobs == () for d in judged_drafts[1:])
@@ -171,3 +176,30 @@ def test_a_fit_on_cursors_whose_right_candidate_the_model_is_sure_of_picks_it(tm
     picked = fitted.pick([b, a], [(-6.0, -0.2), (-0.1, -0.2)], False)
     assert picked is not None and picked[0] is a
     assert fitted.pick([a, b], [(-6.0, -0.2), (-6.0, -0.2)], False) is None
+
+
+def unsure_judge() -> Judge:
+    """mean_logprob_judge, sure of nothing: every pick waits for the model's writing."""
+    return Judge(mean_logprob_judge().calibrator, 0.5, 0.5, 1.0, 1.0)
+
+
+def test_a_pick_the_judge_is_not_sure_of_yields_to_the_models_writing_the_gate_shows(
+        monkeypatch):
+    monkeypatch.setattr(pipeline_module, "judge", unsure_judge)
+    backend = engine(SURE)
+    completion, last = complete(backend)
+    assert (completion.text, completion.steps) == ("next(it)", 5)
+    assert last.text == "iter(iterable)" and last.written.text == "next(it)"
+    assert backend.taken == 2  # the whole of the model's writing was read
+
+
+def test_where_the_gate_hides_the_models_writing_the_unsure_pick_is_shown(monkeypatch):
+    monkeypatch.setattr(pipeline_module, "judge", unsure_judge)
+    request = CompletionRequest(SOURCE, CURSOR, language_for("python"))
+    # the gate's calibrator gives the writing (FREE) 0.09: hidden at 0.15, the default
+    pipeline = Pipeline(engine(SURE), Settings())
+    ctx, drafts = pipeline.start(request)
+    decided = pipeline.decide(request, ctx, last_draft(drafts))
+    assert (decided.text, decided.confidence) == ("iter(iterable)",
+                                                  pytest.approx(0.9525741268224334))
+    assert decided.below_gate is False

@@ -67,9 +67,11 @@ pass the client would throw away.
 "choices" (optional: a list of at most MAX_CHOICES strings, MAX_CHOICES_TEXT characters in
 all) restricts the hole to one of those texts or nothing (engine.types.InfillRequest,
 engine.text.choices): a next-edit suggestion's word, one of the new words of the edits it
-continues. With "judge": true as well, nothing is decoded: one pass scores every choice and
-the one draft (finish_reason "judged") carries "choice_logprobs", per choice the
-log-probability of each of its tokens and then of the hole's end (engine.types.Draft).
+continues. With "judge": true as well, the choices are scored, not imposed: the first pass
+scores every choice and the first draft carries "choice_logprobs", per choice the
+log-probability of each of its tokens and then of the hole's end, and "top_logprobs", the
+highest at each hole position (engine.types.Draft); the hole is written freely from that
+pass on.
 
 A Draft's finish_reason is "stop", "length", "unit", "judged", "cancelled", or "deadline":
 the request ran past the engine's --request-timeout (queued or denoising) and ends with the
@@ -102,7 +104,7 @@ from engine.serve.admit import ProtocolError
 from engine.types import Draft, HolesRequest, InfillRequest, RewriteRequest, SamplerSettings, Score
 
 # 2: every door's requests admitted by engine.serve.admit; no older peer served.
-# 3: judged requests ("judge", "choice_logprobs").
+# 3: judged requests ("judge", "choice_logprobs", "top_logprobs").
 VERSION = 3
 MAX_MESSAGE = 8 * 1024 * 1024  # a 256-token canvas's text is a few KB; this is generous
 MAX_UNAUTHENTICATED = 4096  # a TCP peer's first frame: a hello with its token
@@ -290,7 +292,7 @@ def draft_to_wire(draft: Draft) -> dict[str, Any]:
     if not draft.holes:  # only a "holes" request's drafts carry them
         del raw["holes"]
     if not draft.choice_logprobs:  # only a judged request's draft carries them
-        del raw["choice_logprobs"]
+        del raw["choice_logprobs"], raw["top_logprobs"]
     return raw
 
 
@@ -298,7 +300,8 @@ def draft_from_wire(raw: dict[str, Any], score: Any = None) -> Draft:
     """The Draft of a reply's "draft" and "score" fields; a score that is missing (a family
     that records none) or malformed is None: the completion is shown ungated."""
     return Draft(**dict(raw, holes=tuple(raw.get("holes", ())),
-                        choice_logprobs=tuple(tuple(c) for c in raw.get("choice_logprobs", ()))),
+                        choice_logprobs=tuple(tuple(c) for c in raw.get("choice_logprobs", ())),
+                        top_logprobs=tuple(raw.get("top_logprobs", ()))),
                  score=score_from_wire(score))
 
 
