@@ -11,8 +11,8 @@ goes on to type. The most probable candidate is shown when that probability reac
 threshold of its cursor (a line's start has its own: what the previous lines predict is right
 less often than what a begun line's beginning does); else the model writes the hole itself.
 A pick below the `sure` threshold waits for that writing and yields to it where the gate
-shows it (`return self.items.` in `def pop`: the file's `self.items.append(item)` is a token
-match, the model writes `pop()`).
+shows it (in the example stack's pop method the push method's line is a token match of the
+cursor's, and the model writes the pop call itself).
 The probability is the completion's confidence: the gate reads it as it reads the
 calibrator's for a written one.
 
@@ -128,8 +128,8 @@ def evidence_inputs(candidate: Candidate, rank: int, count: int, line_start: boo
                     tokens: int = 0) -> list[float]:
     """The retrieval's evidence for a candidate, the `rank`th of `count`, at a cursor whose
     line holds `tokens` before it: whether its match covers the line's beginning (a token
-    match of `self.items.` continues `return self.items.` less surely than a line that
-    began `return self.items.` does)."""
+    match of an attribute's last names continues a return statement less surely than a line
+    that began with the same return does)."""
     covers = (LINE in candidate.sources or PREVIOUS in candidate.sources
               or candidate.match >= tokens)
     return [float(candidate.where == FILE), float(LINE in candidate.sources),
