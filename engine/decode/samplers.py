@@ -18,6 +18,7 @@ order a kernel happens to sort in.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import torch
@@ -26,6 +27,9 @@ from torch import Tensor
 from engine.decode.policy import load_policy, policy_features
 from engine.kernels import fused_stats
 from engine.types import SAMPLERS, SamplerSettings
+
+# The rules that read each position's entropy; the others' steps skip computing it.
+NEEDS_ENTROPY = ("entropy", "learned")
 
 
 def adjust_logits(
@@ -56,9 +60,11 @@ def allowed_mask(ids: frozenset[int] | None, vocab_size: int, device: torch.devi
 
 
 def propose(
-    logits: Tensor, temperature: float, generator: torch.Generator | None = None
+    logits: Tensor, temperature: float, generator: torch.Generator | None = None,
+    entropy: bool = True,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """(tokens, confidence, entropy), each [n], from float logits [n, V].
+    """(tokens, confidence, entropy), each [n], from float logits [n, V]; `entropy=False`:
+    the entropy may be NaN, not computed (engine.kernels.sampling.torch_stats).
 
     Greedy (temperature 0, the interactive default): the argmax logit, lowest id on ties, in
     one fused pass over the vocabulary where a triton kernel runs (engine.kernels). A draw
@@ -67,13 +73,14 @@ def propose(
     stream.
     """
     if temperature <= 0:
-        return fused_stats(logits)
+        return fused_stats(logits, entropy=entropy)
     probs = torch.softmax(logits.float() / temperature, dim=-1)
     tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
     confidence = probs.gather(-1, tokens[:, None]).squeeze(-1)
+    if not entropy:
+        return tokens, confidence, torch.full_like(confidence, math.nan)
     logp = torch.log(probs.clamp_min(torch.finfo(probs.dtype).tiny))
-    entropy = -(probs * logp).sum(-1)
-    return tokens, confidence, entropy
+    return tokens, confidence, -(probs * logp).sum(-1)
 
 
 def _rank(score: Tensor, masked: Tensor, descending: bool) -> Tensor:
@@ -159,7 +166,8 @@ def step(
 
     `stop_ids` (the tokens that end a completion) and `fresh` (this pass refreshed the
     context cache) are features of the learned sampler; the other rules ignore them."""
-    tokens, confidence, entropy = propose(logits, settings.temperature, generator)
+    tokens, confidence, entropy = propose(logits, settings.temperature, generator,
+                                          entropy=settings.sampler in NEEDS_ENTROPY)
     probability = None
     if settings.sampler == "learned":
         features = policy_features(logits, tokens, confidence, entropy, masked, stop_ids, fresh)

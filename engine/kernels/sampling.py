@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import math
 from functools import cache
 from types import ModuleType
 
@@ -40,17 +41,21 @@ BLOCK = 2048  # vocabulary tile streamed per loop iteration
 MIN_CHUNK = 16384  # a row is split into chunks of at least this many logits
 
 
-def torch_stats(logits: Tensor, temperature: float = 0.0) -> tuple[Tensor, Tensor, Tensor]:
-    """(token, confidence, entropy), each [n], with torch ops; the reference semantics."""
+def torch_stats(logits: Tensor, temperature: float = 0.0, entropy: bool = True
+                ) -> tuple[Tensor, Tensor, Tensor]:
+    """(token, confidence, entropy), each [n], with torch ops; the reference semantics.
+    `entropy=False`: the entropy is NaN, not computed (its log and two more reads of [n, V]
+    are most of the cost on the CPU, and only two samplers read it)."""
     x = logits.float()
     tokens = x.argmax(dim=-1)
     if temperature > 0:
         x = x / temperature
     probs = torch.softmax(x, dim=-1)
     confidence = probs.gather(-1, tokens[:, None]).squeeze(-1)
+    if not entropy:
+        return tokens, confidence, torch.full_like(confidence, math.nan)
     logp = torch.log(probs.clamp_min(torch.finfo(probs.dtype).tiny))
-    entropy = -(probs * logp).sum(-1)
-    return tokens, confidence, entropy
+    return tokens, confidence, -(probs * logp).sum(-1)
 
 
 def _kernels() -> ModuleType:
@@ -141,8 +146,10 @@ def use_triton(logits: Tensor) -> bool:
     return not _failed and wanted(logits)
 
 
-def fused_stats(logits: Tensor, temperature: float = 0.0) -> tuple[Tensor, Tensor, Tensor]:
-    """(token, confidence, entropy) per row of `logits` [n, V]: triton where it runs, else torch.
+def fused_stats(logits: Tensor, temperature: float = 0.0, entropy: bool = True
+                ) -> tuple[Tensor, Tensor, Tensor]:
+    """(token, confidence, entropy) per row of `logits` [n, V]: triton where it runs, else torch
+    (there, with `entropy=False`, the entropy is NaN: see `torch_stats`; triton's is free).
 
     If the kernels fail to build or launch (an unsupported GPU, a broken triton install), the
     error is logged once and torch takes over for the rest of the process.
@@ -154,4 +161,4 @@ def fused_stats(logits: Tensor, temperature: float = 0.0) -> tuple[Tensor, Tenso
         except Exception:  # any failure of an optional accelerator path
             _failed = True
             log.exception("triton sampling kernels failed; using the torch fallback from now on")
-    return torch_stats(logits, temperature)
+    return torch_stats(logits, temperature, entropy)

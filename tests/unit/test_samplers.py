@@ -35,6 +35,30 @@ def test_propose_greedy_takes_argmax_with_its_probability_and_entropy() -> None:
     assert entropy[1].item() == pytest.approx(math.log(3))
 
 
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_propose_without_entropy_gives_the_same_tokens_and_confidence(temperature: float) -> None:
+    # The samplers that never read the entropy skip it (its log over the vocabulary is most
+    # of a CPU step's sampling): the tokens and their probabilities stay the very same.
+    logits = torch.randn(5, 300, generator=torch.Generator().manual_seed(3))
+    full = propose(logits, temperature, torch.Generator().manual_seed(9))
+    lean = propose(logits, temperature, torch.Generator().manual_seed(9), entropy=False)
+    assert torch.equal(full[0], lean[0]) and torch.equal(full[1], lean[1])
+    assert bool(lean[2].isnan().all()) and not bool(full[2].isnan().any())
+
+
+@pytest.mark.parametrize("sampler", ["topk", "threshold", "entropy", "learned"])
+def test_a_step_computes_the_entropy_only_for_the_rules_that_read_it(
+        sampler: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import engine.decode.samplers as samplers
+
+    asked: list[bool] = []
+    real = samplers.propose
+    monkeypatch.setattr(samplers, "propose", lambda *a, entropy=True: asked.append(entropy)
+                        or real(*a, entropy=entropy))
+    step(torch.randn(4, 50), torch.ones(4, dtype=torch.bool), SamplerSettings(sampler=sampler))
+    assert asked == [sampler in ("entropy", "learned")]
+
+
 def test_propose_with_temperature_is_deterministic_under_a_seed() -> None:
     logits = torch.zeros(64, 100)
     draw = [propose(logits, 1.0, torch.Generator().manual_seed(s))[0].tolist() for s in (7, 7, 8)]
