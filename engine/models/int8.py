@@ -8,13 +8,22 @@ model in float32; `quantize_int8` quantizes a model already loaded.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
 import warnings
 
 import torch
+from safetensors import safe_open
 from torch import nn
 
-from engine.models.checkpoint import Checkpoint, load_model, meta_model, read_tensor
+from engine.models.checkpoint import (
+    FLOAT_DTYPES,
+    Checkpoint,
+    load_model,
+    meta_model,
+    read_tensor,
+)
 from engine.models.config import CheckpointError
 
 log = logging.getLogger(__name__)
@@ -39,15 +48,66 @@ def quantize_int8(model: nn.Module) -> nn.Module:
 
 def _quantize_in_place(module: nn.Module) -> nn.Module:
     """`module` with its `nn.Linear` layers quantized as `quantize_int8` does, in place (no
-    copy of the float weights): `load_int8`, one layer at a time."""
+    copy of the float weights): `load_int8`, one layer at a time. The float layers it replaces
+    let go of their weights at once: quantize_dynamic leaves them in reference cycles, which
+    would hold every layer's float32 weights until the collector ran."""
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
+    floats = [m for m in module.modules() if isinstance(m, nn.Linear)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if isinstance(module, nn.Linear):  # quantize_dynamic swaps children, not the root
-            return quantize_dynamic(nn.Sequential(module), {nn.Linear:
-                                    per_channel_dynamic_qconfig}, inplace=True)[0]
-        return quantize_dynamic(module, {nn.Linear: per_channel_dynamic_qconfig}, inplace=True)
+            module = quantize_dynamic(nn.Sequential(module), {nn.Linear:
+                                      per_channel_dynamic_qconfig}, inplace=True)[0]
+        else:
+            module = quantize_dynamic(module, {nn.Linear: per_channel_dynamic_qconfig},
+                                      inplace=True)
+    for linear in floats:
+        linear.weight = linear.bias = None
+    return module
+
+
+class WidenedEmbedding(nn.Embedding):
+    """An embedding kept in its checkpoint's 16-bit dtype, its rows widened to float32 as they
+    are read: the very values a float32 copy holds (widening is exact), in half the memory."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return super().forward(input).float()
+
+
+def _stored_dtype(file: object, name: str) -> torch.dtype | None:
+    with safe_open(str(file), framework="pt") as f:
+        return FLOAT_DTYPES.get(f.get_slice(name).get_dtype())
+
+
+def _embedding(model: nn.Module, ckpt_name: str, file: object) -> None:
+    """The embedding read as `load_int8` keeps it: in its stored dtype where that is 16-bit
+    (a float32 copy would hold the same values in twice the memory), else in float32."""
+    stored = _stored_dtype(file, ckpt_name)
+    dtype = stored if stored in (torch.bfloat16, torch.float16) else torch.float32
+    weight = read_tensor(file, ckpt_name, torch.device("cpu"), dtype)
+    if dtype != torch.float32:
+        model.model.embed_tokens = WidenedEmbedding(*weight.shape, _weight=weight)
+    else:
+        model.model.embed_tokens.load_state_dict({"weight": weight}, assign=True)
+
+
+def _head(model: nn.Module, ckpt_name: str, file: object) -> None:
+    """The head read in float32 and quantized at once (its float32 copy then goes): tied, from
+    the embedding's tensor, as quantize_dynamic reaches it."""
+    head = model.lm_head
+    with torch.device("meta"):
+        head = nn.Linear(head.in_features, head.out_features, bias=False)
+    head.weight = nn.Parameter(read_tensor(file, ckpt_name, torch.device("cpu"),
+                                           torch.float32), requires_grad=False)
+    model.lm_head = _quantize_in_place(head)
+
+
+def _trim_heap() -> None:
+    """What a layer's float32 copies took given back to the system: glibc's heap otherwise
+    keeps the pages between the int8 layers."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def load_int8(ckpt: Checkpoint) -> tuple[nn.Module, bool]:
@@ -55,7 +115,8 @@ def load_int8(ckpt: Checkpoint) -> tuple[nn.Module, bool]:
     same modules and the same int8 weights, built a layer at a time on the CPU: each layer is
     read in float32, fused and quantized before the next is read. The process then never
     holds more float32 weights than the embedding, the norms and one layer, where loading the
-    whole model first held all of them (and quantize_dynamic's deep copy, a second time).
+    whole model first held all of them (and quantize_dynamic's deep copy, a second time). The
+    head is quantized first, and a 16-bit embedding stays 16-bit (`WidenedEmbedding`).
     With it, whether it is quantized: a torch without int8 layers gets the float32 model."""
     try:
         import torch.ao.quantization  # noqa: F401
@@ -63,13 +124,17 @@ def load_int8(ckpt: Checkpoint) -> tuple[nn.Module, bool]:
         return load_model(ckpt, "cpu", "float32").fuse_projections(), False
     model, plan = meta_model(ckpt)
     cpu, f32 = torch.device("cpu"), torch.float32
-    layers: dict[int, dict[str, torch.Tensor]] = {}
+    layers: dict[int, dict[str, tuple[str, object]]] = {}
     rest: dict[str, torch.Tensor] = {}
+    tied = model.cfg.tie_word_embeddings
+    _head(model, *plan["model.embed_tokens.weight" if tied else "lm_head.weight"])
+    _trim_heap()
+    _embedding(model, *plan["model.embed_tokens.weight"])
     for ours, (ckpt_name, file) in plan.items():
         if ours.startswith("model.layers."):
             _, _, index, name = ours.split(".", 3)
             layers.setdefault(int(index), {})[name] = (ckpt_name, file)
-        else:
+        elif ours not in ("model.embed_tokens.weight", "lm_head.weight"):
             rest[ours] = read_tensor(file, ckpt_name, cpu, f32)
     for index, block in enumerate(model.model.layers):
         block.load_state_dict({name: read_tensor(file, ckpt_name, cpu, f32)
@@ -78,15 +143,12 @@ def load_int8(ckpt: Checkpoint) -> tuple[nn.Module, bool]:
         block.self_attn.fuse()
         block.mlp.fuse()
         model.model.layers[index] = _quantize_in_place(block)
+        _trim_heap()
     # Module by module: the quantized layers' state has other names than the checkpoint's.
     for module in {name.rpartition(".")[0] for name in rest}:
         model.get_submodule(module).load_state_dict(
             {name.removeprefix(module + "."): t for name, t in rest.items()
              if name.rpartition(".")[0] == module}, strict=True, assign=True)
-    if model.cfg.tie_word_embeddings:
-        model.lm_head.weight = model.model.embed_tokens.weight  # one tensor, as load_model
-    # The head last, as quantize_dynamic reaches it: the embedding stays float32.
-    model.lm_head = _quantize_in_place(model.lm_head)
     for name, t in list(model.named_parameters()) + list(model.named_buffers()):
         if t.is_meta:
             raise CheckpointError(f"{ckpt.path}: '{name}' was not initialized by the checkpoint")

@@ -39,3 +39,13 @@ def test_tied_untied_and_sharded(tmp_path):
         model, quantized = load_int8(ckpt)
         assert quantized
         assert not any(isinstance(m, torch.nn.Linear) for m in model.modules())
+
+
+def test_a_16_bit_embedding_stays_16_bit_and_a_float32_one_float32(tmp_path):
+    # Widened as it is read, a bfloat16 embedding gives the float32 copy's very values (the
+    # logits above are bit-identical) in half the memory; the head is int8 either way.
+    for dtype in (torch.bfloat16, torch.float32):
+        folder = write_dream_checkpoint(tmp_path / str(dtype), tie=True, dtype=dtype)
+        model, _ = load_int8(read_checkpoint(folder))
+        assert model.model.embed_tokens.weight.dtype == dtype
+        assert model.model.embed_tokens(torch.tensor([[1, 2]])).dtype == torch.float32
