@@ -37,6 +37,7 @@ import platform
 import shutil
 import statistics
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -56,11 +57,18 @@ DAMPING = 1e-3
 # A shape: the masked checkpoint, its autoregressive twin, and overrides on both configs.
 TINY = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
         "num_key_value_heads": 2}
-SHAPES: dict[str, tuple[str, str, dict[str, Any], int | None]] = {
+SHAPES: dict[str, tuple[str, str | None, dict[str, Any], int | None]] = {
     "open-dcoder-0.5b": ("open-dcoder-0.5b", "qwen2.5-coder-0.5b", {}, None),
+    # No twin: a second 7B checkpoint would double a 15 GB write, and a 7B GGUF written by the
+    # gguf package's quantizer in Python costs more again; the masked side alone, one row.
+    "dream-coder-7b": ("dream-coder-7b", None, {}, None),
     # For the tests: the same vocabulary and tokenizer, two narrow layers.
     "tiny": ("open-dcoder-0.5b", "qwen2.5-coder-0.5b", TINY, 2),
 }
+# Shapes timed at the asked --tokens-per-pass only: each K is a load of the model (minutes).
+ONE_K_SHAPES = ("dream-coder-7b",)
+NO_TWIN = ("no autoregressive twin is written at this shape (a second 7B checkpoint and its "
+           "GGUF cost more disk and time than this section's one row)")
 SHAPE_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
               "num_key_value_heads", "vocab_size", "tie_word_embeddings")
 
@@ -76,7 +84,7 @@ def add_arguments(parser: Any) -> None:
                         help=f"real-shape section: the engines' dtype: {DTYPE_HELP}")
     parser.add_argument("--tokens-per-pass", type=int, default=2, choices=(1, 2, 4, 8, 16),
                         help="real-shape section: positions committed per pass (1, 2 and 4 "
-                        "are always reported)")
+                        "are always reported, but at dream-coder-7b: a load each)")
     parser.add_argument("--threads", type=bounded_argument(ENGINE_THREADS_RANGE),
                         default=os.cpu_count() or 1,
                         help="real-shape section: CPU threads of every engine and of "
@@ -111,13 +119,14 @@ def missing_writers() -> str | None:
     return None
 
 
-def write_shape(shape: str, cache: Path | None = None) -> tuple[Path, Path]:
-    """(masked checkpoint, AR twin) of `shape`, written once with random weights."""
+def write_shape(shape: str, cache: Path | None = None) -> tuple[Path, Path | None]:
+    """(masked checkpoint, AR twin or None where the shape has none) of `shape`, written once
+    with random weights."""
     masked, twin, overrides, layers = SHAPES[shape]
     folder = (cache or cache_folder()) / shape
-    pair = folder / "masked", folder / "ar"
+    pair = folder / "masked", None if twin is None else folder / "ar"
     for out, name in zip(pair, (masked, twin), strict=True):
-        if not (out / "done").exists():
+        if out is not None and name is not None and not (out / "done").exists():
             _write_checkpoint(out, name, overrides, layers)
     return pair
 
@@ -149,22 +158,30 @@ def stop_ids(tokenizer: Any) -> list[int]:
 
 
 def _damp_rows(file: Path, ids: list[int]) -> None:
-    from safetensors.torch import load_file, save_file
+    """Rows `ids` of the head scaled by DAMPING in place, in the file mapped (a 7B shape's
+    file is larger than the memory left beside it): untied, the head alone decides and the
+    embedding stays as drawn; tied, the one stored tensor is the embedding."""
+    import struct
 
-    tensors = load_file(str(file))
-    for name in ("lm_head.weight", "model.embed_tokens.weight"):
-        if name in tensors:
-            tensors[name][ids] *= DAMPING
-            if name == "lm_head.weight":
-                break  # untied: the head alone decides; the embedding stays as drawn
-    save_file(tensors, str(file), metadata={"format": "pt"})
+    import torch
+
+    with file.open("rb") as f:
+        size = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(size))
+    name = "lm_head.weight" if "lm_head.weight" in header else "model.embed_tokens.weight"
+    entry = header[name]
+    dtype = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}[entry["dtype"]]
+    begin, end = (8 + size + offset for offset in entry["data_offsets"])
+    data = torch.from_file(str(file), shared=True, size=file.stat().st_size, dtype=torch.uint8)
+    data[begin:end].view(dtype).view(entry["shape"])[ids] *= DAMPING
 
 
 def real_shape_section(cursors: list, args: Any) -> dict[str, Any]:
     """The whole section: the shape, the machine, and the three columns."""
     masked, twin = write_shape(args.shape)
     raw = json.loads((masked / "config.json").read_text())
-    tokens_per_pass = sorted({*TOKENS_PER_PASS, args.tokens_per_pass})
+    tokens_per_pass = ([args.tokens_per_pass] if args.shape in ONE_K_SHAPES
+                       else sorted({*TOKENS_PER_PASS, args.tokens_per_pass}))
     report: dict[str, Any] = {
         "shape_name": args.shape, "shape": {k: raw[k] for k in SHAPE_KEYS},
         "dtype": args.dtype, "line_tokens": LINE_TOKENS, "cursors": len(cursors),
@@ -175,13 +192,15 @@ def real_shape_section(cursors: list, args: Any) -> dict[str, Any]:
     try:
         report["dg"] = [{"tokens_per_pass": k, **_through_server(masked, cursors, args, k)}
                         for k in tokens_per_pass]
-        report["ar_ours"] = {"family": "ar", **_through_server(twin, cursors, args, None)}
+        report["ar_ours"] = ({"family": "ar", "missing": NO_TWIN} if twin is None else
+                             {"family": "ar", **_through_server(twin, cursors, args, None)})
     finally:
         if previous is None:
             os.environ.pop("OMP_NUM_THREADS", None)
         else:
             os.environ["OMP_NUM_THREADS"] = previous
-    report["ar_peer"] = _peer(twin, cursors, args)
+    report["ar_peer"] = (_peer(twin, cursors, args) if twin is not None else
+                         [{"engine": "llama.cpp", "missing": NO_TWIN}])
     quant = "Q8_0" if args.dtype in ("auto", "int8") else "F16"
     dg = next(r for r in report["dg"] if r["tokens_per_pass"] == args.tokens_per_pass)
     peer = next((r for r in report["ar_peer"] if r.get("quant") == quant), None)
@@ -230,7 +249,9 @@ async def _replay(model: Path, cursors: list, dtype: str, k: int | None) -> dict
     counts: dict[str, list[tuple[int, int, float]]] = {name: [] for name in REQUESTS}
     with tempfile.TemporaryDirectory() as runtime:
         session = Session(str(model), "cpu", [], runtime, settings_for(dtype, k))
-        await session.start()
+        started = time.perf_counter()
+        await session.start()  # the engine loads the model on its first, untimed, request
+        load_s = round(time.perf_counter() - started, 1)
         try:
             engine = _engine_client(runtime)
             for case in cursors:
@@ -256,7 +277,7 @@ async def _replay(model: Path, cursors: list, dtype: str, k: int | None) -> dict
             await session.stop()
     out: dict[str, Any] = {name: {**_percentiles(times[name]), **_passes(counts[name])}
                            for name in times}
-    return {**out, "engine_threads": threads, "peak_rss_mb": peak}
+    return {**out, "engine_threads": threads, "peak_rss_mb": peak, "load_s": load_s}
 
 
 def _kind(request: str, text: str, offset: int) -> str:
@@ -408,12 +429,13 @@ def table_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
         if "missing" in r:
             rows.append({"column": name, "requests": "-", "count": 0, "p50Ms": None,
                          "p95Ms": None, "passes": None, "tokensPerPass": None,
-                         "note": f"missing: {r['missing']}"})
+                         "peakRssMb": None, "loadS": None, "note": f"missing: {r['missing']}"})
             continue
         for request in ("cold", "warm"):
             m = r[request]
             rows.append({"column": name, "requests": request, "count": m["count"],
                          "p50Ms": m["p50_ms"], "p95Ms": m["p95_ms"],
                          "passes": m.get("passes"), "tokensPerPass": m.get("tokens_per_pass"),
+                         "peakRssMb": r.get("peak_rss_mb"), "loadS": r.get("load_s"),
                          "note": ""})
     return rows
