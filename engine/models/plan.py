@@ -1,4 +1,5 @@
-"""`dg-engine plan`: the memory a model needs, from its config alone, and where it fits.
+"""`dg-engine plan`: the memory a model needs, from its config alone, and where it fits; on
+this machine's CPU, with it, what a line is expected to cost (engine.models.latency).
 
     dg-engine plan --model DIR_OR_CONFIG [--device cpu|cuda|auto] [--dtype bf16|fp32|int8|int4]
                    [--memory-gb 24 80 141]
@@ -207,13 +208,31 @@ def run(args: argparse.Namespace) -> int:
         memories = [(f"{label} ({memory / GB:.0f} GB)", memory)]
         device = "cpu" if label == "this machine's RAM" else "cuda"
     result = plan(raw, args.dtype, device, name)
+    line = None
+    if device == "cpu" and not args.memory_gb and not args.no_latency:
+        from engine.models.latency import estimate_line
+
+        line = estimate_line(config_from_hf(raw), result.dtype)
     if args.json:
         print(json.dumps({**asdict(result), "memories": memories,
                           "fits": {label: {b: result.fits(b, m) for b in BATCHES}
-                                   for label, m in memories}}))
+                                   for label, m in memories},
+                          "line": None if line is None else asdict(line)}))
     else:
         print(format_plan(result, memories))
+        if line is not None:
+            print(format_line(line))
     return 0
+
+
+def format_line(line: Any) -> str:
+    """The expected latency of a line on this CPU (engine.models.latency), and its basis."""
+    from engine.models.latency import LINE_TOKENS, TOKENS_PER_PASS
+
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (f"  a warm {LINE_TOKENS}-token line at {TOKENS_PER_PASS} tokens a pass, "
+            f"{line.threads} thread{'s' if line.threads > 1 else ''}: about {line.ms:,.0f} ms "
+            f"on this CPU (an estimate: {line.basis}; load average {load})")
 
 
 def register(sub: Any) -> None:
@@ -226,5 +245,8 @@ def register(sub: Any) -> None:
     parser.add_argument("--dtype", default="bf16", choices=sorted(DTYPE_NAMES))
     parser.add_argument("--memory-gb", type=bounded_argument(MEMORY_GB_RANGE), nargs="+",
                         help="compare with devices of these sizes instead of this machine's")
+    parser.add_argument("--no-latency", action="store_true",
+                        help="skip the expected latency of a line on this CPU (it times one "
+                        "layer at the model's shape: seconds for a 7B model)")
     parser.add_argument("--json", action="store_true", help="the figures as JSON")
     parser.set_defaults(func=run)

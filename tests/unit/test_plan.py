@@ -111,3 +111,38 @@ def test_command_plans_int4(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     out = json.loads(capsys.readouterr().out)
     assert out["dtype"] == "int4"
     assert out["weights"] == plan(DREAM, "int4", "cuda", "tiny").weights
+
+
+def test_command_on_this_cpu_prints_a_lines_expected_latency_and_its_basis(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(DREAM))
+    assert main(["plan", "--model", str(tmp_path), "--device", "cpu", "--dtype", "int8"]) == 0
+    text = capsys.readouterr().out
+    assert "a warm 16-token line at 2 tokens a pass, 1 thread: about " in text
+    assert "an estimate: one int8 layer at this shape timed here" in text
+    assert main(["plan", "--model", str(tmp_path), "--device", "cpu", "--no-latency"]) == 0
+    assert "line" not in capsys.readouterr().out
+    assert main(["plan", "--model", str(tmp_path), "--memory-gb", "24", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["line"] is None  # not this machine: no timing
+
+
+def test_a_lines_estimate_is_its_passes_layers_and_head_from_the_timed_layer(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import engine.models.latency as latency
+    from engine.models.config import config_from_hf
+
+    # A layer over r rows takes r ms: the passes' layer rows times the layers, and the head
+    # rows times the head's weights over a layer's.
+    monkeypatch.setattr(latency, "_time_rows", lambda block, cfg, rows, dtype: rows / 1000)
+    line = latency.estimate_line(config_from_hf(DREAM), "int8")
+    assert line is not None and line.layer_ms == {12: 12, 16: 16, 48: 48, 64: 64}
+    head_share = H * V / LAYER_MATRICES
+    layers = (64 + 48 + 6 * 12) * L
+    heads = (16 + 12 + 6 * 12) * head_share
+    assert line.ms == round(layers + heads)
+    assert latency.estimate_line(config_from_hf(DREAM), "int4") is None
+    ar = {**DREAM, "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2"}
+    ar.pop("mask_token_id")
+    assert latency.estimate_line(config_from_hf(ar), "int8") is None
