@@ -134,6 +134,18 @@ def _kv_per_token(cfg: ModelConfig, act_bytes: int) -> int:
     return total
 
 
+def _int8_embedding_on_cpu(cfg: ModelConfig, raw: dict[str, Any]) -> int:
+    """What the CPU's int8 load (engine.models.int8.load_int8) holds beside `weight_bytes`'
+    float32 embedding: a 16-bit embedding as stored (the config's `torch_dtype`) stays 16-bit,
+    and a head tied to it is quantized into an int8 copy of its own."""
+    embedding = cfg.vocab_size * cfg.hidden_size
+    stored = DTYPE_BYTES.get(raw.get("torch_dtype", "float32"), 4)
+    extra = (min(stored, 4) - 4) * embedding
+    if cfg.tie_word_embeddings:
+        extra += embedding + 4 * cfg.vocab_size
+    return extra
+
+
 def plan(raw: dict[str, Any], dtype: str = "bfloat16", device: str = "cuda",
          name: str = "model") -> Plan:
     """The memory `raw` (a config.json dict) needs in `dtype` on a `device` of that type."""
@@ -145,6 +157,8 @@ def plan(raw: dict[str, Any], dtype: str = "bfloat16", device: str = "cuda",
     # bf16 on a GPU.
     compute = DTYPE_BYTES[dtype] if dtype not in QUANTIZED else (4 if device == "cpu" else 2)
     params, weights = weight_bytes(_meta_model(cfg), dtype, compute)
+    if dtype == "int8" and device == "cpu" and cfg.family != "block":
+        weights += _int8_embedding_on_cpu(cfg, raw)
     vocab = raw["text_config"]["vocab_size"] if cfg.family == "block" else cfg.vocab_size
     canvas = raw.get("canvas_length", CANVAS) if cfg.family == "block" else CANVAS
     per_token = _kv_per_token(cfg, compute)

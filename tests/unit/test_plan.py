@@ -42,6 +42,18 @@ def test_int8_quantizes_the_matrices_but_not_the_embedding() -> None:
     assert cpu.kv[1] == 2 * p.kv[1]
 
 
+def test_int8_on_the_cpu_keeps_a_16_bit_embedding_and_quantizes_a_tied_head_apart() -> None:
+    # engine.models.int8.load_int8: the embedding as stored where it is 16-bit; a tied head
+    # gets an int8 copy (a byte a weight and a float32 scale a row).
+    untied = plan(DREAM, "int8", "cpu", "tiny")
+    bf16 = plan({**DREAM, "torch_dtype": "bfloat16"}, "int8", "cpu", "tiny")
+    assert bf16.weights == untied.weights - 2 * V * H
+    tied = plan({**DREAM, "torch_dtype": "bfloat16", "tie_word_embeddings": True}, "int8",
+                "cpu", "tiny")
+    assert tied.parameters == bf16.parameters - V * H
+    assert tied.weights == bf16.weights  # the same bytes: an int8 head, a 16-bit embedding
+
+
 def test_int4_counts_half_a_byte_a_weight_and_a_scale_and_zero_a_group() -> None:
     p = plan(DREAM, "int4", "cuda", "tiny")
     # Every matrix but the embedding has 64 or 128 input features: whole groups of 64.
