@@ -27,6 +27,11 @@ is answered from the server's cache and counted apart):
   which vendors the whole llama.cpp tree: `build_llama_server`) serving the twin's very
   weights as a GGUF at Q8_0 and F16, through `/infill` with `cache_prompt`, the same prefix and
   suffix the engine's canvas holds, `n_predict` LINE_TOKENS with the end of text ignored.
+
+The two columns of `ratio_p50` (dg at the asked K, llama.cpp at the quantization of the asked
+dtype) run first and back to back, so that the machine's other work weighs on both alike.
+`--shape dream-coder-7b` times the masked side alone, at the asked K (each K is a load of the
+model).
 """
 
 from __future__ import annotations
@@ -187,22 +192,20 @@ def real_shape_section(cursors: list, args: Any) -> dict[str, Any]:
         "dtype": args.dtype, "line_tokens": LINE_TOKENS, "cursors": len(cursors),
         "keystrokes_per_cursor": KEYSTROKES, "machine": machine(),
         "threads": {"engine": args.threads, "llama_server": args.threads}}
-    previous = os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # the engines the servers start
-    try:
-        report["dg"] = [{"tokens_per_pass": k, **_through_server(masked, cursors, args, k)}
-                        for k in tokens_per_pass]
-        report["ar_ours"] = ({"family": "ar", "missing": NO_TWIN} if twin is None else
-                             {"family": "ar", **_through_server(twin, cursors, args, None)})
-    finally:
-        if previous is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
-        else:
-            os.environ["OMP_NUM_THREADS"] = previous
-    report["ar_peer"] = (_peer(twin, cursors, args) if twin is not None else
-                         [{"engine": "llama.cpp", "missing": NO_TWIN}])
     quant = "Q8_0" if args.dtype in ("auto", "int8") else "F16"
-    dg = next(r for r in report["dg"] if r["tokens_per_pass"] == args.tokens_per_pass)
+    # The ratio's two columns first and back to back, so the machine's other work weighs on
+    # both alike; then the rest.
+    k = args.tokens_per_pass
+    dg = {"tokens_per_pass": k, **_dg_column(masked, cursors, args, k)}
+    peers = _peers(twin, cursors, args, [quant])
+    rows = [dg] + [{"tokens_per_pass": other, **_dg_column(masked, cursors, args, other)}
+                   for other in tokens_per_pass if other != k]
+    report["dg"] = sorted(rows, key=lambda row: row["tokens_per_pass"])
+    report["ar_ours"] = ({"family": "ar", "missing": NO_TWIN} if twin is None else
+                         {"family": "ar", **_dg_column(twin, cursors, args, None)})
+    peers += _peers(twin, cursors, args, [q for q in QUANTS if q != quant])
+    unique = [row for i, row in enumerate(peers) if row not in peers[:i]]  # one "missing"
+    report["ar_peer"] = sorted(unique, key=lambda row: QUANTS.index(row.get("quant", quant)))
     peer = next((r for r in report["ar_peer"] if r.get("quant") == quant), None)
     report["ratio_p50"] = (round(dg["warm"]["p50_ms"] / peer["warm"]["p50_ms"], 2)
                            if peer and dg["warm"]["p50_ms"] and peer["warm"]["p50_ms"]
@@ -236,10 +239,29 @@ def settings_for(dtype: str, k: int | None) -> dict[str, Any]:
     return settings
 
 
-def _through_server(model: Path, cursors: list, args: Any, k: int | None) -> dict[str, Any]:
+def _dg_column(model: Path, cursors: list, args: Any, k: int | None) -> dict[str, Any]:
+    """One column through the language server: its engine at `args.threads` threads."""
     import asyncio
 
-    return asyncio.run(_replay(model, cursors, args.dtype, k))
+    previous = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # the engine the server starts
+    try:
+        return asyncio.run(_replay(model, cursors, args.dtype, k))
+    finally:
+        if previous is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = previous
+
+
+def _peers(twin: Path | None, cursors: list, args: Any, quants: list[str]
+           ) -> list[dict[str, Any]]:
+    """llama.cpp's rows at `quants`; one that says why where the shape has no twin."""
+    if not quants:
+        return []
+    if twin is None:
+        return [{"engine": "llama.cpp", "missing": NO_TWIN}]
+    return _peer(twin, cursors, args, quants)
 
 
 async def _replay(model: Path, cursors: list, dtype: str, k: int | None) -> dict[str, Any]:
@@ -333,8 +355,8 @@ def _percentiles(seconds: list[float]) -> dict[str, Any]:
 # -- the peer ---------------------------------------------------------------------------------
 
 
-def _peer(twin: Path, cursors: list, args: Any) -> list[dict[str, Any]]:
-    """llama.cpp at each of QUANTS, or one row that says why it is missing."""
+def _peer(twin: Path, cursors: list, args: Any, quants: list[str]) -> list[dict[str, Any]]:
+    """llama.cpp at each of `quants`, or one row that says why it is missing."""
     try:
         import gguf  # noqa: F401
     except ImportError:
@@ -355,7 +377,7 @@ def _peer(twin: Path, cursors: list, args: Any) -> list[dict[str, Any]]:
 
     tokenizer = Tokenizer.from_file(str(twin / "tokenizer.json"))
     rows = []
-    for quant in QUANTS:
+    for quant in quants:
         model = write_gguf(twin, quant)
         try:
             server = LlamaServer(binary, model, args.threads)
