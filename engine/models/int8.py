@@ -48,23 +48,35 @@ def quantize_int8(model: nn.Module) -> nn.Module:
 
 def _quantize_in_place(module: nn.Module) -> nn.Module:
     """`module` with its `nn.Linear` layers quantized as `quantize_int8` does, in place (no
-    copy of the float weights): `load_int8`, one layer at a time. The float layers it replaces
-    let go of their weights at once: quantize_dynamic leaves them in reference cycles, which
-    would hold every layer's float32 weights until the collector ran."""
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
-    floats = [m for m in module.modules() if isinstance(m, nn.Linear)]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if isinstance(module, nn.Linear):  # quantize_dynamic swaps children, not the root
-            module = quantize_dynamic(nn.Sequential(module), {nn.Linear:
-                                      per_channel_dynamic_qconfig}, inplace=True)[0]
-        else:
-            module = quantize_dynamic(module, {nn.Linear: per_channel_dynamic_qconfig},
-                                      inplace=True)
-    for linear in floats:
-        linear.weight = linear.bias = None
+    copy of the float weights): `load_int8`, one layer at a time. Each float layer lets go of
+    its weights at once (quantize_dynamic left the layers it replaced in reference cycles,
+    which held their float32 weights until the collector ran)."""
+    if type(module) is nn.Linear:
+        quantized = _int8_linear(module)
+        module.weight = module.bias = None
+        return quantized
+    for name, child in module.named_children():
+        setattr(module, name, _quantize_in_place(child))
     return module
+
+
+def _int8_linear(linear: nn.Linear) -> nn.Module:
+    """`linear` as quantize_dynamic converts it (torch's dynamic int8 Linear: the same weight
+    observer, the same int8 weights), packed once: the module quantize_dynamic builds first
+    packs an empty weight of the full size, which took as long as packing the real one."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+    from torch.ao.nn.quantized.modules.utils import _quantize_weight
+    from torch.ao.quantization import per_channel_dynamic_qconfig
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's deprecation notices, on every layer
+        observer = per_channel_dynamic_qconfig.weight()
+        observer(linear.weight)
+        weight = _quantize_weight(linear.weight.float(), observer)
+        quantized = DynamicLinear(1, 1, bias_=False)  # packs a 1 x 1 weight
+        quantized.in_features, quantized.out_features = linear.in_features, linear.out_features
+        quantized.set_weight_bias(weight, linear.bias)
+    return quantized
 
 
 class WidenedEmbedding(nn.Embedding):
