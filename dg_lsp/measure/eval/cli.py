@@ -13,6 +13,7 @@ import json
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from dg_lsp.engines import NoEngine, check_engine_arguments, open_for_command
 from dg_lsp.measure.eval import multi_hole, next_edit
@@ -38,6 +39,7 @@ from dg_lsp.measure.eval.runner import (
     load_predictor,
 )
 from dg_lsp.settings import Settings, add_engine_arguments, bounded_argument, sampler_argument
+from engine.backend import Backend
 from engine.bounds import (
     CANVAS_LENGTH_RANGE,
     CASES_RANGE,
@@ -323,6 +325,23 @@ def run_next_edit(args: argparse.Namespace) -> int:
     return 0
 
 
+def default_path_backend(args: argparse.Namespace) -> Backend:
+    """The engine an editor's completions use (the resident one, or a team's: --engine URL),
+    for the suites that run the default path."""
+    engine = args.engine if args.engine != "inproc" else "resident"
+    return open_for_command(Settings(engine=engine, engine_token_file=args.token_file))
+
+
+def rows_table(rows: list[dict[str, Any]]) -> str:
+    """Rows of the same keys as aligned columns, a header first."""
+    keys = list(rows[0]) if rows else []
+    widths = [max(len(k), *(len(str(r[k])) for r in rows)) for k in keys]
+    lines = ["  ".join(k.ljust(w) for k, w in zip(keys, widths, strict=True))]
+    lines += ["  ".join(str(r[k]).ljust(w) for k, w in zip(keys, widths, strict=True))
+              for r in rows]
+    return "\n".join(lines)
+
+
 def run_cross_file(args: argparse.Namespace) -> int:
     """The cross-file suite (dg_lsp.measure.eval.cross_file) on the default path."""
     from dg_lsp.measure.eval import cross_file
@@ -331,8 +350,7 @@ def run_cross_file(args: argparse.Namespace) -> int:
         folders = [args.cases_from] if args.cases_from is not None else [
             heldout_sources(package=SECOND_PACKAGE, version=SECOND_VERSION),
             heldout_sources(package=THIRD_PACKAGE, version=THIRD_VERSION)]
-        engine = args.engine if args.engine != "inproc" else "resident"
-        backend = open_for_command(Settings(engine=engine, engine_token_file=args.token_file))
+        backend = default_path_backend(args)
     except (OSError, NoEngine) as exc:
         print(f"dg-lsp eval: {exc}", file=sys.stderr)
         return 2
@@ -350,7 +368,7 @@ def run_cross_file(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         print(f"suite {CROSS_FILE}: seed {args.seed}")
-        print(cross_file.format_table(rows))
+        print(rows_table(rows))
     return 0
 
 
@@ -362,8 +380,7 @@ def run_retrieval(args: argparse.Namespace) -> int:
         folders = [args.cases_from] if args.cases_from is not None else [
             heldout_sources(package=name, version=version)
             for name, version in HELDOUT_PACKAGES]
-        engine = args.engine if args.engine != "inproc" else "resident"
-        backend = open_for_command(Settings(engine=engine, engine_token_file=args.token_file))
+        backend = default_path_backend(args)
     except (OSError, NoEngine) as exc:
         print(f"dg-lsp eval: {exc}", file=sys.stderr)
         return 2
@@ -389,7 +406,7 @@ def run_retrieval(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         print(f"suite {RETRIEVAL}: seed {args.seed}, split {args.split}")
-        print(retrieval.format_table(rows))
+        print(rows_table(rows))
     return 0
 
 

@@ -142,12 +142,3 @@ def _row(package: str, kind: str, context: str, results: list[tuple[bool, bool, 
             "shownRate": round(len(shown) / len(results), 3) if results else 0.0,
             "editSimilarityShown": round(sum(r[2] for r in shown) / len(shown), 3)
             if shown else 0.0}
-
-
-def format_table(rows: list[dict[str, Any]]) -> str:
-    keys = list(rows[0]) if rows else []
-    widths = [max(len(k), *(len(str(r[k])) for r in rows)) for k in keys]
-    lines = ["  ".join(k.ljust(w) for k, w in zip(keys, widths, strict=True))]
-    lines += ["  ".join(str(r[k]).ljust(w) for k, w in zip(keys, widths, strict=True))
-              for r in rows]
-    return "\n".join(lines)

@@ -155,12 +155,3 @@ def _row(package: str, kind: str, results: list[Result]) -> dict[str, Any]:
 
 def _share(part: int, whole: int) -> float:
     return round(part / whole, 3) if whole else 0.0
-
-
-def format_table(rows: list[dict[str, Any]]) -> str:
-    keys = list(rows[0]) if rows else []
-    widths = [max(len(k), *(len(str(r[k])) for r in rows)) for k in keys]
-    lines = ["  ".join(k.ljust(w) for k, w in zip(keys, widths, strict=True))]
-    lines += ["  ".join(str(r[k]).ljust(w) for k, w in zip(keys, widths, strict=True))
-              for r in rows]
-    return "\n".join(lines)
