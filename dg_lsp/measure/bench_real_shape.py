@@ -52,8 +52,9 @@ LINE_TOKENS = 16
 TOKENS_PER_PASS = (1, 2, 4)
 KEYSTROKES = 3
 # Request classes: a fixed-length line written at a cursor (cold) or after a keystroke (warm);
-# the same where the server offers the file's own texts first (choice); a keystroke the
-# suggestion predicted (answered from the server's cache).
+# the same where the request ended before the line (choice: the judge took a text the file
+# holds after the first pass); a keystroke the suggestion predicted (answered from the
+# server's cache). llama.cpp writes every line: its requests are cold or warm.
 REQUESTS = ("cold", "warm", "cold-choice", "warm-choice", "typed-through")
 QUANTS = ("Q8_0", "F16")
 # Scaled output rows: a logit a thousandth of the others' never wins the argmax over a vocabulary.
@@ -281,17 +282,19 @@ async def _replay(model: Path, cursors: list, dtype: str, k: int | None) -> dict
                 uri = session.open(text)
                 before = engine.stats()
                 shown, seconds = await session.ask(uri, text, offset)
-                times[_kind("cold", text, offset)].append(seconds)
-                counts[_kind("cold", text, offset)].append(_delta(before, engine.stats()))
+                delta = _delta(before, engine.stats())
+                times[_kind("cold", delta)].append(seconds)
+                counts[_kind("cold", delta)].append(delta)
                 for char in case.middle[:KEYSTROKES]:
                     predicted = shown[:1] == char
                     session.type_char(uri, text, offset, char)
                     text, offset = text[:offset] + char + text[offset:], offset + 1
                     before = engine.stats()
                     shown, seconds = await session.ask(uri, text, offset)
-                    kind = "typed-through" if predicted else _kind("warm", text, offset)
+                    delta = _delta(before, engine.stats())
+                    kind = "typed-through" if predicted else _kind("warm", delta)
                     times[kind].append(seconds)
-                    counts[kind].append(_delta(before, engine.stats()))
+                    counts[kind].append(delta)
                 session.close(uri)
             threads = engine.stats().get("cpuThreads")
             peak = session.peak_rss_mb()
@@ -302,13 +305,12 @@ async def _replay(model: Path, cursors: list, dtype: str, k: int | None) -> dict
     return {**out, "engine_threads": threads, "peak_rss_mb": peak, "load_s": load_s}
 
 
-def _kind(request: str, text: str, offset: int) -> str:
-    """`request` ("cold", "warm"), or "<request>-choice" where the file holds texts at the
-    cursor's place: there the model's first pass judges them and one may be shown after it
-    (dg_lsp/completion/judge.py), not a written line."""
-    from dg_lsp.repository.candidates import candidates
-
-    return f"{request}-choice" if candidates(text, offset) else request
+def _kind(request: str, delta: tuple[int, int, float]) -> str:
+    """`request` ("cold", "warm") where the engine wrote the line (LINE_TOKENS positions
+    committed: `delta` is the request's `_delta`), or "<request>-choice" where it ended
+    before: the judge took one of the texts the file holds at the cursor after the first
+    pass (dg_lsp/completion/judge.py), or the server's cache answered."""
+    return request if delta[1] >= LINE_TOKENS else f"{request}-choice"
 
 
 def _engine_client(runtime: str) -> Any:
@@ -409,7 +411,7 @@ def _replay_peer(server: LlamaServer, tokenizer: Any, cursors: list) -> dict[str
         prefix = _tail(tokenizer, text[:offset], context - after)
         suffix = _head(tokenizer, text[offset:], after)
         answer, seconds = server.infill(prefix, suffix, LINE_TOKENS)
-        times[_kind("cold", text, offset)].append(seconds)
+        times["cold"].append(seconds)
         predicted.append(answer.get("tokens_predicted", 0))
         for char in case.middle[:KEYSTROKES]:
             # Each keystroke is timed as the engine's are (all count: llama.cpp has no cache
@@ -417,7 +419,7 @@ def _replay_peer(server: LlamaServer, tokenizer: Any, cursors: list) -> dict[str
             text, offset = text[:offset] + char + text[offset:], offset + 1
             prefix += char
             answer, seconds = server.infill(prefix, suffix, LINE_TOKENS)
-            times[_kind("warm", text, offset)].append(seconds)
+            times["warm"].append(seconds)
             predicted.append(answer.get("tokens_predicted", 0))
     return {**{name: _percentiles(times[name]) for name in times},
             "tokens_predicted_min": min(predicted, default=0),
