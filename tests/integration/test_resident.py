@@ -152,6 +152,24 @@ def test_choices_travel_to_the_resident_engine(engine, inproc):
         assert there.text in {"", *choices}
 
 
+def test_a_judged_request_through_the_engine_equals_the_in_process_one(engine, inproc):
+    """The client assembles the first draft's scores from the wire; they are the in-process
+    ones, and so are the drafts written after them."""
+    choices = ("y", "x + 1", "z" * 300)
+    for prefix in PREFIXES[:3]:
+        request = InfillRequest(prefix, "\n", 12, choices=choices, judge=True)
+        here = list(inproc.infill_stream(request))
+        there = list(engine.infill_stream(request))
+        assert [(d.token_ids, d.text, d.step) for d in there] == [
+            (d.token_ids, d.text, d.step) for d in here]
+        # float32 on both sides, the same canvas; the engine process may run another number
+        # of threads, which sums in another order: equal to float32 rounding, not bit for bit
+        for got, want in zip(there[0].choice_logprobs, here[0].choice_logprobs, strict=True):
+            assert got == pytest.approx(want, abs=1e-4)
+        assert there[0].top_logprobs == pytest.approx(here[0].top_logprobs, abs=1e-4)
+        assert len(here[0].choice_logprobs) == 3 and here[0].choice_logprobs[2] == ()
+
+
 def test_rewrites_through_the_engine_equal_in_process_ones(engine, inproc):
     prefix, original = "def f(a):\n    ", "return a + 1"
     for strength in (0.5, 1.0):
