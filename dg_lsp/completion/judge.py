@@ -35,9 +35,9 @@ from dg_lsp.repository.candidates import FILE, LINE, MAX_MATCH_TOKENS, PREVIOUS,
 from dg_lsp.settings import DEFAULT_MIN_CONFIDENCE
 
 JUDGE_FILE = Path(__file__).with_name("judge.json")
-# The model's, and how each compares with the best of the cursor's candidates: picking is
-# choosing among them.
-# and how far below the model's own first pick at each position its tokens are.
+# The model's scores, how each compares with the best of the cursor's candidates (picking is
+# choosing among them), and how far below the model's own first pick at each position its
+# tokens are.
 MODEL_FEATURES = ("mean_logprob", "first_logprob", "lowest_logprob", "end_logprob",
                   "log_tokens", "mean_margin", "first_margin", "mean_gap", "first_gap")
 FEATURES = (*MODEL_FEATURES, "file", "line", "previous", "tokens", "match", "covers_line",

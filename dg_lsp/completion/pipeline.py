@@ -133,13 +133,13 @@ class Pipeline:
         if ctx.candidates:
             ask = replace(ask, choices=tuple(c.text for c in ctx.candidates), judge=True)
         unsure: Picked | None = None  # a pick that yields to the model's own writing
+        line_start = gate.is_line_start(ctx.line_prefix, ctx.kind)
         with closing(self.backend.infill_stream(ask, cancel, document=document)) as drafts:
             for draft in drafts:
                 judged = draft.choice_logprobs or (ctx.candidates and draft.step == 1)
                 if judged and draft.finish_reason != "cancelled":
-                    picked = self._pick(ctx, draft.choice_logprobs, draft.top_logprobs)
-                    if picked is not None and judge().sure(
-                            picked.probability, gate.is_line_start(ctx.line_prefix, ctx.kind)):
+                    picked = self._pick(ctx, draft, line_start)
+                    if picked is not None and judge().sure(picked.probability, line_start):
                         # closing() tells the engine to stop after the pass in flight.
                         yield picked
                         return
@@ -149,12 +149,11 @@ class Pipeline:
                     return
                 yield draft
 
-    def _pick(self, ctx: Context, scores: tuple[tuple[float, ...], ...],
-              top: tuple[float, ...]) -> Picked | None:
-        """The judge's pick among the candidates as the hole's last draft, or None."""
-        picked = judge().pick(ctx.candidates, scores,
-                              gate.is_line_start(ctx.line_prefix, ctx.kind), top,
-                              line_tokens(ctx.line_prefix))
+    def _pick(self, ctx: Context, first: Draft, line_start: bool) -> Picked | None:
+        """The judge's pick among the candidates, from the `first` draft's scores, as the
+        hole's last draft, or None."""
+        picked = judge().pick(ctx.candidates, first.choice_logprobs, line_start,
+                              first.top_logprobs, line_tokens(ctx.line_prefix))
         if picked is None or self.suggestion(picked[0].text, ctx) is None:
             return None
         return Picked(step=1, token_ids=[], committed=0, text=picked[0].text, done=True,

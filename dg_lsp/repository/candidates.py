@@ -110,7 +110,7 @@ def candidates(text: str, offset: int, repository: RepositoryContext | None = No
             entry = repository.index.get(path)
             if entry is not None:
                 _add(found, matches(entry.text, cursor, REPOSITORY, near, None,
-                                          REPOSITORY_OCCURRENCES))
+                                    REPOSITORY_OCCURRENCES))
     return tuple(sorted(found.values(), key=rank)[:limit])
 
 
@@ -194,9 +194,7 @@ def _following_lines(text: str, previous: str, occurrences: int) -> Iterable[Hit
             return
         if text[line_start:end].strip() != previous:
             continue
-        following_end = text.find("\n", end + 1)
-        following = text[end + 1:len(text) if following_end < 0 else following_end]
-        yield PREVIOUS, 0, end + 1, following.lstrip()
+        yield PREVIOUS, 0, end + 1, _line_after(text, end)
 
 
 def _token_matches(text: str, cursor: Cursor, occurrences: int) -> Iterable[Hit]:
@@ -223,8 +221,7 @@ def _token_matches(text: str, cursor: Cursor, occurrences: int) -> Iterable[Hit]
         if cursor.line_start:
             if text[end:line_end].strip():
                 continue  # the match is not at its line's end
-            following_end = text.find("\n", line_end + 1)
-            rest = text[line_end + 1:len(text) if following_end < 0 else following_end].lstrip()
+            rest = _line_after(text, line_end)
             end = line_end + 1  # the place is the following line, as PREVIOUS finds it
         else:
             rest = text[end:line_end]
@@ -232,6 +229,12 @@ def _token_matches(text: str, cursor: Cursor, occurrences: int) -> Iterable[Hit]
                 continue
             rest = rest[len(cursor.trailing):]
         yield TOKENS, matched, end, rest
+
+
+def _line_after(text: str, newline: int) -> str:
+    """The line after the line end at `newline`, without its indentation."""
+    following_end = text.find("\n", newline + 1)
+    return text[newline + 1:len(text) if following_end < 0 else following_end].lstrip()
 
 
 def _matched_tokens(text: str, end: int, tail: tuple[str, ...]) -> int:
